@@ -1,0 +1,117 @@
+"""``xenbench`` command line: data, training, scoring, notebooks, benchmarks."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from xenbench.errors import XenbenchError
+
+
+def _data(args: argparse.Namespace) -> None:
+    from xenbench import wordnet
+
+    if args.data_cmd == "build-wordnet":
+        table = wordnet.build_wordnet_el(Path(args.wordnet_dir), Path(args.out), args.domain or None)
+    else:
+        table = wordnet.list_domains()
+    print(table.to_string(index=False))
+
+
+def _train_ce(args: argparse.Namespace) -> None:
+    from xenbench import train, wordnet
+
+    domains = args.domains or [d for d in wordnet.list_domains().query("role == 'train'")["domain"]
+                                if d not in set(args.dev_domains)]
+    cfg = train.TrainConfig(
+        kind=args.kind, domains=domains, n_negatives=args.negatives, queries_per_step=args.queries_per_step,
+        epochs=args.epochs, max_queries=args.max_queries, lr=args.lr, head_lr=args.head_lr,
+        trainable_layers=args.trainable_layers, seed=args.seed,
+    )
+    ce = train.train_cross_encoder(cfg, args.out, device=args.device)
+    if args.eval_domains or args.dev_domains:
+        _report_eval(ce, args.dev_domains + args.eval_domains, args.eval_max_queries, Path(args.out) / "eval.json")
+
+
+def _eval_ce(args: argparse.Namespace) -> None:
+    from xenbench.crossencoder import load_cross_encoder
+
+    ce = load_cross_encoder(args.ce)
+    if args.device != "auto":
+        ce.to(args.device)
+    _report_eval(ce, args.domains, args.max_queries, Path(args.out) if args.out else None)
+
+
+def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | None) -> None:
+    import torch
+
+    from xenbench.train import evaluate_rerank
+
+    if torch.cuda.is_available():
+        ce.to("cuda")
+    rows = evaluate_rerank(ce, domains, max_queries=max_queries)
+    text = json.dumps(rows, indent=2)
+    print(text)
+    if out is not None:
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xenbench", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    d = sub.add_parser("data", help="bundled data")
+    dsub = d.add_subparsers(dest="data_cmd", required=True)
+    b = dsub.add_parser("build-wordnet", help="regenerate WordNet-EL from the WordNet 3.0 files")
+    b.add_argument("--wordnet-dir", default="/usr/share/wordnet")
+    b.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "data" / "wordnet-el"))
+    b.add_argument("--domain", action="append", help="build only this domain (repeatable)")
+    dsub.add_parser("list", help="list the bundled WordNet-EL domains")
+    d.set_defaults(func=_data)
+
+    t = sub.add_parser("train-ce", help="train a [CLS]-CE or [EMB]-CE on WordNet-EL training domains")
+    t.add_argument("--kind", choices=["cls", "emb"], required=True)
+    t.add_argument("--out", required=True, help="output folder (resumes if a run is there)")
+    t.add_argument("--domains", nargs="*", help="training domains (default: every role=train domain)")
+    t.add_argument("--dev-domains", nargs="*", default=[], help="excluded from training, evaluated after")
+    t.add_argument("--eval-domains", nargs="*", default=[], help="evaluated after training")
+    t.add_argument("--eval-max-queries", type=int, default=None)
+    t.add_argument("--negatives", type=int, default=15)
+    t.add_argument("--queries-per-step", type=int, default=8)
+    t.add_argument("--epochs", type=int, default=2)
+    t.add_argument("--max-queries", type=int, default=None)
+    t.add_argument("--lr", type=float, default=1e-4)
+    t.add_argument("--head-lr", type=float, default=1e-3)
+    t.add_argument("--trainable-layers", type=int, default=6)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--device", default="auto")
+    t.set_defaults(func=_train_ce)
+
+    e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
+    e.add_argument("ce", help="cross-encoder folder")
+    e.add_argument("--domains", nargs="+", required=True)
+    e.add_argument("--max-queries", type=int, default=None)
+    e.add_argument("--device", default="auto")
+    e.add_argument("--out", default=None, help="write the table as JSON here")
+    e.set_defaults(func=_eval_ce)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.func(args)
+    except XenbenchError as err:
+        print(f"xenbench: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

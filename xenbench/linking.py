@@ -1,0 +1,54 @@
+"""Entity-linking evaluation against gold items: accuracy@k of retrievers and of CE re-ranking.
+
+(k-NN recall against the *exact CE* top-k lives in :mod:`xenbench.metrics`; this module measures how often
+the *gold* item is found, which is what makes a cross-encoder worth approximating.)
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from xenbench.data import Dataset, Item, Query
+
+
+def gold_rows(dataset: Dataset, queries: Sequence[Query] | None = None) -> np.ndarray:
+    """Row of each query's first gold item in ``dataset.items``, int64 of shape (nq,); -1 when it has none."""
+    index = {it.id: r for r, it in enumerate(dataset.items)}
+    queries = dataset.queries if queries is None else queries
+    return np.array(
+        [index.get((dataset.gold.get(q.id) or [None])[0], -1) for q in queries], dtype=np.int64
+    )
+
+
+def accuracy_at_k(I: np.ndarray, gold: np.ndarray, ks: Sequence[int] = (1, 64)) -> dict[int, float]:
+    """Fraction of queries whose gold row is among the first k of ``I``.
+
+    Parameters
+    ----------
+    I : ndarray of shape (nq, m)
+        Retrieved item rows, best first.
+    gold : ndarray of shape (nq,)
+        Gold item row per query (-1: none, counts as a miss).
+    """
+    hit_rank = np.where(I == gold[:, None], np.arange(I.shape[1])[None, :], I.shape[1]).min(axis=1)
+    return {k: float((hit_rank < k).mean()) for k in ks}
+
+
+@torch.inference_mode()
+def rerank(ce, queries: Sequence[Query], items: Sequence[Item], I: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """Re-order each row of candidates ``I`` (nq, m) by exact CE scores; returns rows of shape (nq, m)."""
+    q_ids = ce.pairs.encode_queries(queries)
+    i_ids = ce.pairs.encode_items(items)
+    pairs = [(q, int(i)) for q in range(len(queries)) for i in I[q]]
+    scores = np.empty(len(pairs), dtype=np.float32)
+    device = ce.device
+    for s in range(0, len(pairs), batch_size):
+        chunk = pairs[s : s + batch_size]
+        batch = ce.pairs.collate([q_ids[q] for q, _ in chunk], [i_ids[i] for _, i in chunk])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            out = ce({k: v.to(device) for k, v in batch.items()})
+        scores[s : s + len(chunk)] = out.float().cpu().numpy()
+    order = np.argsort(-scores.reshape(I.shape), axis=1, kind="stable")
+    return np.take_along_axis(I, order, axis=1)

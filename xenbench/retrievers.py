@@ -1,0 +1,162 @@
+"""First-stage retrievers: the dual encoder (DE) and TF-IDF baselines of ANNCUR §4.
+
+Both follow one contract: ``fit(items)`` indexes offline, ``search(queries, k) -> (D, I)`` retrieves online,
+with ``D`` float32 of shape (nq, k) (scores, best first) and ``I`` int64 of shape (nq, k) (item rows).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.feature_extraction.text import TfidfVectorizer
+from tqdm.auto import tqdm
+
+from xenbench.crossencoder import bundled_backbone, resolve_device
+from xenbench.data import Item, Query
+from xenbench.errors import ParameterError
+
+log = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    """``$XENBENCH_CACHE`` or ``~/.cache/xenbench``."""
+    return Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
+
+
+def item_text(item: Item) -> str:
+    """The text a retriever sees for an item: ``"title: text"``."""
+    return f"{item.title}: {item.text}" if item.title else item.text
+
+
+def topk(scores: torch.Tensor | np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k per row of ``scores`` (nq, nb) -> ``(D, I)``, D float32 (nq, k), I int64 (nq, k)."""
+    s = torch.as_tensor(scores)
+    k = min(k, s.shape[1])
+    d, i = torch.topk(s.float(), k, dim=1)
+    return d.numpy().astype(np.float32), i.numpy().astype(np.int64)
+
+
+class DualEncoder:
+    """Bi-encoder e(x) = normalize(mean-pool(BERT(x))); score = cosine (ANNCUR's DE baseline).
+
+    Parameters
+    ----------
+    model : str or Path, default "bundled"
+        A local Hugging Face folder, or ``"bundled"`` for all-MiniLM-L6-v2.
+    batch_size : int
+    max_length : int
+        Tokens per text after truncation.
+    device : str, default "auto"
+    cache_dir : Path or None
+        Embeddings are cached on disk keyed by the model's weights file and the exact texts;
+        ``None`` uses :func:`default_cache_dir`; ``False`` disables the cache.
+    """
+
+    def __init__(
+        self,
+        model: str | Path = "bundled",
+        *,
+        batch_size: int = 128,
+        max_length: int = 128,
+        device: str = "auto",
+        cache_dir: Path | None | bool = None,
+    ) -> None:
+        from transformers import AutoModel, AutoTokenizer
+        from transformers import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # the unused-pooler load report is expected
+        self.path = bundled_backbone() if str(model) == "bundled" else Path(model)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval()
+        self.device = resolve_device(device)
+        self.model.to(self.device)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.cache_dir = None if cache_dir is False else Path(cache_dir or default_cache_dir()) / "embeddings"
+        self._model_key = _file_digest(self.path)
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], *, desc: str = "embedding") -> np.ndarray:
+        """L2-normalized embeddings, float32 of shape (len(texts), d); read from/written to the cache."""
+        key = hashlib.sha256(
+            (self._model_key + f"|{self.max_length}|" + "\x1e".join(texts)).encode()
+        ).hexdigest()[:32]
+        cached = self.cache_dir / f"{key}.npy" if self.cache_dir else None
+        if cached is not None and cached.is_file():
+            return np.load(cached)
+        order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths -> less padding
+        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
+        for s in tqdm(range(0, len(texts), self.batch_size), desc=desc, disable=len(texts) <= self.batch_size):
+            rows = order[s : s + self.batch_size]
+            batch = self.tokenizer(
+                [texts[r] for r in rows], padding=True, truncation=True,
+                max_length=self.max_length, return_tensors="pt",
+            ).to(self.device)
+            hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+            out[rows] = torch.nn.functional.normalize(emb, dim=-1).float().cpu().numpy()
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp.npy")
+            np.save(tmp, out)
+            tmp.replace(cached)
+        return out
+
+    def fit(self, items: Sequence[Item]) -> DualEncoder:
+        """Embed the items (the offline index): ``item_embeddings_`` of shape (nb, d)."""
+        self.item_embeddings_ = self.encode([item_text(it) for it in items], desc="items")
+        return self
+
+    def embed_queries(self, queries: Sequence[Query]) -> np.ndarray:
+        """Query embeddings (nq, d): the query text as is (mention spans are not marked)."""
+        return self.encode([q.text for q in queries], desc="queries")
+
+    def scores(self, queries: Sequence[Query]) -> np.ndarray:
+        """Cosine scores (nq, nb) against the fitted items."""
+        return self.embed_queries(queries) @ self.item_embeddings_.T
+
+    def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return topk(self.scores(queries), k)
+
+
+class TfidfRetriever:
+    """TF-IDF cosine retrieval (scikit-learn), ANNCUR's sparse baseline.
+
+    Fitted on the item texts; unigrams and bigrams, sublinear tf.
+    """
+
+    def __init__(self, *, ngram_range: tuple[int, int] = (1, 2), min_df: int = 1) -> None:
+        self.ngram_range = ngram_range
+        self.min_df = min_df
+
+    def fit(self, items: Sequence[Item]) -> TfidfRetriever:
+        if not items:
+            raise ParameterError("items", "a non-empty sequence", [], "TfidfRetriever.fit")
+        self.vectorizer_ = TfidfVectorizer(ngram_range=self.ngram_range, min_df=self.min_df, sublinear_tf=True)
+        self.item_matrix_ = self.vectorizer_.fit_transform([item_text(it) for it in items])
+        return self
+
+    def scores(self, queries: Sequence[Query]) -> np.ndarray:
+        """Cosine scores (nq, nb), dense float32."""
+        q = self.vectorizer_.transform([query.text for query in queries])
+        return np.asarray((q @ self.item_matrix_.T).todense(), dtype=np.float32)
+
+    def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return topk(self.scores(queries), k)
+
+
+def _file_digest(folder: Path) -> str:
+    """Cheap identity of a model folder: size and mtime-free digest of its first MB of weights."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        f = folder / name
+        if f.is_file():
+            with f.open("rb") as fh:
+                head = fh.read(1 << 20)
+            return f"{name}:{f.stat().st_size}:{hashlib.sha256(head).hexdigest()[:16]}"
+    return str(folder.resolve())
