@@ -60,6 +60,17 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
         tmp.replace(out)
 
 
+def _run(args: argparse.Namespace) -> None:
+    from xenbench.notebook import REPO_ROOT, list_notebooks, parse_cli_params, run_notebook
+
+    names = list_notebooks() if args.notebook == "all" else [args.notebook]
+    for name in names:
+        params = parse_cli_params(name, args.param)
+        out = run_notebook(name, profile=args.profile, params=params, out_dir=Path(args.out or REPO_ROOT / "reports"),
+                           html=not args.no_html, log_output=args.log_output)
+        print(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xenbench", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -91,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="auto")
     t.set_defaults(func=_train_ce)
+
+    r = sub.add_parser("run", help="execute a notebook with papermill into reports/ (+ HTML)")
+    r.add_argument("notebook", help="a name such as 00_data, a path, or 'all'")
+    r.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+    r.add_argument("--profile", default="default", help="parameter profile from notebooks/<name>.yaml")
+    r.add_argument("--out", default=None, help="output folder (default: <repo>/reports)")
+    r.add_argument("--no-html", action="store_true")
+    r.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
+    r.set_defaults(func=_run)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
     e.add_argument("ce", help="cross-encoder folder")

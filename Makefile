@@ -1,0 +1,34 @@
+# xenbench: `make demo` runs every notebook on the bundled data; `make test` runs all tests.
+# Both create .venv and install the project on first use (CPU torch pinned; see README "Set-up").
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+TORCH  ?= torch==2.13.0
+
+.PHONY: setup demo test test-fast bench clean-reports
+
+$(STAMP): pyproject.toml .ci/constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -c .ci/constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/xenbench run all --profile default
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not notebook"
+
+bench: setup
+	$(BIN)/python benchmarks/bench_scoring.py
+	$(BIN)/python benchmarks/bench_adacur.py
+
+clean-reports:
+	rm -rf reports

@@ -1,0 +1,39 @@
+"""Shared fixtures: a private embedding cache per session, a temporary reports folder, notebook settings."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xenbench_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``$XENBENCH_CACHE`` points at a fresh folder for the whole session.
+
+    Tests never read embeddings cached by an earlier run (or by someone's notebook session), and
+    kernels started by papermill inherit the variable.
+    """
+    cache = tmp_path_factory.mktemp("xenbench-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XENBENCH_CACHE", str(cache))
+        yield cache
+
+
+@pytest.fixture
+def reports_dir(tmp_path: Path) -> Path:
+    """Where a test's notebook outputs go (``run_notebook`` creates it)."""
+    return tmp_path / "reports"
+
+
+@pytest.fixture(scope="session")
+def notebook_kwargs() -> dict:
+    """How tests execute notebooks: the venv's python3 kernel, no progress bar, bounded cells."""
+    return {"kernel": "python3", "progress_bar": False, "timeout": 600}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Every test in test_notebooks.py executes a notebook: mark it even if its author forgot, so
+    # `-m "not notebook"` keeps the fast tier fast.
+    for item in items:
+        if item.path.name == "test_notebooks.py":
+            item.add_marker(pytest.mark.notebook)

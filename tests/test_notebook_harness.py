@@ -1,0 +1,347 @@
+"""Tests of the notebook harness (xenbench.notebook): profiles, validation, execution, reports.
+
+Unit tests use small profiles files written into ``tmp_path``; the execution tests (marked
+``notebook``) run a throwaway notebook through papermill. The last tests check that every notebook in
+notebooks/ follows the template: its ``default`` profile equals its parameters cell, it validates its
+parameters right after that cell and saves its results last.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import papermill as pm
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from xenbench import notebook as xnb
+from xenbench.errors import DataError, ParameterError
+
+TINY_YAML = """\
+params:
+  n: {type: int, min: 1, max: 10, help: bars}
+  scale: {type: float, min: 0.0}
+  label: {type: str, choices: [a, b]}
+  tags: {type: list, items: str, min: 1, choices: [x, y, z]}
+  limit: {type: int, min: 1, nullable: true}
+  flag: {type: bool}
+profiles:
+  default: {n: 3, scale: 1.0, label: a, tags: [x], limit: null, flag: false}
+  ci: {n: 2, tags: [x, y]}
+"""
+
+TINY_PARAMETERS = """\
+profile = "default"
+n = 3
+scale = 1.0
+label = "a"
+tags = ["x"]
+limit = None
+flag = False"""
+
+
+def write_tiny(folder: Path, name: str = "tiny", body: list[str] | None = None, yaml_text: str = TINY_YAML) -> Path:
+    """A notebook following the template (imports, parameters, check, figure, save_results) + its profiles."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if body is None:
+        body = [
+            "import plotly.graph_objects as go\ngo.Figure(go.Bar(x=list(range(n)), y=[scale] * n, name=label))",
+            f'xb.notebook.save_results("{name}", profile, {{"n": n, "tags": tags, "arr": np.arange(n)}})',
+        ]
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(f"# {name}"),
+            new_code_cell("import numpy as np\n\nimport xenbench as xb\nimport xenbench.notebook\n\n"
+                          "xb.notebook.setup_plotly()"),
+            new_code_cell(TINY_PARAMETERS, metadata={"tags": ["parameters"]}),
+            new_code_cell(f'params = xb.notebook.check(globals(), "{name}")'),
+            *(new_code_cell(src) for src in body),
+        ],
+        metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}},
+    )
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    (folder / f"{name}.yaml").write_text(yaml_text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_tiny(tmp_path / "nbs")
+
+
+# ------------------------------------------------------------------------------------------------
+# profiles files
+# ------------------------------------------------------------------------------------------------
+
+
+def test_load_spec_reads_params_and_profiles(tiny):
+    spec = xnb.load_spec(tiny)
+    assert spec.name == "tiny"
+    assert list(spec.params) == ["n", "scale", "label", "tags", "limit", "flag"]
+    assert spec.params["n"].help == "bars"
+    assert xnb.profile_values(spec, "default") == {
+        "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None, "flag": False,
+    }
+    # other profiles override default
+    assert xnb.profile_values(spec, "ci") == {
+        "n": 2, "scale": 1.0, "label": "a", "tags": ["x", "y"], "limit": None, "flag": False,
+    }
+
+
+def test_unknown_profile_lists_the_profiles(tiny):
+    with pytest.raises(ParameterError, match=r"The 'profile' parameter of notebook tiny must be one of "
+                                             r"\['ci', 'default'\]. Got 'cii' instead."):
+        xnb.profile_values(tiny, "cii")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("params: {}\nprofiles: {ci: {}}\n", r"at least a 'default' mapping"),
+        ("params: {n: {type: integer}}\nprofiles: {default: {n: 1}}\n", r"parameter 'n': expected a mapping with 'type' one of"),
+        ("params: {n: {type: int, maximum: 3}}\nprofiles: {default: {n: 1}}\n", r"unknown keys \['maximum'\]"),
+        ("params: {n: {type: int}, m: {type: int}}\nprofiles: {default: {n: 1}}\n", r"missing \['m'\]"),
+        ("params: {n: {type: int, max: 3}}\nprofiles: {default: {n: 1}, ci: {n: 5}}\n",
+         r"profile 'ci': The 'n' parameter of notebook tiny must be an int <= 3. Got 5 instead."),
+        ("params: {n: {type: int}}\nprofiles: {default: {n: 1}, ci: {m: 5}}\n", r"profile 'ci': The 'm' parameter"),
+        ("params: {profile: {type: str}}\nprofiles: {default: {profile: a}}\n", r"other than 'profile'"),
+        ("params: [n\n", r"not valid YAML"),
+    ],
+)
+def test_malformed_profiles_file_names_the_file_and_problem(tmp_path, yaml_text, message):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml_text, encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(str(path)) + ".*" + message):
+        xnb.load_spec(path)
+
+
+def test_missing_profiles_file(tmp_path):
+    with pytest.raises(DataError, match=r"tiny\.yaml: no such file: every notebook needs a profiles file"):
+        xnb.load_spec(tmp_path / "tiny.ipynb")
+
+
+# ------------------------------------------------------------------------------------------------
+# validation
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"n": -3}, r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. Got -3 instead."),
+        ({"n": 2.0}, r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. Got 2.0 instead."),
+        ({"n": True}, r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. Got True instead."),
+        ({"scale": -1}, r"The 'scale' parameter of notebook tiny must be a float >= 0.0. Got -1 instead."),
+        ({"scale": float("nan")}, r"must be a float >= 0.0. Got nan instead."),
+        ({"label": "c"}, r"The 'label' parameter of notebook tiny must be one of \['a', 'b'\]. Got 'c' instead."),
+        ({"tags": "x"}, r"The 'tags' parameter of notebook tiny must be a list of str with length >= 1, "
+                        r"each one of \['x', 'y', 'z'\]. Got 'x' instead."),
+        ({"tags": []}, r"must be a list of str with length >= 1.*Got \[\] instead."),
+        ({"tags": ["x", "w"]}, r"each one of \['x', 'y', 'z'\] \(\['w'\] not allowed\). Got \['x', 'w'\] instead."),
+        ({"limit": 0}, r"The 'limit' parameter of notebook tiny must be None or an int >= 1. Got 0 instead."),
+        ({"flag": "yes"}, r"The 'flag' parameter of notebook tiny must be a bool \(True or False\). Got 'yes' instead."),
+        ({"profile": "../x"}, r"The 'profile' parameter of notebook tiny must be a profile name"),
+    ],
+)
+def test_bad_values_are_rejected_with_the_rule(tiny, values, message):
+    with pytest.raises(ParameterError, match=message):
+        xnb.validate_params(tiny, values)
+
+
+def test_unknown_name_names_notebook_bad_name_and_allowed_names(tiny):
+    with pytest.raises(
+        ParameterError,
+        match=r"The 'nn' parameter of notebook tiny must be one of the declared parameters "
+              r"\['flag', 'label', 'limit', 'n', 'scale', 'tags', 'profile'\] \(did you mean 'n'\?\). "
+              r"Got 'nn' instead.",
+    ):
+        xnb.validate_params(tiny, {"nn": 3})
+
+
+def test_close_choice_is_suggested(tmp_path):
+    path = tmp_path / "nb.yaml"
+    path.write_text("params: {domain: {type: str, choices: [noun.food, verb.contact]}}\n"
+                    "profiles: {default: {domain: noun.food}}\n", encoding="utf-8")
+    with pytest.raises(ParameterError, match=r"\(did you mean 'noun.food'\?\). Got 'noun.fod' instead."):
+        xnb.validate_params(path, {"domain": "noun.fod"})
+
+
+def test_valid_values_are_cleaned(tiny):
+    cleaned = xnb.validate_params(tiny, {"n": 10, "scale": 2, "tags": ("z",), "limit": None, "profile": "ci"})
+    assert cleaned == {"n": 10, "scale": 2.0, "tags": ["z"], "limit": None, "profile": "ci"}
+    assert isinstance(cleaned["scale"], float)
+
+
+def test_parse_cli_params_types_text_by_the_spec(tiny):
+    pairs = [("n", "4"), ("scale", "0.5"), ("label", "b"), ("tags", "x,z"), ("limit", "null"), ("flag", "true")]
+    assert xnb.parse_cli_params(tiny, pairs) == {
+        "n": 4, "scale": 0.5, "label": "b", "tags": ["x", "z"], "limit": None, "flag": True,
+    }
+    assert xnb.parse_cli_params(tiny, {"tags": "[y, z]"}) == {"tags": ["y", "z"]}
+    with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. "
+                                             r"Got 'four' instead."):
+        xnb.parse_cli_params(tiny, [("n", "four")])
+    with pytest.raises(ParameterError, match=r"The 'lable' parameter .* \(did you mean 'label'\?\)"):
+        xnb.parse_cli_params(tiny, [("lable", "a")])
+
+
+def test_check_validates_a_notebook_namespace(tiny, monkeypatch):
+    monkeypatch.chdir(tiny.parent)  # as in a kernel: the profiles file is found beside the notebook
+    namespace = {"profile": "default", "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None,
+                 "flag": False, "unrelated": object()}
+    assert xnb.check(namespace, "tiny") == {**xnb.profile_values(tiny), "profile": "default"}
+    with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. "
+                                             r"Got 11 instead."):
+        xnb.check({**namespace, "n": 11}, "tiny")
+    del namespace["flag"]
+    with pytest.raises(DataError, match=r"declares \['flag'\] but the notebook's parameters cell does not define"):
+        xnb.check(namespace, "tiny")
+
+
+def test_unknown_notebook_lists_the_notebooks():
+    with pytest.raises(ParameterError, match=r"The 'notebook' parameter of run_notebook must be one of "
+                                             r"\[.*'00_data'.*\] or the path of an existing .ipynb file. "
+                                             r"Got '99_nope' instead."):
+        xnb.run_notebook("99_nope")
+
+
+def test_invalid_parameters_fail_before_anything_is_written(tiny, reports_dir):
+    with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]"):
+        xnb.run_notebook(tiny, params={"n": 0}, out_dir=reports_dir)
+    with pytest.raises(ParameterError, match=r"must be one of \['ci', 'default'\]"):
+        xnb.run_notebook(tiny, profile="full", out_dir=reports_dir)
+    with pytest.raises(ParameterError, match=r"choose the profile with profile="):
+        xnb.run_notebook(tiny, params={"profile": "ci"}, out_dir=reports_dir)
+    assert not reports_dir.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# results and plotly
+# ------------------------------------------------------------------------------------------------
+
+
+def test_save_results_writes_json_atomically(tmp_path, monkeypatch):
+    monkeypatch.setenv(xnb.REPORTS_ENV, str(tmp_path / "out"))
+    path = xnb.save_results("00_x", "ci", {"acc": np.float32(0.5), "ks": np.array([1, 64]), "n": np.int64(3)})
+    assert path == tmp_path / "out" / "00_x.ci.results.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["notebook"] == "00_x" and doc["profile"] == "ci"
+    assert doc["results"] == {"acc": 0.5, "ks": [1, 64], "n": 3}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    with pytest.raises(TypeError, match="cannot store a object in results JSON"):
+        xnb.save_results("00_x", "ci", {"bad": object()})
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    with pytest.raises(ParameterError, match=r"The 'profile' parameter of save_results"):
+        xnb.save_results("00_x", "a/b", {})
+
+
+def test_setup_plotly_keeps_figures_in_html_exports():
+    import plotly.io as pio
+
+    old = pio.renderers.default
+    try:
+        xnb.setup_plotly()
+        assert pio.renderers.default == "plotly_mimetype+notebook"
+    finally:
+        pio.renderers.default = old
+
+
+# ------------------------------------------------------------------------------------------------
+# execution (papermill)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.notebook
+def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_dir, notebook_kwargs):
+    executed = xnb.run_notebook(tiny, profile="ci", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
+
+    assert executed == (reports_dir / "tiny.ci.ipynb").resolve()
+    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.ci.html", "tiny.ci.ipynb", "tiny.ci.results.json"]
+    nb = nbformat.read(executed, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1
+    # every value is injected, `profile` included: the profile's, then the overrides
+    assert 'profile = "ci"' in injected[0].source and "n = 4" in injected[0].source
+    assert "tags = [\"x\", \"y\"]" in injected[0].source
+
+    results = json.loads((reports_dir / "tiny.ci.results.json").read_text(encoding="utf-8"))
+    assert results["results"] == {"n": 4, "tags": ["x", "y"], "arr": [0, 1, 2, 3]}
+
+    html = (reports_dir / "tiny.ci.html").read_text(encoding="utf-8")
+    assert html.count('class="plotly-graph-div"') == 1  # the figure's div ...
+    assert "plotly.js v" in html and "Plotly.newPlot" in html  # ... and plotly.js itself, offline
+
+
+@pytest.mark.notebook
+def test_failed_run_keeps_only_a_failed_notebook(tmp_path, reports_dir, notebook_kwargs):
+    path = write_tiny(tmp_path / "nbs", body=['raise RuntimeError("boom in cell")'])
+    reports_dir.mkdir()
+    for stale in ("tiny.default.ipynb", "tiny.default.html", "tiny.default.results.json"):
+        (reports_dir / stale).write_text("from an earlier run")
+
+    with pytest.raises(pm.PapermillExecutionError, match="boom in cell"):
+        xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
+
+    assert [p.name for p in reports_dir.iterdir()] == ["tiny.default.failed.ipynb"]
+    failed = nbformat.read(reports_dir / "tiny.default.failed.ipynb", as_version=4)
+    assert any(o.get("ename") == "RuntimeError" for c in failed.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.notebook
+def test_check_cell_stops_raw_papermill_with_the_same_message(tiny, tmp_path, notebook_kwargs):
+    # Raw papermill bypasses run_notebook's validation; the notebook's own check cell catches the value.
+    with pytest.raises(pm.PapermillExecutionError,
+                       match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. Got 0 instead."):
+        pm.execute_notebook(tiny, tmp_path / "raw.ipynb", parameters={"n": 0}, cwd=tiny.parent,
+                            kernel_name=notebook_kwargs["kernel"], progress_bar=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# every notebook in notebooks/ follows the template
+# ------------------------------------------------------------------------------------------------
+
+
+def test_list_notebooks_finds_the_workbench_notebooks():
+    assert "00_data" in xnb.list_notebooks()
+
+
+@pytest.mark.parametrize("name", xnb.list_notebooks())
+def test_default_profile_equals_parameters_cell(name):
+    path = xnb.NOTEBOOKS_DIR / f"{name}.ipynb"
+    declared = pm.inspect_notebook(str(path))
+    cell = {key: ast.literal_eval(p["default"]) for key, p in declared.items()}
+    assert cell.pop("profile", None) == "default", 'the parameters cell must declare profile = "default"'
+    assert cell == xnb.profile_values(name, "default")
+    assert "ci" in xnb.load_spec(name).profiles, "every notebook needs a small `ci` profile"
+
+
+@pytest.mark.parametrize("name", xnb.list_notebooks())
+def test_notebook_follows_the_template(name):
+    nb = nbformat.read(xnb.NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), "title first"
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert not any(c.outputs or c.execution_count for c in code), "commit notebooks without outputs"
+    tags = [c.metadata.get("tags", []) for c in code]
+    at = [i for i, t in enumerate(tags) if "parameters" in t]
+    assert len(at) == 1, "exactly one cell tagged `parameters`"
+    assert "setup_plotly()" in "\n".join(c.source for c in code[: at[0]]), "setup_plotly() before the parameters"
+    check_call = re.compile(r'=\s*xb\.notebook\.check\(globals\(\),\s*"' + re.escape(name) + r'"\)')
+    assert check_call.search(code[at[0] + 1].source), "validate the parameters right after their cell"
+    assert re.search(r'xb\.notebook\.save_results\(\s*"' + re.escape(name) + r'",\s*profile', code[-1].source), (
+        "the last cell saves the results"
+    )
+
+
+def test_readme_format_example_in_module_docstring_parses(tmp_path):
+    # The format documented in xenbench/notebook.py is a valid profiles file.
+    doc = xnb.__doc__.split("::", 1)[1].split("\n\n", 2)[1]
+    (tmp_path / "doc.yaml").write_text(textwrap.dedent(doc), encoding="utf-8")
+    spec = xnb.load_spec(tmp_path / "doc.yaml")
+    assert xnb.profile_values(spec, "ci")["max_queries"] == 100

@@ -1,0 +1,39 @@
+"""One test per notebook in notebooks/: it runs end to end under its small `ci` profile.
+
+Run as their own group: ``pytest -m notebook`` (or deselect them with ``-m "not notebook"``).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import nbformat
+import pytest
+
+from xenbench.notebook import list_notebooks, run_notebook
+
+NOTEBOOKS = list_notebooks()
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_with_ci_profile(name, reports_dir, notebook_kwargs):
+    start = time.perf_counter()
+    executed = run_notebook(name, profile="ci", out_dir=reports_dir, **notebook_kwargs)
+    print(f"{name} (ci): {time.perf_counter() - start:.1f} s")
+
+    assert executed == (reports_dir / f"{name}.ci.ipynb").resolve()
+    nb = nbformat.read(executed, as_version=4)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+
+    results = json.loads((reports_dir / f"{name}.ci.results.json").read_text(encoding="utf-8"))
+    assert results["notebook"] == name
+    assert results["profile"] == "ci"
+    assert results["results"]
+
+    html = (reports_dir / f"{name}.ci.html").read_text(encoding="utf-8")
+    assert 'class="plotly-graph-div"' in html  # at least one figure survived the export
+    assert "plotly.js v" in html  # with plotly.js embedded: the report works offline
+    leftovers = [p.name for p in reports_dir.iterdir() if p.name.startswith(".") or ".failed." in p.name]
+    assert not leftovers  # no temporary or failed notebook beside a successful run

@@ -1,0 +1,700 @@
+"""Run the workbench's notebooks headless, with validated parameters, into reports.
+
+Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``notebooks/<name>.yaml``::
+
+    params:                       # every knob of the notebook's `parameters` cell
+      n_candidates:
+        type: int                 # int | float | str | bool | list
+        min: 1                    # optional bounds (int, float; list: bounds of its length)
+        max: 4096
+        help: candidates per query
+      max_queries: {type: int, min: 1, nullable: true}     # None allowed
+      eval_domains: {type: list, items: str, choices: [noun.cognition, noun.food]}  # choices per element
+    profiles:
+      default: {n_candidates: 64, max_queries: null, eval_domains: [noun.cognition]}
+      ci: {max_queries: 100}      # other profiles override `default`
+
+``default`` lists every parameter with the value of the notebook's ``parameters`` cell (a test checks
+this). Every notebook also declares ``profile = "default"`` in that cell; :func:`run_notebook` always
+injects it, so a notebook knows which profile it runs under (file names of its results).
+
+Validation happens twice with the same rules and messages: :func:`run_notebook` checks names and
+values before a kernel starts, and the notebook's first cell after the parameters calls
+:func:`check` on its globals, so values edited in JupyterLab or passed to raw ``papermill`` get the
+same clear error.
+
+Outputs of ``run_notebook("00_data", profile="ci")`` in ``out_dir``: ``00_data.ci.ipynb`` (executed),
+``00_data.ci.html`` (offline report, plotly.js embedded) and, written by the notebook's last cell,
+``00_data.ci.results.json`` (see :func:`save_results`). A failed run leaves ``00_data.ci.failed.ipynb``
+instead and none of the three.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import logging
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from xenbench.errors import DataError, ParameterError
+
+__all__ = [
+    "REPO_ROOT",
+    "NOTEBOOKS_DIR",
+    "REPORTS_ENV",
+    "ParamSpec",
+    "NotebookSpec",
+    "list_notebooks",
+    "notebook_path",
+    "load_spec",
+    "profile_values",
+    "validate_params",
+    "parse_cli_params",
+    "check",
+    "setup_plotly",
+    "reports_dir",
+    "save_results",
+    "run_notebook",
+]
+
+log = logging.getLogger(__name__)
+
+#: Repository root (holds ``notebooks/``, ``data/`` and, by default, ``reports/``).
+REPO_ROOT: Path = Path(__file__).resolve().parent.parent
+#: Where notebooks and their profile files live.
+NOTEBOOKS_DIR: Path = REPO_ROOT / "notebooks"
+#: Environment variable naming the folder :func:`save_results` writes to. :func:`run_notebook` sets
+#: it for the kernel it starts (a kernel inherits its parent's environment).
+REPORTS_ENV = "XENBENCH_REPORTS"
+
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,),
+                                       "list": (list, tuple)}
+_ITEM_TYPES = ("int", "float", "str", "bool")
+_SPEC_KEYS = {"type", "min", "max", "choices", "items", "nullable", "help"}
+# Profile names become parts of file names: keep them plain.
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+# ------------------------------------------------------------------------------------------------
+# Specs
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """Constraints of one notebook parameter (one entry of the profiles file's ``params``)."""
+
+    name: str
+    type: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+    items: str | None = None  # element type of a list
+    nullable: bool = False
+    help: str = ""
+
+    def expected(self) -> str:
+        """The phrase completing "must be ...", e.g. ``"an int in [1, 100000]"``."""
+        if self.type == "list":
+            what = f"a list of {self.items or 'values'}"
+            size = _bounds_phrase(self.min, self.max, "length")
+            if size:
+                what += f" with {size}"
+            if self.choices is not None:
+                what += f", each one of {list(self.choices)}"
+        elif self.choices is not None:
+            what = f"one of {list(self.choices)}"
+        elif self.type == "bool":
+            what = "a bool (True or False)"
+        else:
+            article = "an" if self.type == "int" else "a"
+            what = f"{article} {self.type}"
+            bounds = _bounds_phrase(self.min, self.max)
+            if bounds:
+                what += f" {bounds}"
+        return f"None or {what}" if self.nullable else what
+
+    def check(self, value: Any, owner: str) -> Any:
+        """``value`` validated (ints become floats for a float parameter, tuples become lists).
+
+        Raises
+        ------
+        ParameterError
+            "The '<name>' parameter of <owner> must be <expected>. Got <value> instead."
+        """
+        if value is None and self.nullable:
+            return None
+        ok, cleaned = _check_value(value, self.type, self.min, self.max, self.choices, self.items)
+        if not ok:
+            raise ParameterError(self.name, self.expected() + self._hint(value), value, owner)
+        return cleaned
+
+    def _hint(self, value: Any) -> str:
+        # Point at the offending choices: lists of 40 domain names are hard to scan.
+        if self.choices is None:
+            return ""
+        names = [str(c) for c in self.choices]
+        if self.type != "list":
+            close = difflib.get_close_matches(str(value), names, n=1)
+            return f" (did you mean {close[0]!r}?)" if close else ""
+        if not isinstance(value, (list, tuple)):
+            return ""
+        bad = [v for v in value if v not in self.choices]
+        close = [m for b in bad for m in difflib.get_close_matches(str(b), names, n=1)]
+        return (f" ({bad} not allowed" + (f"; did you mean {close}?)" if close else ")")) if bad else ""
+
+
+def _bounds_phrase(lo: float | None, hi: float | None, what: str = "") -> str:
+    prefix = f"{what} " if what else ""
+    if lo is not None and hi is not None:
+        return f"{prefix}in [{lo}, {hi}]"
+    if lo is not None:
+        return f"{prefix}>= {lo}"
+    if hi is not None:
+        return f"{prefix}<= {hi}"
+    return ""
+
+
+def _is_type(value: Any, type_name: str) -> bool:
+    if isinstance(value, bool) and type_name != "bool":
+        return False  # bool is an int subclass, never a number here
+    return isinstance(value, _TYPES[type_name])
+
+
+def _check_value(value: Any, type_name: str, lo: Any, hi: Any, choices: Any, items: str | None) -> tuple[bool, Any]:
+    if not _is_type(value, type_name):
+        return False, None
+    if type_name == "list":
+        if items is not None and not all(_is_type(v, items) for v in value):
+            return False, None
+        if choices is not None and not all(v in choices for v in value):
+            return False, None
+        size = len(value)
+        if (lo is not None and size < lo) or (hi is not None and size > hi):
+            return False, None
+        return True, [float(v) if items == "float" else v for v in value]
+    if type_name == "float":
+        value = float(value)
+        if math.isnan(value):
+            return False, None
+    if choices is not None and value not in choices:
+        return False, None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        return False, None
+    return True, value
+
+
+@dataclass(frozen=True)
+class NotebookSpec:
+    """A notebook's parameters and profiles, as read from ``<name>.yaml`` by :func:`load_spec`."""
+
+    name: str
+    path: Path  # the profiles file
+    params: dict[str, ParamSpec]
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def owner(self) -> str:
+        return f"notebook {self.name}"
+
+
+def list_notebooks(folder: Path | None = None) -> list[str]:
+    """Names of the notebooks in ``folder`` (default :data:`NOTEBOOKS_DIR`), sorted: ``["00_data", ...]``."""
+    base = Path(folder) if folder is not None else NOTEBOOKS_DIR
+    return sorted(p.stem for p in base.glob("*.ipynb") if not p.name.startswith("."))
+
+
+def notebook_path(notebook: str | os.PathLike[str]) -> Path:
+    """Resolve ``"00_data"`` to ``notebooks/00_data.ipynb``; a path (``x/y.ipynb``) is taken as is.
+
+    Raises
+    ------
+    ParameterError
+        If no such notebook exists (the available names are listed).
+    """
+    text = os.fspath(notebook)
+    is_path = isinstance(notebook, os.PathLike) or text.endswith(".ipynb") or os.sep in text or "/" in text
+    path = Path(text) if is_path else NOTEBOOKS_DIR / f"{text}.ipynb"
+    if path.suffix != ".ipynb":
+        path = path.with_name(path.name + ".ipynb")
+    if not path.is_file():
+        expected = f"one of {list_notebooks()} or the path of an existing .ipynb file"
+        raise ParameterError("notebook", expected, text, "run_notebook")
+    return path.resolve()
+
+
+def _spec_path(notebook: str | os.PathLike[str]) -> Path:
+    text = os.fspath(notebook)
+    if isinstance(notebook, os.PathLike) or text.endswith((".ipynb", ".yaml")) or "/" in text or os.sep in text:
+        return Path(text).with_suffix(".yaml")
+    # A bare name: the kernel's working directory first (the notebook's own folder under JupyterLab
+    # and run_notebook), then the repository's notebooks/.
+    for folder in (Path.cwd(), NOTEBOOKS_DIR):
+        candidate = folder / f"{text}.yaml"
+        if candidate.is_file():
+            return candidate
+    return NOTEBOOKS_DIR / f"{text}.yaml"
+
+
+def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
+    """Read and check the profiles file of a notebook (a name like ``"00_data"`` or a path).
+
+    Returns
+    -------
+    NotebookSpec
+        ``profiles["default"]`` lists every parameter; other profiles are stored as written
+        (overrides of ``default``, see :func:`profile_values`).
+
+    Raises
+    ------
+    DataError
+        If the file is missing or malformed: unknown type or key, a ``default`` profile that misses
+        a parameter, a profile naming an unknown parameter or holding an invalid value.
+    """
+    import yaml  # installed with papermill
+
+    path = _spec_path(notebook)
+    name = path.stem
+    if not path.is_file():
+        raise DataError(path, f"no such file: every notebook needs a profiles file beside it (see {__name__})")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise DataError(path, f"not valid YAML ({getattr(exc, 'problem', exc)})",
+                        mark.line + 1 if mark is not None else None) from None
+    if not isinstance(raw, dict) or set(raw) - {"params", "profiles"} or not isinstance(raw.get("params"), dict):
+        raise DataError(path, "expected a mapping with keys 'params' (name -> spec) and 'profiles' (name -> values)")
+
+    params: dict[str, ParamSpec] = {}
+    for pname, spec in raw["params"].items():
+        params[pname] = _parse_param(path, pname, spec)
+
+    profiles = raw.get("profiles")
+    if not isinstance(profiles, dict) or not isinstance(profiles.get("default"), dict):
+        raise DataError(path, "expected 'profiles' with at least a 'default' mapping of parameter values")
+    nb_spec = NotebookSpec(name, path, params, {})
+    for pname, values in profiles.items():
+        if not isinstance(pname, str) or not _PROFILE_NAME.fullmatch(pname):
+            raise DataError(path, f"profile name {pname!r} must be letters, digits, '_' or '-'")
+        if not isinstance(values, dict):
+            raise DataError(path, f"profile {pname!r} must map parameter names to values")
+        if "profile" in values:
+            raise DataError(path, f"profile {pname!r} must not set 'profile' (run_notebook injects it)")
+        try:
+            nb_spec.profiles[pname] = validate_params(nb_spec, values)
+        except ParameterError as exc:
+            raise DataError(path, f"profile {pname!r}: {exc}") from None
+    missing = sorted(set(params) - set(nb_spec.profiles["default"]))
+    if missing:
+        raise DataError(path, f"profile 'default' must give every parameter a value; missing {missing}")
+    return nb_spec
+
+
+def _parse_param(path: Path, name: Any, spec: Any) -> ParamSpec:
+    where = f"parameter {name!r}"
+    if not isinstance(name, str) or not name.isidentifier() or name == "profile":
+        raise DataError(path, f"{where}: names must be Python identifiers other than 'profile'")
+    if not isinstance(spec, dict) or spec.get("type") not in _TYPES:
+        raise DataError(path, f"{where}: expected a mapping with 'type' one of {list(_TYPES)}")
+    unknown = sorted(set(spec) - _SPEC_KEYS)
+    if unknown:
+        raise DataError(path, f"{where}: unknown keys {unknown}; allowed {sorted(_SPEC_KEYS)}")
+    kind = spec["type"]
+    items = spec.get("items")
+    if items is not None and (kind != "list" or items not in _ITEM_TYPES):
+        raise DataError(path, f"{where}: 'items' is only for lists and must be one of {list(_ITEM_TYPES)}")
+    for key in ("min", "max"):
+        bound = spec.get(key)
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
+            raise DataError(path, f"{where}: {key!r} must be a number")
+        if bound is not None and kind in ("str", "bool"):
+            raise DataError(path, f"{where}: {key!r} applies to int, float and list (length) parameters only")
+    choices = spec.get("choices")
+    if choices is not None and (not isinstance(choices, list) or not choices):
+        raise DataError(path, f"{where}: 'choices' must be a non-empty list")
+    if not isinstance(spec.get("nullable", False), bool) or not isinstance(spec.get("help", ""), str):
+        raise DataError(path, f"{where}: 'nullable' must be true/false and 'help' a string")
+    return ParamSpec(
+        name=name, type=kind, min=spec.get("min"), max=spec.get("max"),
+        choices=tuple(choices) if choices is not None else None, items=items,
+        nullable=spec.get("nullable", False), help=spec.get("help", ""),
+    )
+
+
+def _as_spec(name_or_spec: str | os.PathLike[str] | NotebookSpec) -> NotebookSpec:
+    return name_or_spec if isinstance(name_or_spec, NotebookSpec) else load_spec(name_or_spec)
+
+
+def validate_params(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Check parameter names and values against a notebook's profiles file.
+
+    Parameters
+    ----------
+    name_or_spec
+        A notebook name (``"00_data"``), a path, or a :class:`NotebookSpec`.
+    values
+        Parameter name -> value; any subset of the declared names, plus ``profile``.
+
+    Returns
+    -------
+    dict
+        The values, cleaned (an int given for a float parameter becomes a float).
+
+    Raises
+    ------
+    ParameterError
+        For an unknown name (the message lists the declared ones) or a value of the wrong type,
+        out of range or not among the choices::
+
+            The 'n_queries' parameter of notebook 00_data must be an int in [1, 100000]. Got -3 instead.
+    """
+    spec = _as_spec(name_or_spec)
+    if not isinstance(values, Mapping):
+        raise ParameterError("params", "a mapping of parameter name to value", values, spec.owner)
+    cleaned: dict[str, Any] = {}
+    for pname, value in values.items():
+        if pname == "profile":
+            if not isinstance(value, str) or not _PROFILE_NAME.fullmatch(value):
+                raise ParameterError("profile", "a profile name of letters, digits, '_' or '-'", value, spec.owner)
+            cleaned[pname] = value
+            continue
+        if pname not in spec.params:
+            allowed = sorted(spec.params) + ["profile"]
+            close = difflib.get_close_matches(str(pname), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ParameterError(pname, f"one of the declared parameters {allowed}{hint}", pname, spec.owner)
+        cleaned[pname] = spec.params[pname].check(value, spec.owner)
+    return cleaned
+
+
+def profile_values(name_or_spec: str | os.PathLike[str] | NotebookSpec, profile: str = "default") -> dict[str, Any]:
+    """Every parameter's value under ``profile``: the ``default`` values updated by that profile's.
+
+    Raises
+    ------
+    ParameterError
+        If the profiles file has no such profile (the available ones are listed).
+    """
+    spec = _as_spec(name_or_spec)
+    if profile not in spec.profiles:
+        raise ParameterError("profile", f"one of {sorted(spec.profiles)}", profile, spec.owner)
+    return {**spec.profiles["default"], **spec.profiles[profile]}
+
+
+def parse_cli_params(name_or_spec: str | os.PathLike[str] | NotebookSpec,
+                     pairs: list[tuple[str, str]] | Mapping[str, str]) -> dict[str, Any]:
+    """Turn command-line ``-p name value`` strings into typed, validated values.
+
+    ``str`` parameters take the text as is; ``int``/``float`` parse it as a number; ``bool`` takes
+    true/false/yes/no/1/0; ``list`` takes YAML (``[a, b]``) or comma-separated text (``a,b``);
+    ``null``/``None`` gives ``None`` for a nullable parameter.
+
+    Raises
+    ------
+    ParameterError
+        Unknown name, or text that does not parse or validate (same messages as :func:`validate_params`).
+    """
+    import yaml
+
+    spec = _as_spec(name_or_spec)
+    items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
+    parsed: dict[str, Any] = {}
+    for pname, text in items:
+        if pname == "profile" or pname not in spec.params:
+            parsed[pname] = text  # validate_params below names the problem
+            continue
+        p = spec.params[pname]
+        value: Any = text
+        if p.nullable and text.strip().lower() in ("none", "null", "~"):
+            value = None
+        elif p.type in ("int", "float"):
+            with contextlib.suppress(ValueError):
+                value = int(text) if p.type == "int" else float(text)
+        elif p.type == "bool":
+            value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
+                text.strip().lower(), text)
+        elif p.type == "list":
+            try:
+                loaded = yaml.safe_load(text)
+            except yaml.YAMLError:
+                loaded = text
+            if isinstance(loaded, list):
+                value = loaded
+            else:
+                value = [yaml.safe_load(part) if p.items != "str" else part
+                         for part in (s.strip() for s in text.split(",")) if part]
+        parsed[pname] = value
+    return validate_params(spec, parsed)
+
+
+def check(namespace: Mapping[str, Any], notebook: str | os.PathLike[str]) -> dict[str, Any]:
+    """Validate a notebook's parameters where they live: its globals. Call it right after the parameters.
+
+    ``params = xb.notebook.check(globals(), "00_data")`` in the first cell after the parameters cell
+    gives whoever edits a value in JupyterLab, or runs raw papermill, the same error as
+    :func:`run_notebook`.
+
+    Parameters
+    ----------
+    namespace
+        The notebook's ``globals()``.
+    notebook
+        The notebook's name; its profiles file is looked up in the working directory, then in
+        :data:`NOTEBOOKS_DIR`.
+
+    Returns
+    -------
+    dict
+        ``profile`` and every declared parameter -> its (validated) value.
+
+    Raises
+    ------
+    ParameterError
+        On a bad value.
+    DataError
+        If a declared parameter is not defined at all (the parameters cell and the profiles file
+        disagree).
+    """
+    spec = load_spec(notebook)
+    missing = sorted(name for name in spec.params if name not in namespace)
+    if missing:
+        raise DataError(spec.path, f"declares {missing} but the notebook's parameters cell does not define them")
+    values = {name: namespace[name] for name in spec.params}
+    values["profile"] = namespace.get("profile", "default")
+    return validate_params(spec, values)
+
+
+# ------------------------------------------------------------------------------------------------
+# Inside notebooks
+# ------------------------------------------------------------------------------------------------
+
+
+def setup_plotly() -> None:
+    """Make plotly figures survive headless execution and HTML export.
+
+    The ``plotly_mimetype+notebook`` renderer emits both the JupyterLab mimetype and an HTML
+    rendering; activating it also embeds plotly.js once in the cell's output, so the nbconvert
+    HTML report shows every figure offline. Call it once, in the imports cell.
+    """
+    import plotly.io as pio
+
+    pio.renderers.default = "plotly_mimetype+notebook"
+
+
+def reports_dir() -> Path:
+    """Where :func:`save_results` writes: ``$XENBENCH_REPORTS`` (set by :func:`run_notebook`), else ``<repo>/reports``."""
+    env = os.environ.get(REPORTS_ENV)
+    return Path(env) if env else REPO_ROOT / "reports"
+
+
+def _jsonable(obj: Any) -> Any:
+    # numpy and pandas scalars/arrays without importing them here
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict(orient="records") if hasattr(obj, "columns") else obj.to_dict()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"cannot store a {type(obj).__name__} in results JSON: {obj!r}")
+
+
+def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir: Path | None = None) -> Path:
+    """Write a notebook's key numbers to ``<out_dir>/<name>.<profile>.results.json`` (atomically).
+
+    Parameters
+    ----------
+    name
+        The notebook's name, e.g. ``"00_data"``.
+    profile
+        The profile it ran under (its ``profile`` parameter).
+    results
+        JSON-able mapping; numpy scalars/arrays and pandas objects are converted.
+    out_dir
+        Default :func:`reports_dir`.
+
+    Returns
+    -------
+    Path
+        The file written: ``{"notebook", "profile", "written_at", "results"}``.
+    """
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise ParameterError("name", "a notebook name such as '00_data'", name, "save_results")
+    if not isinstance(profile, str) or not _PROFILE_NAME.fullmatch(profile):
+        raise ParameterError("profile", "a profile name of letters, digits, '_' or '-'", profile, "save_results")
+    if not isinstance(results, Mapping):
+        raise ParameterError("results", "a mapping of names to JSON-able values", results, "save_results")
+    folder = Path(out_dir) if out_dir is not None else reports_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "notebook": name,
+        "profile": profile,
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "results": dict(results),
+    }
+    text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"
+    path = folder / f"{name}.{profile}.results.json"
+    _replace_atomic(path, text)
+    return path
+
+
+def _replace_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------
+# Running
+# ------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration (a kernel started meanwhile inherits them)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def run_notebook(
+    notebook: str | os.PathLike[str],
+    *,
+    profile: str = "default",
+    params: Mapping[str, Any] | None = None,
+    out_dir: str | os.PathLike[str] = Path("reports"),
+    timeout: int = 1200,
+    kernel: str = "python3",
+    html: bool = True,
+    progress_bar: bool | None = None,
+    log_output: bool = False,
+) -> Path:
+    """Execute a notebook under a profile with papermill and export its HTML report.
+
+    Parameters
+    ----------
+    notebook
+        A name in ``notebooks/`` (``"00_data"``) or the path of an ``.ipynb`` file; its profiles file
+        is the ``.yaml`` beside it.
+    profile
+        A profile of the profiles file (``default``, ``ci``, ...); its values update ``default``'s.
+    params
+        Values overriding the profile's, e.g. ``{"max_queries": 50}``.
+    out_dir
+        Folder of the outputs (created).
+    timeout
+        Seconds each cell may run.
+    kernel
+        Jupyter kernel name.
+    html
+        Also export ``<name>.<profile>.html``.
+    progress_bar
+        papermill's progress bar; default on, except under CI (``$CI`` set).
+    log_output
+        Echo the notebook's outputs to the log as cells run.
+
+    Returns
+    -------
+    Path
+        ``out_dir/<name>.<profile>.ipynb``, the executed notebook.
+
+    Raises
+    ------
+    ParameterError
+        Unknown notebook, profile or parameter, or a bad value -- before any kernel starts.
+    DataError
+        Missing or malformed profiles file.
+    papermill.PapermillExecutionError
+        A cell failed; the partly executed notebook is kept as ``<name>.<profile>.failed.ipynb``.
+
+    Notes
+    -----
+    The kernel runs in the notebook's folder (relative paths behave as in JupyterLab) with
+    ``$XENBENCH_REPORTS`` set to ``out_dir``, where the notebook's :func:`save_results` writes, and
+    Hugging Face progress bars off unless ``$HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise. (The
+    kernel inherits this process's environment, which is set for the duration of the run: do not
+    call ``run_notebook`` from several threads at once.)
+    The notebook is executed into a hidden temporary file and renamed when it has succeeded, so a
+    ``<name>.<profile>.ipynb`` is always complete. Outputs of the same name and profile left by an
+    earlier run are removed when the run starts, so the folder never mixes two runs.
+    """
+    import nbformat
+    import papermill as pm
+
+    path = notebook_path(notebook)
+    spec = load_spec(path)
+    if not isinstance(kernel, str) or not kernel:
+        raise ParameterError("kernel", "a Jupyter kernel name such as 'python3'", kernel, "run_notebook")
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+        raise ParameterError("timeout", "an int >= 1 (seconds per cell)", timeout, "run_notebook")
+    if params is not None and "profile" in params:
+        raise ParameterError("params", "values of the notebook's parameters; choose the profile with profile=",
+                             dict(params), "run_notebook")
+    values = {**profile_values(spec, profile), **validate_params(spec, dict(params or {}))}
+    values["profile"] = profile
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{spec.name}.{profile}"
+    final, failed = out / f"{stem}.ipynb", out / f"{stem}.failed.ipynb"
+    report, results = out / f"{stem}.html", out / f"{stem}.results.json"
+    tmp = out / f".{stem}.{uuid.uuid4().hex[:12]}.tmp.ipynb"
+    if progress_bar is None:
+        progress_bar = not _in_ci()
+
+    for stale in (final, failed, report, results):  # outputs of an earlier run: never mix two runs
+        stale.unlink(missing_ok=True)
+
+    log.info("running %s (profile %s) with %s", path.name, profile, values)
+    start = time.perf_counter()
+    try:
+        # Progress bars of Hugging Face loaders only clutter a report (they are frozen widgets in HTML).
+        quiet = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        with _environ(**{REPORTS_ENV: str(out), "HF_HUB_DISABLE_PROGRESS_BARS": quiet}):
+            nb = pm.execute_notebook(
+                path, tmp, parameters=values, kernel_name=kernel, cwd=path.parent,
+                execution_timeout=timeout, progress_bar=progress_bar, log_output=log_output,
+            )
+    except BaseException as exc:
+        if tmp.exists():
+            os.replace(tmp, failed)
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"The partly executed notebook is kept in {failed}")
+        results.unlink(missing_ok=True)  # in case a cell saved results before a later one failed
+        raise
+    log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
+
+    os.replace(tmp, final)
+    if html:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(nb))
+        _replace_atomic(report, body)
+    return final

@@ -1,0 +1,251 @@
+"""Descriptive statistics of datasets and the baseline numbers every notebook starts from.
+
+Pure computations on :class:`~xenbench.data.Dataset` objects; :mod:`xenbench.plots` draws them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from xenbench.data import Dataset, Item, Query
+from xenbench.errors import ParameterError
+
+__all__ = [
+    "title_lemmas",
+    "mention_text",
+    "text_lengths",
+    "dataset_lengths",
+    "mention_ambiguity",
+    "query_examples",
+    "sample_queries",
+    "baseline_accuracy",
+]
+
+log = logging.getLogger(__name__)
+
+
+def title_lemmas(item: Item) -> list[str]:
+    """Lower-cased lemmas of an item title: WordNet-EL titles list a synset's lemmas joined by ``", "``."""
+    return [lemma.strip().lower() for lemma in item.title.split(", ") if lemma.strip()]
+
+
+def mention_text(query: Query) -> str | None:
+    """The mention's surface form (``query.text[start:end]``), or ``None`` when the query marks none."""
+    if query.mention is None:
+        return None
+    start, end = query.mention
+    return query.text[start:end]
+
+
+def text_lengths(
+    texts: Sequence[str],
+    *,
+    unit: Literal["words", "tokens"] = "words",
+    tokenizer: Any = None,
+) -> np.ndarray:
+    """Length of each text in whitespace words or in tokenizer tokens.
+
+    Parameters
+    ----------
+    texts : sequence of str
+    unit : {"words", "tokens"}
+        ``"tokens"`` counts word pieces without special tokens: what a cross-encoder pays for.
+    tokenizer : Hugging Face tokenizer, optional
+        For ``unit="tokens"``; default the bundled all-MiniLM-L6-v2 tokenizer.
+
+    Returns
+    -------
+    ndarray of shape (len(texts),), int64
+    """
+    if unit == "words":
+        return np.array([len(t.split()) for t in texts], dtype=np.int64)
+    if unit != "tokens":
+        raise ParameterError("unit", "'words' or 'tokens'", unit, "text_lengths")
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from xenbench.crossencoder import bundled_backbone
+
+        tokenizer = AutoTokenizer.from_pretrained(bundled_backbone())
+    if not texts:
+        return np.zeros(0, dtype=np.int64)
+    ids = tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+    return np.array([len(row) for row in ids], dtype=np.int64)
+
+
+def dataset_lengths(dataset: Dataset, *, unit: Literal["words", "tokens"] = "words",
+                    tokenizer: Any = None) -> dict[str, np.ndarray]:
+    """Lengths of the texts the retrievers see: ``{"queries": (nq,), "items": (nb,)}``.
+
+    Items are measured as ``"title: text"`` (:func:`xenbench.retrievers.item_text`).
+    """
+    from xenbench.retrievers import item_text
+
+    if unit == "tokens" and tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from xenbench.crossencoder import bundled_backbone
+
+        tokenizer = AutoTokenizer.from_pretrained(bundled_backbone())
+    return {
+        "queries": text_lengths([q.text for q in dataset.queries], unit=unit, tokenizer=tokenizer),
+        "items": text_lengths([item_text(it) for it in dataset.items], unit=unit, tokenizer=tokenizer),
+    }
+
+
+def query_examples(dataset: Dataset, n: int = 5, seed: int = 0) -> pd.DataFrame:
+    """A seeded sample of ``n`` queries with their mention and gold item, for reading.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``query``, ``mention``, ``gold title``, ``gold text``.
+    """
+    sample = sample_queries(dataset, n, seed)
+    rows = []
+    for q in sample:
+        gold = dataset.item(dataset.gold[q.id][0])
+        rows.append({"query": q.text, "mention": mention_text(q), "gold title": gold.title, "gold text": gold.text})
+    return pd.DataFrame(rows, columns=["query", "mention", "gold title", "gold text"])
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def mention_ambiguity(dataset: Dataset, queries: Sequence[Query] | None = None) -> np.ndarray:
+    """How many items of the dataset share each query's mention: the ambiguity a linker must resolve.
+
+    An item *shares* the mention when the lower-cased mention surface form, or the lemma it
+    inflects, is one of the item's title lemmas (:func:`title_lemmas`). The mention's lemma is the
+    gold item's title lemma one of whose regular inflections (:func:`xenbench.wordnet.lemma_forms`
+    without the exception list) is the surface form; for an irregular form (``mice``) it is the gold
+    lemma with the longest common prefix. So the gold item itself counts and 1 means unambiguous.
+
+    Parameters
+    ----------
+    dataset : Dataset
+    queries : sequence of Query, optional
+        Default all of ``dataset.queries``.
+
+    Returns
+    -------
+    ndarray of shape (nq,), int64
+        0 for a query without a mention span.
+    """
+    from xenbench.wordnet import lemma_forms
+
+    rows_by_lemma: dict[str, set[int]] = {}
+    for row, item in enumerate(dataset.items):
+        for lemma in title_lemmas(item):
+            rows_by_lemma.setdefault(lemma, set()).add(row)
+    item_index = dataset.item_index
+    queries = dataset.queries if queries is None else queries
+    out = np.zeros(len(queries), dtype=np.int64)
+    for n, query in enumerate(queries):
+        surface = mention_text(query)
+        if surface is None:
+            continue
+        surface = surface.lower()
+        keys = {surface}
+        for gold_id in dataset.gold.get(query.id, [])[:1]:
+            row = item_index.get(gold_id)
+            if row is None:
+                continue
+            lemmas = title_lemmas(dataset.items[row])
+            pos = "v" if gold_id.endswith("-v") else "n"  # WordNet-EL ids end in -n / -v
+            matched = [lemma for lemma in lemmas if surface in lemma_forms(lemma, pos, {})]
+            if not matched and lemmas:
+                matched = [max(lemmas, key=lambda lemma: _common_prefix(lemma, surface))]
+            keys.update(matched)
+        out[n] = len(set().union(*(rows_by_lemma.get(key, set()) for key in keys)))
+    return out
+
+
+def sample_queries(dataset: Dataset, max_queries: int | None = None, seed: int = 0) -> list[Query]:
+    """The queries with gold, or a seeded random sample of ``max_queries`` of them, in dataset order.
+
+    Raises
+    ------
+    ParameterError
+        If ``max_queries`` is not ``None`` or an int >= 1.
+    """
+    if max_queries is not None and (isinstance(max_queries, bool) or not isinstance(max_queries, int)
+                                    or max_queries < 1):
+        raise ParameterError("max_queries", "None or an int >= 1", max_queries, "sample_queries")
+    with_gold = [q for q in dataset.queries if dataset.gold.get(q.id)]
+    if max_queries is None or max_queries >= len(with_gold):
+        return with_gold
+    keep = np.sort(np.random.default_rng(seed).choice(len(with_gold), size=max_queries, replace=False))
+    return [with_gold[i] for i in keep]
+
+
+def _default_retrievers() -> dict[str, Callable[[], Any]]:
+    from xenbench.retrievers import DualEncoder, TfidfRetriever
+
+    return {"DE": DualEncoder, "TF-IDF": TfidfRetriever}
+
+
+def baseline_accuracy(
+    datasets: Iterable[Dataset | str],
+    *,
+    k: int = 64,
+    max_queries: int | None = None,
+    seed: int = 0,
+    retrievers: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Accuracy@1 and accuracy@k of first-stage retrievers on each dataset (ANNCUR's DE and TF-IDF).
+
+    Each retriever indexes all the dataset's items and retrieves the top ``k`` for (a sample of)
+    its queries; a query counts as a hit at ``k`` when its first gold item is among them.
+
+    Parameters
+    ----------
+    datasets : iterable of Dataset or str
+        Datasets, or specs for :func:`xenbench.data.load_dataset` (``"wordnet-el:noun.food"``).
+    k : int
+        Candidates retrieved per query (the re-ranking budget of later notebooks).
+    max_queries : int, optional
+        Evaluate a seeded sample of this many queries per dataset (:func:`sample_queries`).
+    seed : int
+    retrievers : mapping of str to retriever or zero-argument factory, optional
+        Objects with ``fit(items)`` and ``search(queries, k) -> (D, I)``; default
+        ``{"DE": DualEncoder, "TF-IDF": TfidfRetriever}``. Factories are called once and reused.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Long format, one row per (dataset, retriever, cutoff): ``dataset``, ``retriever``,
+        ``n_queries``, ``n_items``, ``k`` (1 and ``k``), ``accuracy``, ``seconds`` (fit + search).
+    """
+    from xenbench.data import load_dataset
+    from xenbench.linking import accuracy_at_k, gold_rows
+
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ParameterError("k", "an int >= 1", k, "baseline_accuracy")
+    built = {name: (r() if isinstance(r, type) or not hasattr(r, "fit") else r)
+             for name, r in (retrievers or _default_retrievers()).items()}
+    rows = []
+    for dataset in datasets:
+        ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
+        queries = sample_queries(ds, max_queries, seed)
+        gold = gold_rows(ds, queries)
+        for name, retriever in built.items():
+            start = time.perf_counter()
+            _, I = retriever.fit(ds.items).search(queries, k)
+            seconds = time.perf_counter() - start
+            log.info("%s on %s: %d queries x %d items in %.1f s", name, ds.name, len(queries), len(ds.items), seconds)
+            for cutoff, acc in accuracy_at_k(I, gold, sorted({1, k})).items():
+                rows.append({"dataset": ds.name, "retriever": name, "n_queries": len(queries),
+                             "n_items": len(ds.items), "k": cutoff, "accuracy": acc, "seconds": seconds})
+    return pd.DataFrame(rows, columns=["dataset", "retriever", "n_queries", "n_items", "k", "accuracy", "seconds"])
