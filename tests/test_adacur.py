@@ -1,0 +1,321 @@
+"""ADACUR: budget accounting, exactness at full budget, sampler semantics, and the batched torch
+implementation agreeing with the per-query numpy reference (anchors, ranked lists, recall)."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+
+from xenbench.adacur import (
+    AdaCur,
+    _solve_weights,
+    anncur_with_budget,
+    keyed_uniforms,
+    rerank_baseline,
+    round_sizes,
+)
+from xenbench.cur import AnnCur, NotFittedError
+from xenbench.errors import ParameterError
+from xenbench.metrics import BudgetCounter, topk_recall
+
+N_ANCHOR_QUERIES, N_ITEMS = 30, 240
+
+
+def low_rank_noise(n_queries: int = 70, n_items: int = N_ITEMS, rank: int = 8, noise: float = 0.1,
+                   seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((n_queries, rank)) @ rng.standard_normal((rank, n_items)) / np.sqrt(rank)
+    return (M + noise * rng.standard_normal((n_queries, n_items))).astype(np.float32)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Pin torch and BLAS to one thread: on these tiny matrices extra threads only add synchronisation
+    (10x slower on a shared 2-core box); restored afterwards so other test modules are unaffected."""
+    try:
+        from threadpoolctl import threadpool_limits
+        blas = threadpool_limits(1)
+    except ImportError:  # threadpoolctl comes with scikit-learn; without it only torch is pinned
+        blas = contextlib.nullcontext()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with blas:
+        yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    M = low_rank_noise()
+    return M[:N_ANCHOR_QUERIES], M[N_ANCHOR_QUERIES:]  # R_anc (k_q = 30), test queries (40)
+
+
+# (sampler, extra parameters); the oracle ones mask k_m = 2 exact top items and draw ε = 1/3 at random.
+SAMPLER_CASES = [
+    ("topk", {}),
+    ("softmax", {"temperature": 0.5}),
+    ("random", {}),
+    ("oracle_topk", {"oracle_k_m": 2, "oracle_epsilon": 1 / 3}),
+    ("oracle_softmax", {"oracle_k_m": 2, "oracle_epsilon": 1 / 3}),
+]
+# budget B_CE = 36; No-Split (k_i = 36) and split (k_i = 15, k_r = 21).
+SPLITS = [None, 15]
+
+
+def run(R, T, implementation, **params):
+    params.setdefault("budget", 36)
+    params.setdefault("n_rounds", 3)
+    return AdaCur(implementation=implementation, **params).fit(R).run(T, trace_query=1, return_approx=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# batched == reference
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n_anchor_items", SPLITS, ids=["no-split", "split"])
+@pytest.mark.parametrize("sampler,extra", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_batched_matches_reference(data, sampler, extra, n_anchor_items):
+    R, T = data
+    ref = run(R, T, "reference", sampler=sampler, n_anchor_items=n_anchor_items, **extra)
+    bat = run(R, T, "batched", sampler=sampler, n_anchor_items=n_anchor_items, device="cpu", **extra)
+    np.testing.assert_array_equal(bat.anchors, ref.anchors)
+    for r_ref, r_bat in zip(ref.rounds, bat.rounds, strict=True):
+        np.testing.assert_array_equal(r_bat.items, r_ref.items)
+        assert r_bat.n_calls == r_ref.n_calls
+        np.testing.assert_allclose(r_bat.approx_scores, r_ref.approx_scores, atol=1e-5)
+    np.testing.assert_array_equal(bat.I, ref.I)
+    np.testing.assert_array_equal(bat.D, ref.D)
+    np.testing.assert_array_equal(bat.calls, ref.calls)
+    np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, atol=1e-5)
+    for k in (1, 10):
+        assert topk_recall(T, bat.I, k) == topk_recall(T, ref.I, k)
+
+
+@pytest.mark.parametrize("solver", ["gram", "pinv"])
+def test_batched_matches_reference_with_candidates_and_chunks(data, solver):
+    R, T = data
+    candidates = np.argsort(-(T + np.random.default_rng(5).normal(0, 1.0, T.shape)), axis=1)  # a noisy "DE"
+    params = dict(budget=40, n_anchor_items=20, n_rounds=4, sampler="softmax")
+    ref = AdaCur(implementation="reference", **params).fit(R).run(T, candidates=candidates)
+    bat = AdaCur(device="cpu", solver=solver, batch_size=7, **params).fit(R).run(T, candidates=candidates)
+    np.testing.assert_array_equal(ref.anchors[:, :5], candidates[:, :5])  # round 1 = the retriever's top k_s
+    np.testing.assert_array_equal(bat.anchors, ref.anchors)
+    np.testing.assert_array_equal(bat.I, ref.I)
+
+
+@pytest.mark.parametrize("case", ["rank-deficient", "more-anchors-than-anchor-queries"])
+def test_batched_matches_reference_on_solver_edge_cases(case):
+    if case == "rank-deficient":  # exact rank 3 < a: the Cholesky path must hand over to pinv
+        M = low_rank_noise(rank=3, noise=0.0, seed=2)
+        params = dict(budget=24, n_rounds=4, sampler="softmax")
+    else:  # a grows past k_q = 30: least squares instead of the min-norm solution
+        M = low_rank_noise(seed=3)
+        params = dict(budget=64, n_anchor_items=60, n_rounds=4, sampler="topk")
+    R, T = M[:N_ANCHOR_QUERIES], M[N_ANCHOR_QUERIES:]
+    ref = AdaCur(implementation="reference", **params).fit(R).run(T, return_approx=True)
+    bat = AdaCur(device="cpu", **params).fit(R).run(T, return_approx=True)
+    np.testing.assert_array_equal(bat.anchors, ref.anchors)
+    np.testing.assert_array_equal(bat.I, ref.I)
+    np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("sampler,extra", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_batched_on_gpu_matches_reference(data, sampler, extra):
+    R, T = data
+    ref = run(R, T, "reference", sampler=sampler, n_anchor_items=15, **extra)
+    bat = run(R, T, "batched", sampler=sampler, n_anchor_items=15, device="cuda", **extra)
+    np.testing.assert_array_equal(bat.anchors, ref.anchors)
+    np.testing.assert_array_equal(bat.I, ref.I)
+
+
+def test_gram_solver_equals_pinv_including_fallbacks():
+    rng = np.random.default_rng(0)
+    k_q = 12
+    cases = [
+        rng.standard_normal((5, 4, k_q)),                                   # a < k_q, well conditioned
+        rng.standard_normal((5, 20, k_q)),                                  # a > k_q (least squares)
+        rng.standard_normal((5, 6, 3)) @ rng.standard_normal((5, 3, k_q)),  # rank 3: Cholesky breaks down
+    ]
+    for Xt in cases:
+        c = rng.standard_normal(Xt.shape[:2])
+        want = np.stack([np.linalg.pinv(Xt[i].T, rtol=max(Xt.shape[1:]) * np.finfo(float).eps).T @ c[i]
+                         for i in range(len(Xt))])
+        got = _solve_weights(torch.from_numpy(Xt), torch.from_numpy(c), "gram").numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# budget accounting and exactness
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("implementation", ["reference", "batched"])
+@pytest.mark.parametrize("n_anchor_items", SPLITS, ids=["no-split", "split"])
+@pytest.mark.parametrize("sampler,extra", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_budget_is_spent_exactly_and_never_exceeded(data, sampler, extra, n_anchor_items, implementation):
+    R, T = data
+    counter = BudgetCounter(T, budget=36)  # raises BudgetExceededError on the 37th distinct call
+    ada = AdaCur(36, n_anchor_items=n_anchor_items, n_rounds=3, sampler=sampler, implementation=implementation,
+                 device="cpu", **extra).fit(R)
+    result = ada.run(counter)
+    assert (counter.calls == 36).all()
+    assert sum(r.n_calls for r in result.rounds) == counter.calls.sum()
+    assert result.I.shape == (T.shape[0], 36)
+    assert all(np.unique(row).size == 36 for row in result.I)  # every returned item was scored once
+    np.testing.assert_array_equal(result.D, np.take_along_axis(T, result.I, axis=1))
+
+
+def test_baselines_spend_exactly_the_budget(data):
+    R, T = data
+    counter = BudgetCounter(T, budget=30)
+    rerank_baseline(counter, np.argsort(np.random.default_rng(0).random(T.shape), axis=1), 30)
+    assert (counter.calls == 30).all()
+    counter = BudgetCounter(T, budget=30)
+    anncur_with_budget(AnnCur(12).fit(R), counter, 30)
+    assert (counter.calls == 30).all()
+
+
+@pytest.mark.parametrize("implementation", ["reference", "batched"])
+@pytest.mark.parametrize("n_anchor_items", [None, 20], ids=["no-split", "split"])
+def test_full_budget_finds_exact_topk(data, implementation, n_anchor_items):
+    R, T = data
+    ada = AdaCur(N_ITEMS, n_anchor_items=n_anchor_items, n_rounds=4, implementation=implementation, device="cpu")
+    D, I = ada.fit(R).search(T, 10)
+    assert topk_recall(T, I, 10) == 1.0
+    np.testing.assert_array_equal(I, np.argsort(-T, axis=1, kind="stable")[:, :10])
+
+
+def test_rerank_baseline_and_anncur_with_budget(data):
+    R, T = data
+    exact_order = np.argsort(-T, axis=1, kind="stable")
+    D, I = rerank_baseline(T, exact_order, 12)
+    np.testing.assert_array_equal(I, exact_order[:, :12])
+    assert D.dtype == np.float32 and I.dtype == np.int64
+    cur = AnnCur(12, seed=3).fit(R)
+    D, I = anncur_with_budget(cur, T, 30)
+    _, by_approx = cur.search(T[:, cur.anchor_items_], N_ITEMS)
+    for q in range(T.shape[0]):  # anchors + the 18 best non-anchors by ŝ, re-ranked exactly
+        extra = [i for i in by_approx[q] if i not in set(cur.anchor_items_)][:18]
+        assert set(I[q]) == set(cur.anchor_items_) | set(extra)
+    assert topk_recall(T, anncur_with_budget(cur, T, N_ITEMS)[1], 10) == 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# sampler semantics (independent of either implementation's internals)
+# ----------------------------------------------------------------------------------------------
+def test_topk_rounds_take_the_best_unchosen_approximate_scores(data):
+    R, T = data
+    res = AdaCur(30, n_rounds=3, sampler="topk", implementation="reference").fit(R).run(T, trace_query=4)
+    chosen = set(res.rounds[0].items[4])
+    for rec in res.rounds[1:]:
+        s_hat = rec.approx_scores.astype(np.float64).copy()
+        s_hat[list(chosen)] = -np.inf
+        assert set(rec.items[4]) == set(np.argsort(-s_hat, kind="stable")[:10])
+        chosen |= set(rec.items[4])
+    assert not res.rounds[0].approx_scores.any()  # ŝ^(1) from no anchors is 0
+
+
+def test_single_round_equals_anncur_with_the_same_anchors(data):
+    R, T = data
+    res = AdaCur(40, n_anchor_items=16, n_rounds=1, implementation="batched", device="cpu").fit(R).run(
+        T, return_approx=True)
+    for q in (0, 7, 39):
+        cur = AnnCur(16, anchor_items=res.anchors[q]).fit(R)
+        np.testing.assert_allclose(res.approx_scores[q], cur.transform(T[q:q + 1, res.anchors[q]])[0],
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_temperature_limits(data):
+    R, T = data
+
+    def anchors(sampler, **kw):
+        return AdaCur(24, n_rounds=3, sampler=sampler, implementation="batched", device="cpu", **kw).fit(R).run(T).anchors
+
+    np.testing.assert_array_equal(anchors("softmax", temperature=1e-9), anchors("topk"))  # τ → 0: greedy
+    np.testing.assert_array_equal(anchors("softmax", temperature=1e12), anchors("random"))  # τ → ∞: uniform
+
+
+def test_oracle_samplers_follow_section_3_2(data):
+    R, T = data
+    exact_order = np.argsort(-T, axis=1, kind="stable")
+    res = AdaCur(20, n_rounds=1, sampler="oracle_topk", oracle_k_m=3, implementation="reference").fit(R).run(T)
+    np.testing.assert_array_equal(res.anchors, exact_order[:, 3:23])  # ε = 0: ranks k_m+1 .. k_m+k_i
+    res = AdaCur(20, n_rounds=1, sampler="oracle_softmax", oracle_k_m=3, oracle_epsilon=0.5,
+                 implementation="batched", device="cpu").fit(R).run(T)
+    for q in range(T.shape[0]):
+        assert not set(res.anchors[q]) & set(exact_order[q, :3])  # the exact top-k_m are never anchors
+    res = AdaCur(20, n_rounds=1, sampler="oracle_topk", oracle_epsilon=0.25,
+                 implementation="batched", device="cpu").fit(R).run(T)
+    np.testing.assert_array_equal(res.anchors[:, :15], exact_order[:, :15])  # (1 − ε)·k_i greedy, then 5 random
+
+
+def test_seeded_runs_are_deterministic(data):
+    R, T = data
+    a = AdaCur(24, n_rounds=3, sampler="random", device="cpu").fit(R).run(T).anchors
+    np.testing.assert_array_equal(a, AdaCur(24, n_rounds=3, sampler="random", device="cpu").fit(R).run(T).anchors)
+    assert not np.array_equal(a, AdaCur(24, n_rounds=3, sampler="random", seed=1, device="cpu").fit(R).run(T).anchors)
+    # query_ids key the draws: a subset run with the global ids reproduces the full run's anchors.
+    sub = AdaCur(24, n_rounds=3, sampler="softmax", device="cpu").fit(R)
+    full = sub.run(T).anchors
+    np.testing.assert_array_equal(sub.run(T[5:9], query_ids=np.arange(5, 9)).anchors, full[5:9])
+
+
+def test_keyed_uniforms_are_per_query_and_open_interval():
+    u = keyed_uniforms(3, np.arange(50), round_index=2, stream=0, n_items=400)
+    assert u.shape == (50, 400) and 0 < u.min() and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.01
+    np.testing.assert_array_equal(keyed_uniforms(3, np.array([17]), 2, 0, 400)[0], u[17])
+    assert not np.array_equal(keyed_uniforms(3, np.arange(50), 2, 1, 400), u)
+    assert round_sizes(10, 3) == [4, 3, 3]
+
+
+def test_adaptive_beats_anncur_on_low_rank_plus_noise(data):
+    # The paper's headline (Fig. 2): adaptive TopK anchors beat random anchors at equal budget.
+    R, T = data
+    ada = AdaCur(36, n_rounds=4, sampler="topk", device="cpu").fit(R).search(T, 10)[1]
+    anncur = anncur_with_budget(AnnCur(18, seed=0).fit(R), T, 36)[1][:, :10]
+    assert topk_recall(T, ada, 10) > topk_recall(T, anncur, 10)
+
+
+def test_round_records(data):
+    R, T = data
+    res = AdaCur(36, n_anchor_items=15, n_rounds=3, device="cpu").fit(R).run(T, trace_query=2)
+    assert [r.phase for r in res.rounds] == ["anchors"] * 3 + ["retrieve"]
+    assert [r.items.shape[1] for r in res.rounds] == [5, 5, 5, 21]
+    assert all(r.approx_scores.shape == (N_ITEMS,) for r in res.rounds)
+    assert all(v >= 0 for v in res.timings().values())
+    np.testing.assert_array_equal(res.anchors, np.concatenate([r.items for r in res.rounds[:3]], axis=1))
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter errors
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("params,message", [
+    ({"budget": 0}, r"The 'budget' parameter of AdaCur must be an int in \[1, n_items\]. Got 0 instead."),
+    ({"budget": 10, "n_anchor_items": 11}, r"The 'n_anchor_items' parameter of AdaCur must be an int in \[1, budget\]. Got 11 instead."),
+    ({"budget": 10, "n_rounds": 11}, r"The 'n_rounds' parameter of AdaCur must be an int in \[1, n_anchor_items\]. Got 11 instead."),
+    ({"budget": 10, "sampler": "greedy"}, r"The 'sampler' parameter of AdaCur must be one of \('topk', 'softmax', 'random', 'oracle_topk', 'oracle_softmax'\). Got 'greedy' instead."),
+    ({"budget": 10, "temperature": 0.0}, r"The 'temperature' parameter of AdaCur must be a float > 0. Got 0.0 instead."),
+    ({"budget": 10, "oracle_epsilon": 1.5}, r"The 'oracle_epsilon' parameter of AdaCur must be a float in \[0, 1\]. Got 1.5 instead."),
+    ({"budget": 10, "oracle_k_m": 231}, r"The 'oracle_k_m' parameter of AdaCur must be an int in \[0, n_items - n_anchor_items\]. Got 231 instead."),
+    ({"budget": 10, "implementation": "fast"}, r"The 'implementation' parameter of AdaCur must be one of \('batched', 'reference'\). Got 'fast' instead."),
+    ({"budget": 10, "first_round": "dense"}, r"The 'first_round' parameter of AdaCur must be one of"),
+])
+def test_parameter_errors(data, params, message):
+    with pytest.raises(ParameterError, match=message):
+        AdaCur(**params).fit(data[0])
+
+
+def test_run_time_errors(data):
+    R, T = data
+    ada = AdaCur(10, n_rounds=2).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'candidates' parameter of AdaCur.run must be an int array of shape \(nq=40, >= 5\)"):
+        ada.run(T, candidates=np.zeros((40, 4), int))
+    with pytest.raises(ParameterError, match="The 'candidates' parameter of AdaCur.run must be distinct items"):
+        ada.run(T, candidates=np.zeros((40, 6), int))
+    with pytest.raises(ParameterError, match=r"The 'scores' parameter of AdaCur.run must be a BudgetCounter with budget >= 10. Got 9 instead."):
+        ada.run(BudgetCounter(T, budget=9))
+    with pytest.raises(ParameterError, match=r"The 'k' parameter of AdaCur.search must be an int in \[1, budget\]. Got 11 instead."):
+        ada.search(T, 11)
+    with pytest.raises(NotFittedError):
+        AdaCur(10).run(T)

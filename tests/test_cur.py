@@ -1,0 +1,110 @@
+"""ANNCUR against independent truths: exact recovery of low-rank matrices, the k_q = k_i spike (§B.2),
+the oracle U being at least as good as the skeleton U, and the estimator/search contracts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xenbench.cur import AnnCur, NotFittedError, approximation_error, oracle_cur
+from xenbench.errors import ParameterError
+
+
+def low_rank(n_queries: int, n_items: int, rank: int, noise: float = 0.0, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((n_queries, rank)) @ rng.standard_normal((rank, n_items)) / np.sqrt(rank)
+    return (M + noise * rng.standard_normal((n_queries, n_items))).astype(np.float32)
+
+
+@pytest.mark.parametrize("n_anchor_items", [6, 12, 25, 45])
+def test_exact_recovery_of_low_rank_matrix(n_anchor_items):
+    # rank 5 < k_q = 30 and < k_i: the skeleton decomposition is exact up to float32 rounding of M.
+    M = low_rank(80, 300, rank=5)
+    cur = AnnCur(n_anchor_items, seed=1).fit(M[:30])
+    test = M[30:]
+    assert approximation_error(test, cur.transform(test[:, cur.anchor_items_])) < 1e-5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_error_spikes_when_k_q_equals_k_i(seed):
+    # ANNCUR §B.2: with noise, R_anc[:, I_anc] is square and ill-conditioned when k_q = k_i.
+    M = low_rank(140, 400, rank=10, noise=0.1, seed=seed)
+    R, test = M[:40], M[40:]
+
+    def error(k_i: int) -> float:
+        cur = AnnCur(k_i, seed=100 + seed).fit(R)
+        return approximation_error(test, cur.transform(test[:, cur.anchor_items_]))
+
+    others = [error(k_i) for k_i in (20, 30, 50, 60)]
+    assert error(40) > 3 * max(others)
+
+
+def test_oracle_cur_recovers_low_rank_and_beats_skeleton():
+    M = low_rank(60, 200, rank=4)
+    rows, cols = np.arange(20), np.arange(0, 200, 10)
+    assert approximation_error(M, oracle_cur(M, rows, cols)) < 1e-5
+    noisy = low_rank(60, 200, rank=6, noise=0.2, seed=3).astype(np.float64)
+    skeleton = noisy[:, cols] @ np.linalg.pinv(noisy[np.ix_(rows, cols)]) @ noisy[rows]
+    # U = pinv(C) M pinv(R) minimizes ||M - C U R||_F over all U, so it is never worse.
+    assert approximation_error(noisy, oracle_cur(noisy, rows, cols)) <= approximation_error(noisy, skeleton) + 1e-12
+
+
+def test_fit_stores_paper_quantities():
+    M = low_rank(50, 120, rank=6, noise=0.05)
+    R = M[:20]
+    cur = AnnCur(8, seed=4).fit(R)
+    assert cur.anchor_items_.shape == (8,) and cur.anchor_items_.dtype == np.int64
+    assert np.unique(cur.anchor_items_).size == 8
+    np.testing.assert_allclose(cur.U_, np.linalg.pinv(R[:, cur.anchor_items_].astype(np.float64)), atol=1e-10)
+    np.testing.assert_allclose(cur.item_embeddings_, cur.U_ @ R.astype(np.float64), atol=1e-10)
+    assert cur.U_.shape == (8, 20) and cur.item_embeddings_.shape == (8, 120)
+
+
+def test_seeded_and_explicit_anchor_items():
+    R = low_rank(20, 100, rank=3)
+    a = AnnCur(10, seed=7).fit(R).anchor_items_
+    np.testing.assert_array_equal(a, AnnCur(10, seed=7).fit(R).anchor_items_)
+    assert not np.array_equal(a, AnnCur(10, seed=8).fit(R).anchor_items_)
+    chosen = np.array([5, 1, 99])
+    np.testing.assert_array_equal(AnnCur(3, anchor_items=chosen).fit(R).anchor_items_, chosen)
+
+
+def test_search_contract_matches_brute_force_on_transform():
+    M = low_rank(40, 150, rank=5, noise=0.1)
+    cur = AnnCur(12).fit(M[:15])
+    C_test = M[15:, cur.anchor_items_]
+    D, I = cur.search(C_test, 7)
+    assert D.dtype == np.float32 and I.dtype == np.int64 and D.shape == I.shape == (25, 7)
+    S_hat = cur.transform(C_test)
+    np.testing.assert_array_equal(I, np.argsort(-S_hat, axis=1, kind="stable")[:, :7])
+    np.testing.assert_allclose(D, np.take_along_axis(S_hat, I, axis=1), rtol=1e-6)
+    assert (np.diff(D, axis=1) <= 0).all()
+
+
+def test_parameter_errors():
+    R = low_rank(10, 50, rank=2)
+    with pytest.raises(ParameterError, match=r"The 'n_anchor_items' parameter of AnnCur must be an int in \[1, n_items\]. Got 0 instead."):
+        AnnCur(0).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'n_anchor_items' parameter of AnnCur must be an int in \[1, n_items\]. Got 51 instead."):
+        AnnCur(51).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'anchor_items' parameter of AnnCur must be 'random' or an int array"):
+        AnnCur(3, anchor_items="greedy").fit(R)
+    with pytest.raises(ParameterError, match=r"The 'anchor_items' parameter of AnnCur must be distinct indices"):
+        AnnCur(3, anchor_items=np.array([1, 1, 2])).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'anchor_items' parameter of AnnCur must be a 1-d int array of shape \(3,\)"):
+        AnnCur(3, anchor_items=np.array([1, 2])).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'R_anc' parameter of AnnCur must be finite"):
+        AnnCur(3).fit(np.full((4, 5), np.nan))
+    cur = AnnCur(3).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'C_test' parameter of AnnCur.transform must be a float array of shape \(nq, k_i=3\)"):
+        cur.transform(np.zeros((2, 4)))
+    with pytest.raises(ParameterError, match=r"The 'k' parameter of AnnCur.search must be an int in \[1, n_items\]. Got 0 instead."):
+        cur.search(np.zeros((2, 3)), 0)
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        AnnCur(3).transform(np.zeros((1, 3)))
+
+
+def test_approximation_error_values():
+    assert approximation_error(np.ones((2, 2)), np.ones((2, 2))) == 0.0
+    assert approximation_error(np.array([[3.0, 4.0]]), np.array([[3.0, 0.0]])) == pytest.approx(0.8)
+    with pytest.raises(ParameterError, match="The 'M_hat' parameter of approximation_error must be an array of the shape"):
+        approximation_error(np.ones((2, 2)), np.ones((2, 3)))

@@ -1,0 +1,268 @@
+"""ANNCUR: CUR decomposition of the query-item CE score matrix for k-NN search.
+
+Offline, k_q anchor queries Q_anc are scored against every item, R_anc = f(Q_anc, I), and k_i anchor
+items I_anc are drawn; U = pinv(R_anc[:, I_anc]) and the item embeddings E_I = U · R_anc. Online, a test
+query is scored against the anchor items only, e_q = C_test = f(q, I_anc), and every item gets the
+approximate score ŝ = e_qᵀ E_I.
+
+References
+----------
+.. [ANNCUR] Yadav, Monath, Angell, Zaheer, McCallum. "Efficient Nearest Neighbor Search for
+   Cross-Encoder Models using Matrix Factorization", EMNLP 2022, §2.2–2.4 (method), §B.2
+   (ill-conditioning when k_q = k_i).
+.. [GTZ97] Goreinov, Tyrtyshnikov, Zamarashkin. "A theory of pseudoskeleton approximations", 1997.
+.. [MD09] Mahoney, Drineas. "CUR matrix decompositions for improved data analysis", PNAS 2009.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from xenbench.errors import ParameterError, XenbenchError
+from xenbench.metrics import topk_indices
+
+__all__ = ["AnnCur", "NotFittedError", "approximation_error", "oracle_cur", "pinv_rtol"]
+
+logger = logging.getLogger(__name__)
+
+
+class NotFittedError(XenbenchError, AttributeError):
+    """An estimator was used before ``fit``."""
+
+
+def pinv_rtol(shape: tuple[int, ...]) -> float:
+    """Relative singular-value cut-off ``max(m, n) * eps(float64)`` used for every pinv here.
+
+    Fixed explicitly (NumPy's and PyTorch's defaults differ) so that the numpy reference and the
+    batched torch code of ADACUR drop exactly the same singular values.
+    """
+    return float(max(shape[-2:]) * np.finfo(np.float64).eps)
+
+
+def _check_R_anc(R_anc: object, owner: str) -> np.ndarray:
+    R_anc = np.asarray(R_anc)
+    if R_anc.ndim != 2 or min(R_anc.shape) < 1 or not np.issubdtype(R_anc.dtype, np.floating):
+        raise ParameterError("R_anc", "a non-empty float array of shape (k_q, n_items)",
+                             f"{R_anc.dtype} array of shape {R_anc.shape}", owner)
+    if not np.isfinite(R_anc).all():
+        raise ParameterError("R_anc", "finite", "an array with NaN or inf", owner)
+    return R_anc
+
+
+def _check_int(value: object, name: str, lo: int, hi: int, owner: str, hi_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ParameterError(name, f"an int in [{lo}, {hi_name}]", value, owner)
+    return int(value)
+
+
+def check_item_indices(items: object, n_items: int, name: str, owner: str,
+                       length: int | None = None, bound: str = "n_items") -> np.ndarray:
+    """Validate a 1-d array of distinct indices in [0, n_items); returns it as int64."""
+    arr = np.asarray(items)
+    ok = arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer) and (length is None or arr.size == length)
+    if not ok:
+        shape = "(n,)" if length is None else f"({length},)"
+        raise ParameterError(name, f"a 1-d int array of shape {shape}", f"{arr.dtype} array of shape {arr.shape}",
+                             owner)
+    if arr.size and (arr.min() < 0 or arr.max() >= n_items):
+        raise ParameterError(name, f"indices in [0, {bound}={n_items})",
+                             f"values in [{arr.min()}, {arr.max()}]", owner)
+    if np.unique(arr).size != arr.size:
+        raise ParameterError(name, "distinct indices", "an array with repeated indices", owner)
+    return arr.astype(np.int64)
+
+
+class AnnCur:
+    """ANNCUR index: approximate CE scores of all items from a query's scores on k_i anchor items.
+
+    Parameters
+    ----------
+    n_anchor_items : int
+        k_i, the number of anchor items I_anc (test-time CE calls per query); ``1 <= k_i <= n_items``.
+        Avoid k_i = k_q: R_anc[:, I_anc] is then square and ill-conditioned ([ANNCUR] §B.2).
+    anchor_items : "random" or int ndarray of shape (k_i,), default "random"
+        "random": k_i distinct items uniformly at random with ``seed`` ([ANNCUR] §2.2); or explicit
+        item indices (e.g. top items of a dual encoder, ANNCUR_DE in [ADACUR] §3).
+    seed : int, default 0
+        Seed of the random anchor draw.
+
+    Attributes
+    ----------
+    anchor_items_ : ndarray of shape (k_i,), int64
+        I_anc, in draw order; column j of ``C_test`` must hold the scores of ``anchor_items_[j]``.
+    U_ : ndarray of shape (k_i, k_q), float64
+        U = pinv(R_anc[:, I_anc]), the joining matrix.
+    item_embeddings_ : ndarray of shape (k_i, n_items), float64
+        E_I = U · R_anc; column i is the latent embedding of item i.
+    n_items_ : int
+        |I|.
+
+    References
+    ----------
+    [ANNCUR] §2.3 (offline indexing: E_I = U × R_anc), §2.4 (test time: ŝ = e_qᵀ E_I).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> M = rng.standard_normal((30, 2)) @ rng.standard_normal((2, 50))  # rank 2
+    >>> cur = AnnCur(5, seed=0).fit(M[:10])
+    >>> S = cur.transform(M[10:, cur.anchor_items_])
+    >>> bool(np.allclose(S, M[10:]))
+    True
+    """
+
+    def __init__(self, n_anchor_items: int, *, anchor_items: str | np.ndarray = "random", seed: int = 0) -> None:
+        self.n_anchor_items = n_anchor_items
+        self.anchor_items = anchor_items
+        self.seed = seed
+
+    # -- parameters --------------------------------------------------------------------------
+    def _validated_anchor_items(self, n_items: int) -> np.ndarray:
+        owner = type(self).__name__
+        k_i = _check_int(self.n_anchor_items, "n_anchor_items", 1, n_items, owner, "n_items")
+        if isinstance(self.anchor_items, str):
+            if self.anchor_items != "random":
+                raise ParameterError("anchor_items", "'random' or an int array of item indices",
+                                     self.anchor_items, owner)
+            if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+                raise ParameterError("seed", "a non-negative int", self.seed, owner)
+            # Uniform without replacement ([ANNCUR] §2.2); the draw depends only on (seed, n_items, k_i).
+            return np.random.default_rng(self.seed).choice(n_items, size=k_i, replace=False).astype(np.int64)
+        return check_item_indices(self.anchor_items, n_items, "anchor_items", owner, length=k_i)
+
+    # -- estimator API -----------------------------------------------------------------------
+    def fit(self, R_anc: np.ndarray) -> "AnnCur":
+        """Index the items: choose I_anc, U = pinv(R_anc[:, I_anc]) and E_I = U · R_anc.
+
+        Parameters
+        ----------
+        R_anc : ndarray of shape (k_q, n_items)
+            Exact CE scores of the k_q anchor queries Q_anc against all items.
+
+        Returns
+        -------
+        self : AnnCur
+        """
+        R_anc = _check_R_anc(R_anc, type(self).__name__).astype(np.float64)
+        anchors = self._validated_anchor_items(R_anc.shape[1])
+        k_q, k_i = R_anc.shape[0], anchors.size
+        if k_q == k_i:
+            logger.warning("AnnCur: k_q == k_i == %d makes R_anc[:, I_anc] square and ill-conditioned "
+                           "(ANNCUR §B.2); expect a large approximation error", k_q)
+        intersection = R_anc[:, anchors]  # R_anc[:, I_anc], shape (k_q, k_i)
+        self.anchor_items_ = anchors
+        self.U_ = np.linalg.pinv(intersection, rtol=pinv_rtol(intersection.shape))  # (k_i, k_q)
+        self.item_embeddings_ = self.U_ @ R_anc  # E_I, (k_i, n_items)
+        self.n_items_ = R_anc.shape[1]
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "item_embeddings_"):
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(R_anc) first.")
+
+    def transform(self, C_test: np.ndarray) -> np.ndarray:
+        """Approximate scores ŝ = C_test · E_I of the test queries on all items.
+
+        Parameters
+        ----------
+        C_test : ndarray of shape (nq, k_i)
+            Exact CE scores of the test queries on the anchor items, columns in the order of
+            ``anchor_items_`` (the query embeddings e_q).
+
+        Returns
+        -------
+        S_hat : ndarray of shape (nq, n_items), float64
+        """
+        self._check_fitted()
+        C_test = np.asarray(C_test)
+        k_i = self.anchor_items_.size
+        if C_test.ndim != 2 or C_test.shape[1] != k_i or not np.issubdtype(C_test.dtype, np.floating):
+            raise ParameterError("C_test", f"a float array of shape (nq, k_i={k_i})",
+                                 f"{C_test.dtype} array of shape {C_test.shape}", f"{type(self).__name__}.transform")
+        return C_test.astype(np.float64) @ self.item_embeddings_
+
+    def search(self, C_test: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k items by approximate score (faiss contract).
+
+        Parameters
+        ----------
+        C_test : ndarray of shape (nq, k_i)
+            Exact scores of the test queries on ``anchor_items_``.
+        k : int
+            Number of items to return, ``1 <= k <= n_items``.
+
+        Returns
+        -------
+        D : ndarray of shape (nq, k), float32
+            Approximate scores, descending.
+        I : ndarray of shape (nq, k), int64
+            Item indices; ties go to the lower index (see :mod:`xenbench.metrics`).
+        """
+        S_hat = self.transform(C_test)
+        k = _check_int(k, "k", 1, self.n_items_, f"{type(self).__name__}.search", "n_items")
+        I = topk_indices(S_hat, k)
+        return np.take_along_axis(S_hat, I, axis=1).astype(np.float32), I
+
+
+def oracle_cur(M: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """CUR approximation with the Frobenius-optimal joining matrix U = pinv(C) · M · pinv(R).
+
+    The "oracle" variant of [ANNCUR] §B.2 / [MD09]: it needs the whole of M, so it is an analysis
+    tool (the best any U can do for these rows and columns), not a test-time method. For the same
+    ``rows`` and ``cols`` its error is never above that of the skeleton U = pinv(M[rows, cols]).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Full score matrix.
+    rows : int ndarray of shape (k_q,)
+        Row indices (anchor queries); R = M[rows, :].
+    cols : int ndarray of shape (k_i,)
+        Column indices (anchor items); C = M[:, cols].
+
+    Returns
+    -------
+    M_hat : ndarray of shape (n_queries, n_items), float64
+        M̃ = C · U · R.
+    """
+    M = np.asarray(M)
+    if M.ndim != 2 or not np.issubdtype(M.dtype, np.floating):
+        raise ParameterError("M", "a float array of shape (n_queries, n_items)",
+                             f"{M.dtype} array of shape {M.shape}", "oracle_cur")
+    M = M.astype(np.float64)
+    rows = check_item_indices(rows, M.shape[0], "rows", "oracle_cur", bound="n_queries")
+    cols = check_item_indices(cols, M.shape[1], "cols", "oracle_cur")
+    C, R = M[:, cols], M[rows, :]
+    U = np.linalg.pinv(C, rtol=pinv_rtol(C.shape)) @ M @ np.linalg.pinv(R, rtol=pinv_rtol(R.shape))
+    return C @ U @ R
+
+
+def approximation_error(M: np.ndarray, M_hat: np.ndarray) -> float:
+    """Relative Frobenius error ‖M − M̃‖_F / ‖M‖_F ([ANNCUR] §3.3, §B.2).
+
+    Parameters
+    ----------
+    M, M_hat : ndarray of shape (n_queries, n_items)
+        Exact and approximate score matrices (e.g. held-out test queries only).
+
+    Returns
+    -------
+    error : float
+        0 for an exact reconstruction; 1 for M̃ = 0.
+
+    Examples
+    --------
+    >>> approximation_error(np.array([[3.0, 4.0]]), np.array([[3.0, 0.0]]))
+    0.8
+    """
+    M = np.asarray(M, dtype=np.float64)
+    M_hat = np.asarray(M_hat, dtype=np.float64)
+    if M.shape != M_hat.shape:
+        raise ParameterError("M_hat", f"an array of the shape of M {M.shape}", f"shape {M_hat.shape}",
+                             "approximation_error")
+    norm = np.linalg.norm(M)
+    if norm == 0:
+        raise ParameterError("M", "a matrix with a non-zero Frobenius norm", "an all-zero matrix",
+                             "approximation_error")
+    return float(np.linalg.norm(M - M_hat) / norm)

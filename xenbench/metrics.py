@@ -1,0 +1,357 @@
+"""Retrieval metrics, approximation errors and CE-call accounting for k-NN search with cross-encoders.
+
+Everything here works on a precomputed exact score matrix ``M`` of shape ``(n_queries, n_items)``:
+a cross-encoder (CE) "call" f(q, i) is a lookup ``M[q, i]``, counted by :class:`BudgetCounter`.
+
+Ties
+----
+Every top-k in xenbench uses one total order on items: **higher score first, and among equal scores
+the lower item index first** (a stable sort of ``-scores``). :func:`topk_indices` implements it and
+the ADACUR/ANNCUR code follows it, so "the exact top-k" T is always a well-defined set of exactly k
+items. A method that retrieves an item tied with, but not inside, T gets no credit for it; with
+float32 CE scores exact ties are rare, and the rule keeps the metric monotone in the retrieved set
+(a superset of T always scores 1.0).
+
+References
+----------
+.. [ANNCUR] Yadav et al., "Efficient Nearest Neighbor Search for Cross-Encoder Models using Matrix
+   Factorization", EMNLP 2022, §3.2 (Top-k-Recall@m, budget B_CE).
+.. [ADACUR] Yadav et al., "Adaptive Selection of Anchor Items for CUR-based k-NN search with
+   Cross-Encoders", Findings of EMNLP 2023, §3 (evaluation metric), Fig. 7 (approximation error).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from xenbench.errors import ParameterError, XenbenchError
+
+__all__ = [
+    "BudgetCounter",
+    "BudgetExceededError",
+    "approximation_errors",
+    "exact_topk",
+    "recall_under_budget",
+    "topk_indices",
+    "topk_recall",
+]
+
+
+class BudgetExceededError(XenbenchError, RuntimeError):
+    """A method asked for more CE calls than its budget B_CE allows."""
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+def _check_matrix(M: np.ndarray, name: str, owner: str) -> np.ndarray:
+    M = np.asarray(M)
+    if M.ndim != 2 or M.shape[0] < 1 or M.shape[1] < 1:
+        raise ParameterError(name, "a non-empty 2-d array of shape (n_queries, n_items)",
+                             f"shape {M.shape}", owner)
+    if not np.issubdtype(M.dtype, np.floating):
+        raise ParameterError(name, "a floating-point array", f"dtype {M.dtype}", owner)
+    return M
+
+
+def _check_k(k: object, upper: int, owner: str, name: str = "k", what: str = "n_items") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= upper:
+        raise ParameterError(name, f"an int in [1, {what}={upper}]", k, owner)
+    return int(k)
+
+
+def _check_retrieved(retrieved: np.ndarray, n_queries: int, n_items: int, owner: str) -> np.ndarray:
+    retrieved = np.asarray(retrieved)
+    if retrieved.ndim != 2 or retrieved.shape[0] != n_queries or not np.issubdtype(retrieved.dtype, np.integer):
+        raise ParameterError("retrieved", f"an int array of shape (n_queries={n_queries}, m)",
+                             f"{retrieved.dtype} array of shape {retrieved.shape}", owner)
+    if retrieved.size and (retrieved.min() < -1 or retrieved.max() >= n_items):
+        raise ParameterError("retrieved", f"item indices in [0, n_items={n_items}) or -1 for padding",
+                             f"values in [{retrieved.min()}, {retrieved.max()}]", owner)
+    return retrieved.astype(np.int64, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# top-k with the documented tie rule
+# ----------------------------------------------------------------------------------------------
+def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest scores per row, best first; ties go to the lower item index.
+
+    Equal to ``np.argsort(-scores, axis=1, kind="stable")[:, :k]`` but linear in ``n_items``
+    (a partition finds the k-th value, then ties at that value are resolved by index), which matters
+    for the (n_queries, n_items) matrices of a whole domain.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_queries, n_items)
+        Scores without NaN; ``-inf`` is allowed (it marks masked items).
+    k : int
+        Number of items to return, ``1 <= k <= n_items``.
+
+    Returns
+    -------
+    I : ndarray of shape (n_queries, k), int64
+        Item indices sorted by (score descending, index ascending).
+
+    Examples
+    --------
+    >>> topk_indices(np.array([[0.5, 2.0, 2.0, 1.0]]), 2)
+    array([[1, 2]])
+    """
+    scores = np.asarray(scores)
+    n_queries, n_items = scores.shape
+    k = _check_k(k, n_items, "topk_indices")
+    # The k-th largest value v per row: everything above v is in, ties at v fill the rest by index.
+    v = -np.partition(-scores, k - 1, axis=1)[:, k - 1:k]
+    above = scores > v
+    at = scores == v
+    need = k - above.sum(axis=1, keepdims=True)
+    select = above | (at & (np.cumsum(at, axis=1) <= need))
+    cols = np.nonzero(select)[1].reshape(n_queries, k)  # row-major: ascending item index per row
+    chosen = np.take_along_axis(scores, cols, axis=1)
+    order = np.argsort(-chosen, axis=1, kind="stable")  # stable keeps index order among ties
+    return np.take_along_axis(cols, order, axis=1).astype(np.int64, copy=False)
+
+
+def exact_topk(M_exact: np.ndarray, k: int) -> np.ndarray:
+    """The exact top-k items T of every query (the ground truth of Top-k-Recall).
+
+    Parameters
+    ----------
+    M_exact : ndarray of shape (n_queries, n_items)
+        Exact CE scores f(q, i).
+    k : int
+        Number of neighbours.
+
+    Returns
+    -------
+    T : ndarray of shape (n_queries, k), int64
+        Best first, ties to the lower item index (see module docstring).
+    """
+    M_exact = _check_matrix(M_exact, "M_exact", "exact_topk")
+    return topk_indices(M_exact, _check_k(k, M_exact.shape[1], "exact_topk"))
+
+
+# ----------------------------------------------------------------------------------------------
+# recall
+# ----------------------------------------------------------------------------------------------
+def topk_recall(M_exact: np.ndarray, retrieved: np.ndarray, k: int, *,
+                per_query: bool = False) -> float | np.ndarray:
+    """Top-k-Recall@m: the fraction of the exact top-k items found after exact re-ranking.
+
+    T = exact top-k items of the query; S = the m items a method retrieved; the method re-ranks S by
+    exact scores and keeps top-k(S); recall = |T ∩ top-k(S)| / k ([ANNCUR] §3.2, [ADACUR] §3).
+
+    Because T and top-k(S) use the same total order (module docstring), every item of S ∩ T
+    outranks every item of S \\ T, so top-k(S) ⊇ S ∩ T and the recall equals |T ∩ S| / k; the
+    re-ranking step needs no extra work and the order of ``retrieved`` does not matter.
+
+    Parameters
+    ----------
+    M_exact : ndarray of shape (n_queries, n_items)
+        Exact CE scores.
+    retrieved : int ndarray of shape (n_queries, m)
+        Retrieved item indices S per query, any order; duplicates count once and ``-1`` marks
+        padding (e.g. the ``I`` of a faiss-style search that found fewer than m items). m < k is
+        allowed (then recall ≤ m/k).
+    k : int
+        Size of the exact neighbourhood T, ``1 <= k <= n_items``.
+    per_query : bool, default False
+        Return the recall of every query instead of the mean.
+
+    Returns
+    -------
+    recall : float or ndarray of shape (n_queries,)
+        In [0, 1] (the papers report ×100).
+
+    Examples
+    --------
+    >>> M = np.array([[0.9, 0.1, 0.5, 0.3]])
+    >>> topk_recall(M, np.array([[2, 1]]), k=2)  # T = {0, 2}, S ∩ T = {2}
+    0.5
+    """
+    M_exact = _check_matrix(M_exact, "M_exact", "topk_recall")
+    n_queries, n_items = M_exact.shape
+    k = _check_k(k, n_items, "topk_recall")
+    retrieved = _check_retrieved(retrieved, n_queries, n_items, "topk_recall")
+    in_T = np.zeros((n_queries, n_items), dtype=bool)
+    np.put_along_axis(in_T, topk_indices(M_exact, k), True, axis=1)
+    # A boolean "retrieved" mask de-duplicates S for free; -1 padding is dropped before marking.
+    in_S = np.zeros((n_queries, n_items), dtype=bool)
+    rows, cols = np.nonzero(retrieved >= 0)
+    in_S[rows, retrieved[rows, cols]] = True
+    recall = (in_T & in_S).sum(axis=1) / k
+    return recall if per_query else float(recall.mean())
+
+
+def recall_under_budget(M_exact: np.ndarray, retrieved: np.ndarray, k: int, *, calls: np.ndarray,
+                        budget: int, per_query: bool = False) -> float | np.ndarray:
+    """Top-k-Recall of a method that spent ``calls`` CE calls, checked against the budget B_CE.
+
+    Parameters
+    ----------
+    M_exact : ndarray of shape (n_queries, n_items)
+        Exact CE scores.
+    retrieved : int ndarray of shape (n_queries, m)
+        Items the method returns (all of them must have been exactly scored within the budget).
+    k : int
+        Size of the exact neighbourhood.
+    calls : int ndarray of shape (n_queries,)
+        CE calls spent per query (e.g. ``BudgetCounter.calls``).
+    budget : int
+        B_CE, the allowed number of CE calls per query.
+    per_query : bool, default False
+        Return per-query recalls.
+
+    Returns
+    -------
+    recall : float or ndarray of shape (n_queries,)
+
+    Raises
+    ------
+    BudgetExceededError
+        If any query spent more than ``budget`` calls: its recall would not be comparable.
+    """
+    calls = np.asarray(calls)
+    if calls.max(initial=0) > budget:
+        q = int(np.argmax(calls))
+        raise BudgetExceededError(f"query {q} spent {int(calls[q])} CE calls, more than the budget "
+                                  f"B_CE={budget}; compare methods at equal budget only")
+    return topk_recall(M_exact, retrieved, k, per_query=per_query)
+
+
+# ----------------------------------------------------------------------------------------------
+# approximation error (ADACUR Fig. 7)
+# ----------------------------------------------------------------------------------------------
+def approximation_errors(M_exact: np.ndarray, M_approx: np.ndarray, k: int,
+                         anchors: np.ndarray | None = None) -> dict[str, float]:
+    """Mean absolute error |M − M̃| on all items, on the exact top-k items and on the anchor items.
+
+    [ADACUR] Fig. 7 reports "the average of absolute difference between approximate and exact item
+    scores" separately for these item sets: small error on the anchors and large error on the top-k
+    items explains poor top-k recall (§3.2). Each set's error is averaged within a query, then over
+    queries. (The relative Frobenius error of ANNCUR is :func:`xenbench.cur.approximation_error`.)
+
+    Parameters
+    ----------
+    M_exact, M_approx : ndarray of shape (n_queries, n_items)
+        Exact scores and approximate scores ŝ.
+    k : int
+        Size of the exact top-k set.
+    anchors : int ndarray of shape (n_queries, k_i), optional
+        Anchor items I_anc of every query.
+
+    Returns
+    -------
+    errors : dict
+        ``{"all": float, "topk": float}`` and ``"anchors": float`` when ``anchors`` is given.
+    """
+    M_exact = _check_matrix(M_exact, "M_exact", "approximation_errors")
+    M_approx = _check_matrix(M_approx, "M_approx", "approximation_errors")
+    if M_approx.shape != M_exact.shape:
+        raise ParameterError("M_approx", f"an array of the shape of M_exact {M_exact.shape}",
+                             f"shape {M_approx.shape}", "approximation_errors")
+    n_queries, n_items = M_exact.shape
+    k = _check_k(k, n_items, "approximation_errors")
+    abs_err = np.abs(M_exact.astype(np.float64) - M_approx.astype(np.float64))
+    out = {
+        "all": float(abs_err.mean()),
+        "topk": float(np.take_along_axis(abs_err, topk_indices(M_exact, k), axis=1).mean()),
+    }
+    if anchors is not None:
+        anchors = _check_retrieved(anchors, n_queries, n_items, "approximation_errors")
+        out["anchors"] = float(np.take_along_axis(abs_err, anchors, axis=1).mean())
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# CE-call accounting
+# ----------------------------------------------------------------------------------------------
+class BudgetCounter:
+    """Serves exact CE scores from ``M`` and counts distinct (query, item) calls against B_CE.
+
+    A CE call f(q, i) is the lookup ``M[q, i]``. A pair is charged once: asking again for an item
+    that was already scored for that query is free, as the papers re-use anchor scores when
+    re-ranking ([ADACUR] §2.2, footnote 1). A request that would take any query over the budget
+    raises :class:`BudgetExceededError` before anything is charged, so ``calls <= budget`` holds
+    after every successful call: the counter is the proof that a method stayed within B_CE.
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores of the test queries (not copied).
+    budget : int, optional
+        B_CE per query; ``None`` counts without a limit.
+
+    Attributes
+    ----------
+    calls : ndarray of shape (n_queries,), int64
+        CE calls spent per query so far.
+    scored : ndarray of shape (n_queries, n_items), bool
+        Which pairs have been scored.
+
+    Examples
+    --------
+    >>> counter = BudgetCounter(np.arange(6, dtype=np.float32).reshape(2, 3), budget=2)
+    >>> counter.score(np.array([[0, 2], [1, 1]])).tolist()
+    [[0.0, 2.0], [4.0, 4.0]]
+    >>> counter.calls.tolist()
+    [2, 1]
+    """
+
+    def __init__(self, M: np.ndarray, budget: int | None = None) -> None:
+        self.M = _check_matrix(M, "M", "BudgetCounter")
+        self.n_queries, self.n_items = self.M.shape
+        if budget is not None:
+            budget = _check_k(budget, self.n_items, "BudgetCounter", name="budget")
+        self.budget = budget
+        self.calls = np.zeros(self.n_queries, dtype=np.int64)
+        self.scored = np.zeros((self.n_queries, self.n_items), dtype=bool)
+
+    def score(self, items: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Exact scores ``M[rows[:, None], items]``, charging the pairs not scored before.
+
+        Parameters
+        ----------
+        items : int ndarray of shape (n_rows, j)
+            Items to score for every requested query.
+        rows : int ndarray of shape (n_rows,), optional
+            Distinct query rows of ``M``; default all rows in order.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_rows, j)
+            Exact CE scores, dtype of ``M``.
+
+        Raises
+        ------
+        BudgetExceededError
+            If a query would exceed the budget; nothing is charged then.
+        """
+        rows = np.arange(self.n_queries) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+        items = np.asarray(items, dtype=np.int64)
+        if items.ndim != 2 or items.shape[0] != rows.shape[0]:
+            raise ParameterError("items", f"an int array of shape (n_rows={rows.shape[0]}, j)",
+                                 f"shape {items.shape}", "BudgetCounter.score")
+        if items.size and (items.min() < 0 or items.max() >= self.n_items):
+            raise ParameterError("items", f"item indices in [0, {self.n_items})",
+                                 f"values in [{items.min()}, {items.max()}]", "BudgetCounter.score")
+        if np.unique(rows).size != rows.size:
+            raise ParameterError("rows", "distinct query rows", rows.tolist(), "BudgetCounter.score")
+        before = self.scored[rows]
+        after = before.copy()
+        after[np.arange(rows.size)[:, None], items] = True
+        # Counting newly set flags (not len(items)) makes repeats and duplicates free.
+        new_calls = self.calls[rows] + after.sum(axis=1) - before.sum(axis=1)
+        if self.budget is not None and new_calls.max(initial=0) > self.budget:
+            j = int(np.argmax(new_calls))
+            raise BudgetExceededError(
+                f"query {int(rows[j])} would spend {int(new_calls[j])} CE calls, more than the "
+                f"budget B_CE={self.budget}")
+        self.scored[rows] = after
+        self.calls[rows] = new_calls
+        return self.M[rows[:, None], items]
+
+    def remaining(self) -> np.ndarray:
+        """CE calls left per query, shape (n_queries,); ``None`` budget gives ``n_items - calls``."""
+        limit = self.n_items if self.budget is None else self.budget
+        return limit - self.calls
