@@ -15,6 +15,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from xenbench.plots._style import TEMPLATE, _style
+
 __all__ = [
     "TEMPLATE",
     "domain_sizes",
@@ -24,12 +26,6 @@ __all__ = [
 ]
 
 #: Template shared by every figure of the workbench.
-TEMPLATE = "plotly_white"
-
-
-def _style(fig: go.Figure, title: str | None, height: int | None) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=title, height=height, legend_title_text="")
-    return fig
 
 
 def domain_sizes(

@@ -1,0 +1,9 @@
+"""Plot builders: pure functions of arrays/DataFrames returning plotly ``Figure``s (no I/O).
+
+One submodule per topic; everything public is re-exported here, so notebooks call ``xb.plots.<name>``.
+"""
+from __future__ import annotations
+
+from xenbench.plots.data import accuracy_bars, ambiguity_histogram, domain_sizes, length_histograms
+
+__all__ = ["accuracy_bars", "ambiguity_histogram", "domain_sizes", "length_histograms"]
