@@ -135,6 +135,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     tokens = [(ce.pairs.encode_queries(ds.queries), ce.pairs.encode_items(ds.items)) for ds in data.datasets]
 
     step, losses, wall = 0, [], 0.0
+    torch.manual_seed(cfg.seed)  # dropout draws; a resumed run restores the generator's state instead
     state_path = out / STATE_NAME
     if state_path.is_file():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
@@ -147,7 +148,6 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
         step, losses, wall = state["step"], state["losses"], state["wall_s"]
         log.info("resuming %s at step %d/%d", out, step, steps)
 
-    torch.manual_seed(cfg.seed + step)
     ce.train()
     bar = tqdm(total=steps, initial=step, desc=f"train {cfg.kind}-CE")
     t0 = time.perf_counter()

@@ -1,0 +1,87 @@
+"""CE training: an interrupted run resumes to exactly the weights of an uninterrupted one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import xenbench.train as train
+from xenbench.crossencoder import load_cross_encoder
+from xenbench.data import Dataset, Item, Query
+from xenbench.errors import ParameterError
+
+
+def _tiny_data() -> train.TrainingData:
+    items = [Item(f"i{k}", f"title {k}", f"text about thing number {k}") for k in range(6)]
+    queries = [Query(f"q{k}", f"a query mentioning thing {k}", (2, 11)) for k in range(8)]
+    ds = Dataset("tiny", items, queries, {q.id: [f"i{k % 6}"] for k, q in enumerate(queries)})
+    examples = [(0, k, np.array([k % 6, (k + 1) % 6, (k + 2) % 6], dtype=np.int64)) for k in range(8)]
+    return train.TrainingData([ds], examples)
+
+
+def _cfg(kind: str) -> train.TrainConfig:
+    return train.TrainConfig(kind=kind, domains=["tiny"], n_negatives=2, queries_per_step=2, epochs=1,
+                             trainable_layers=1, checkpoint_every=2, lr=1e-3, seed=5)
+
+
+def _trained(path) -> dict[str, torch.Tensor]:
+    ce = load_cross_encoder(path)
+    return {n: p for n, p in ce.model.state_dict().items() if n in set(ce.config.trained)}
+
+
+@pytest.mark.parametrize("kind", ["cls", "emb"])
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch, kind) -> None:
+    data = _tiny_data()
+    train.train_cross_encoder(_cfg(kind), tmp_path / "straight", data=data, device="cpu")
+
+    real_save = train._save_state
+
+    def save_then_die(path, ce, opt, sched, step, *args):
+        real_save(path, ce, opt, sched, step, *args)
+        if step == 2:
+            raise KeyboardInterrupt  # killed right after the first checkpoint
+
+    monkeypatch.setattr(train, "_save_state", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_cross_encoder(_cfg(kind), tmp_path / "resumed", data=data, device="cpu")
+    assert (tmp_path / "resumed" / train.STATE_NAME).is_file()
+    monkeypatch.setattr(train, "_save_state", real_save)
+    train.train_cross_encoder(_cfg(kind), tmp_path / "resumed", data=data, device="cpu")
+
+    a, b = _trained(tmp_path / "straight"), _trained(tmp_path / "resumed")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=0, rtol=0)
+    assert not (tmp_path / "resumed" / train.STATE_NAME).exists()  # a finished run leaves no resume state
+
+
+def test_training_moves_the_loss_and_only_trains_top_layers(tmp_path) -> None:
+    ce = train.train_cross_encoder(_cfg("cls"), tmp_path / "m", data=_tiny_data(), device="cpu")
+    assert ce.config.trained and all(
+        n.startswith(("bert.encoder.layer.5.", "bert.pooler.", "classifier.")) for n in ce.config.trained
+    )
+    assert ce.config.notes["steps"] == 4 and ce.config.notes["n_examples"] == 8
+
+
+def test_resume_refuses_a_different_config(tmp_path, monkeypatch) -> None:
+    def die(*args):
+        raise KeyboardInterrupt
+
+    real_save = train._save_state
+    monkeypatch.setattr(train, "_save_state", lambda path, *a: (real_save(path, *a), die()))
+    with pytest.raises(KeyboardInterrupt):
+        train.train_cross_encoder(_cfg("cls"), tmp_path / "m", data=_tiny_data(), device="cpu")
+    monkeypatch.setattr(train, "_save_state", real_save)
+    other = _cfg("cls")
+    other.lr = 5e-4
+    with pytest.raises(ParameterError, match="the config the run in"):
+        train.train_cross_encoder(other, tmp_path / "m", data=_tiny_data(), device="cpu")
+
+
+def test_parameter_errors(tmp_path) -> None:
+    with pytest.raises(ParameterError, match="'domains' parameter of TrainConfig"):
+        train.train_cross_encoder(train.TrainConfig(kind="cls"), tmp_path)
+    cfg = _cfg("cls")
+    cfg.trainable_layers = 9
+    with pytest.raises(ParameterError, match=r"'trainable_layers' parameter of TrainConfig must be an int in \[0, 6\]"):
+        train.train_cross_encoder(cfg, tmp_path, data=_tiny_data(), device="cpu")
