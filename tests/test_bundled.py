@@ -1,0 +1,52 @@
+"""The committed cross-encoders and score matrices are what the current code computes.
+
+The matrices were computed on a GPU; here random entries are recomputed on the CPU with today's code
+(fp32; tolerance 1e-4 absolute on scores of magnitude up to ~20 covers GPU/CPU kernel differences).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xenbench.crossencoder import load_cross_encoder
+from xenbench.data import load_dataset
+from xenbench.scoring import model_fingerprint
+from xenbench.store import ScoreStore
+
+ROOT = Path(__file__).resolve().parent.parent
+SCORES = ROOT / "data" / "scores" / "noun.cognition"
+N_ENTRIES = 60
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return load_dataset("wordnet-el:noun.cognition")
+
+
+@pytest.mark.parametrize("kind", ["cls", "emb"])
+def test_bundled_matrix_recomputes(kind, dataset) -> None:
+    store = ScoreStore.open(SCORES / f"{kind}-ce")
+    attrs = store.attrs
+    assert store.is_complete and store.shape == (1001, 2964)
+    assert attrs["dataset"] == "wordnet-el:noun.cognition" and attrs["precision"] == "fp32"
+    assert attrs["query_ids"] == [q.id for q in dataset.queries] and attrs["item_ids"] == [i.id for i in dataset.items]
+
+    ce = load_cross_encoder(ROOT / attrs["model"])
+    assert model_fingerprint(ce) == attrs["model_sha256"], "the committed model is not the one that made the matrix"
+    rng = np.random.default_rng(2024)
+    rows, cols = rng.integers(0, store.shape[0], N_ENTRIES), rng.integers(0, store.shape[1], N_ENTRIES)
+    M = store.to_numpy()
+    fresh = ce.score_pairs([dataset.queries[r] for r in rows], [dataset.items[c] for c in cols]).numpy()
+    np.testing.assert_allclose(fresh, M[rows, cols], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["cls", "emb"])
+def test_bundled_checkpoints_are_small_and_documented(kind) -> None:
+    folder = ROOT / "models" / f"{kind}-ce"
+    assert (folder / "trained.safetensors").stat().st_size <= 25 * 2**20
+    ce = load_cross_encoder(folder)
+    notes = ce.config.notes
+    assert ce.config.kind == kind and notes["train_config"]["kind"] == kind
+    assert set(notes["train_config"]["domains"]).isdisjoint({"noun.cognition", "noun.food", "verb.contact", "verb.cognition"})
