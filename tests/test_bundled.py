@@ -50,3 +50,15 @@ def test_bundled_checkpoints_are_small_and_documented(kind) -> None:
     notes = ce.config.notes
     assert ce.config.kind == kind and notes["train_config"]["kind"] == kind
     assert set(notes["train_config"]["domains"]).isdisjoint({"noun.cognition", "noun.food", "verb.contact", "verb.cognition"})
+
+
+def test_bundled_de_matrix_recomputes(dataset) -> None:
+    from xenbench.retrievers import DualEncoder
+
+    store = ScoreStore.open(SCORES / "de")
+    assert store.shape == (1001, 2964) and store.attrs["kind"] == "de"
+    assert store.attrs["item_ids"] == [i.id for i in dataset.items]
+    rows, cols = np.arange(0, 1001, 200), np.arange(0, 2964, 150)
+    de = DualEncoder(cache_dir=False)
+    fresh = de.fit([dataset.items[c] for c in cols]).scores([dataset.queries[r] for r in rows])
+    np.testing.assert_allclose(fresh, store.to_numpy()[np.ix_(rows, cols)], atol=1e-5)

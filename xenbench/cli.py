@@ -60,6 +60,36 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
         tmp.replace(out)
 
 
+def _score(args: argparse.Namespace) -> None:
+    from xenbench.data import load_dataset
+
+    ds = load_dataset(args.dataset)
+    q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed)
+    i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed)
+    if args.model in ("de", "tfidf"):
+        from xenbench.retrievers import retriever_score_store
+
+        store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids)
+    else:
+        from xenbench.scoring import run_score_job
+
+        store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
+                              device=args.device, precision=args.precision, seed=args.seed)
+    print(store)
+
+
+def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int) -> list[str] | None:
+    """Ids from a file (one per line), or a seeded sample of ``n`` in dataset order, or all (None)."""
+    if path:
+        return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    if n is None or n >= len(all_ids):
+        return None
+    import numpy as np
+
+    pick = np.sort(np.random.default_rng(seed).choice(len(all_ids), n, replace=False))
+    return [all_ids[k] for k in pick]
+
+
 def _run(args: argparse.Namespace) -> None:
     from xenbench.notebook import REPO_ROOT, list_notebooks, parse_cli_params, run_notebook
 
@@ -102,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="auto")
     t.set_defaults(func=_train_ce)
+
+    s = sub.add_parser("score", help="dense query x item score matrix into a resumable on-disk store")
+    s.add_argument("model", help="a CE folder (models/cls-ce), bundled-cls/bundled-emb, or de / tfidf")
+    s.add_argument("dataset", help="wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>")
+    s.add_argument("--out", required=True, help="store folder (an interrupted run resumes there)")
+    s.add_argument("--n-queries", type=int, default=None, help="seeded sample of queries (default all)")
+    s.add_argument("--n-items", type=int, default=None, help="seeded sample of items (default all)")
+    s.add_argument("--query-ids", default=None, help="file with one query id per line")
+    s.add_argument("--item-ids", default=None, help="file with one item id per line")
+    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=_score)
 
     r = sub.add_parser("run", help="execute a notebook with papermill into reports/ (+ HTML)")
     r.add_argument("notebook", help="a name such as 00_data, a path, or 'all'")

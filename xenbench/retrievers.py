@@ -160,3 +160,56 @@ def _file_digest(folder: Path) -> str:
                 head = fh.read(1 << 20)
             return f"{name}:{f.stat().st_size}:{hashlib.sha256(head).hexdigest()[:16]}"
     return str(folder.resolve())
+
+
+def retriever_score_store(
+    retriever: str,
+    dataset,
+    out: str | Path,
+    *,
+    query_ids: Sequence[str] | None = None,
+    item_ids: Sequence[str] | None = None,
+    model: str | Path = "bundled",
+):
+    """Write a first-stage retriever's dense scores (cosine) for queries × items into a ScoreStore.
+
+    The DE/TF-IDF counterpart of :func:`xenbench.scoring.run_score_job`: the same store format and manifest
+    fields, so a DE matrix lines up entry for entry with the CE matrices of the same ids.
+
+    Parameters
+    ----------
+    retriever : {"de", "tfidf"}
+    dataset : Dataset or str
+        A Dataset or a :func:`~xenbench.data.load_dataset` spec.
+    out : path
+        Store folder (must not exist: the matrix takes seconds, there is nothing to resume).
+    query_ids, item_ids : sequence of str, optional
+        Rows and columns in this order (default: all, in dataset order).
+    model : str or Path
+        The dual encoder's model folder (``"bundled"``: all-MiniLM-L6-v2).
+    """
+    import time
+
+    from xenbench.data import load_dataset
+    from xenbench.store import ScoreStore
+
+    if retriever not in ("de", "tfidf"):
+        raise ParameterError("retriever", "'de' or 'tfidf'", retriever, "retriever_score_store")
+    ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
+    queries = ds.queries if query_ids is None else [ds.query(q) for q in query_ids]
+    items = ds.items if item_ids is None else [ds.item(i) for i in item_ids]
+    t0 = time.perf_counter()
+    r = DualEncoder(model) if retriever == "de" else TfidfRetriever()
+    M = r.fit(items).scores(queries)
+    wall = time.perf_counter() - t0
+    name = ("bundled:all-MiniLM-L6-v2" if str(model) == "bundled" else str(model)) if retriever == "de" else "tfidf"
+    attrs = {"model": name, "kind": retriever, "dataset": ds.name,
+             "domain": ds.name.split(":", 1)[-1], "query_ids": [q.id for q in queries],
+             "item_ids": [i.id for i in items], "precision": "fp32", "wall_s": round(wall, 2),
+             "device": str(getattr(r, "device", "cpu")), "torch_version": torch.__version__}
+    from xenbench import __version__
+
+    attrs["xenbench_version"] = __version__
+    store = ScoreStore.create(out, len(queries), len(items), chunks=(len(queries), None), attrs=attrs)
+    store.write_chunk(0, M)
+    return store
