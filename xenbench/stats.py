@@ -249,3 +249,40 @@ def baseline_accuracy(
                 rows.append({"dataset": ds.name, "retriever": name, "n_queries": len(queries),
                              "n_items": len(ds.items), "k": cutoff, "accuracy": acc, "seconds": seconds})
     return pd.DataFrame(rows, columns=["dataset", "retriever", "n_queries", "n_items", "k", "accuracy", "seconds"])
+
+
+def sample_pairs(dataset: Dataset, n_queries: int | None, n_items: int | None, seed: int = 0
+                 ) -> tuple[list[Query], list]:
+    """A seeded sample of ``n_queries`` queries (with gold) and ``n_items`` items, each in dataset order."""
+    queries = sample_queries(dataset, n_queries, seed)
+    if n_items is not None and (isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 1):
+        raise ParameterError("n_items", "None or an int >= 1", n_items, "sample_pairs")
+    items = dataset.items
+    if n_items is not None and n_items < len(items):
+        keep = np.sort(np.random.default_rng(seed + 1).choice(len(items), size=n_items, replace=False))
+        items = [items[i] for i in keep]
+    return queries, list(items)
+
+
+def zero_mean_scores(M: np.ndarray) -> np.ndarray:
+    """Each query's scores minus that query's mean, ``M - M.mean(axis=1)``: shape (n_queries, n_items)."""
+    M = np.asarray(M, dtype=np.float64)
+    return M - M.mean(axis=1, keepdims=True)
+
+
+def score_summary(matrices: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Shape of each score matrix (n_queries, n_items): per-query skewness and top-score margin.
+
+    Columns: ``std`` (of the zero-mean scores), ``mean_query_skew`` (mean over queries of the skewness of the
+    query's scores), ``mean_top1_z`` (mean over queries of (max − mean) / std of the query's scores).
+    """
+    from scipy.stats import skew
+
+    rows = []
+    for name, M in matrices.items():
+        Z = zero_mean_scores(M)
+        sd = Z.std(axis=1)
+        rows.append({"matrix": name, "shape": tuple(Z.shape), "std": float(Z.std()),
+                     "mean_query_skew": float(np.mean(skew(Z, axis=1))),
+                     "mean_top1_z": float(np.mean(Z.max(axis=1) / np.where(sd > 0, sd, 1.0)))})
+    return pd.DataFrame(rows)

@@ -5,5 +5,6 @@ One submodule per topic; everything public is re-exported here, so notebooks cal
 from __future__ import annotations
 
 from xenbench.plots.data import accuracy_bars, ambiguity_histogram, domain_sizes, length_histograms
+from xenbench.plots.scores import score_distributions
 
-__all__ = ["accuracy_bars", "ambiguity_histogram", "domain_sizes", "length_histograms"]
+__all__ = ["accuracy_bars", "ambiguity_histogram", "domain_sizes", "length_histograms", "score_distributions"]

@@ -1,0 +1,324 @@
+"""score_matrix / score_pairs_sparse / run_score_job against the reference path ``ce.score_pairs``.
+
+Tolerances: fp32 paths agree with the reference to 1e-5 times the score scale (max(1, max |score|); the
+same arithmetic, batched and padded differently; raw-dot [EMB] layouts give scores around 30); two runs with
+the same batching agree to 1e-6.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
+
+from xenbench.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, bundled_backbone
+from xenbench.data import Dataset, Item, Query
+from xenbench.errors import DataError, ParameterError
+from xenbench.scoring import PairAssembler, resolve_device, run_score_job, score_matrix, score_pairs_sparse
+
+HERE = Path(__file__).resolve()
+
+QUERIES = [
+    Query("q0", "his mind wandered", (4, 8)),
+    Query("q1", "I couldn't get his words out of my head", (35, 39)),
+    Query("q2", "use your noddle"),  # no mention: no markers
+    Query("q3", "a place in my heart", (2, 7)),
+    Query("q4", "it brought the scandal to light " + "and then it went on and on " * 6, (25, 30)),  # truncated
+    Query("q5", "thinking", (0, 8)),
+]
+ITEMS = [
+    Item("i0", "mind, head, brain, psyche, nous", "that which is responsible for one's thoughts and feelings"),
+    Item("i1", "noddle", "an informal British expression for head or mind"),
+    Item("i2", "place", "an abstract mental location"),
+    Item("i3", "public knowledge", "knowledge of something that is open and known to the general public"),
+    Item("i4", "light", ""),
+    Item("i5", "", "an untitled item with only a description"),
+    Item("i6", "cognition, knowledge, noesis", "the psychological result of perception and learning " * 4),
+    Item("i7", "tabula rasa", "a young mind not yet affected by experience"),
+    Item("i8", "thinking, thought", "the process of using your mind to consider something carefully"),
+    Item("i9", "x", "y"),
+]
+
+
+def tiny_ce(kind: str = "cls", *, pooling: str = "markers", fmt: InputFormat | None = None,
+            seed: int = 0) -> CrossEncoder:
+    """A 2-layer random BERT (hidden 32) on the bundled tokenizer: fast, deterministic given ``seed``."""
+    tok = AutoTokenizer.from_pretrained(bundled_backbone())
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=256, num_labels=1, initializer_range=0.5)
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(cfg) if kind == "cls" else BertModel(cfg, add_pooling_layer=False)
+    config = CEConfig(kind=kind, pooling=pooling, scale=None, input_format=fmt or InputFormat())  # type: ignore
+    return CrossEncoder(model.eval(), tok, config)
+
+
+LAYOUTS = {
+    "minilm-cls": lambda: build_cross_encoder(CEConfig(kind="cls")),
+    "minilm-emb-mean": lambda: build_cross_encoder(CEConfig(kind="emb")),
+    "tiny-cls-padded": lambda: tiny_ce("cls", fmt=InputFormat(max_query_tokens=12, max_item_tokens=20,
+                                                              query_pad_to=16)),
+    "tiny-emb-markers": lambda: tiny_ce("emb", pooling="markers"),
+    "tiny-emb-cls-sep": lambda: tiny_ce("emb", pooling="cls-sep", fmt=InputFormat(markers=False)),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def ce(request) -> CrossEncoder:
+    return LAYOUTS[request.param]()
+
+
+@pytest.fixture(scope="module")
+def small_ce() -> CrossEncoder:
+    return tiny_ce("cls")
+
+
+def atol(ref: np.ndarray) -> float:
+    return 1e-5 * max(1.0, float(np.abs(ref).max()))
+
+
+def reference(ce: CrossEncoder) -> np.ndarray:
+    qs = [q for q in QUERIES for _ in ITEMS]
+    its = [it for _ in QUERIES for it in ITEMS]
+    return ce.score_pairs(qs, its, batch_size=7).numpy().reshape(len(QUERIES), len(ITEMS))
+
+
+# -- equality with the reference path --------------------------------------------------------------
+
+
+def test_assembler_equals_collate(ce):
+    q_ids, i_ids = ce.pairs.encode_queries(QUERIES), ce.pairs.encode_items(ITEMS)
+    asm = PairAssembler(ce.pairs, q_ids, i_ids)
+    rng = np.random.default_rng(0)
+    qr, ir = rng.integers(0, len(QUERIES), 25), rng.integers(0, len(ITEMS), 25)
+    got = asm.batch(qr, ir)
+    want = ce.pairs.collate([q_ids[r] for r in qr], [i_ids[c] for c in ir])
+    assert got.keys() == want.keys()
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+    lengths = (want["query_len"] + want["token_type_ids"].sum(1)).numpy()  # head (+ query padding) + tail
+    np.testing.assert_array_equal(asm.lengths(qr, ir), lengths)
+
+
+def test_dense_matches_reference(ce):
+    ref = reference(ce)
+    got = score_matrix(ce, QUERIES, ITEMS, batch_size=4, query_chunk=4, progress=False)
+    assert got.shape == (6, 10) and got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, rtol=0, atol=atol(ref))
+    assert np.ptp(ref) > 1e-3  # the layouts give scores that differ between pairs: the check is not vacuous
+
+
+def test_sparse_matches_dense(ce):
+    dense = score_matrix(ce, QUERIES, ITEMS, progress=False)
+    rng = np.random.default_rng(1)
+    pairs = np.stack([rng.integers(0, 6, 40), rng.integers(0, 10, 40)], axis=1)
+    pairs[-1] = pairs[0]  # a duplicate entry is scored twice, identically
+    got = score_pairs_sparse(ce, QUERIES, ITEMS, pairs, batch_size=5)
+    assert got.shape == (40,) and got.dtype == np.float32
+    np.testing.assert_allclose(got, dense[pairs[:, 0], pairs[:, 1]], rtol=0, atol=atol(dense))
+    assert score_pairs_sparse(ce, QUERIES, ITEMS, np.zeros((0, 2), dtype=np.int64)).shape == (0,)
+
+
+def test_ce_state_is_restored(small_ce):
+    small_ce.train()
+    small_ce.model.eval()  # the mixed state build_cross_encoder returns: top "training", model in eval
+    before = [m.training for m in small_ce.modules()]
+    score_matrix(small_ce, QUERIES[:2], ITEMS[:3], progress=False)
+    assert [m.training for m in small_ce.modules()] == before
+    assert small_ce.device.type == "cpu"
+
+
+def test_bf16_is_close_but_not_exact(small_ce):
+    fp32 = score_matrix(small_ce, QUERIES, ITEMS, progress=False)
+    bf16, timing = score_matrix(small_ce, QUERIES, ITEMS, precision="bf16", progress=False, return_timing=True)
+    assert timing.precision == "bf16" and timing.n_pairs == 60
+    assert np.abs(bf16 - fp32).max() < 0.05 * np.ptp(fp32)  # bf16 keeps ~3 significant digits
+
+
+# -- the store path, resume ----------------------------------------------------------------------------
+
+
+def test_store_path_and_manifest(small_ce, tmp_path):
+    pytest.importorskip("zarr")
+    mem = score_matrix(small_ce, QUERIES, ITEMS, batch_size=3, query_chunk=2, progress=False)
+    store, timing = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", batch_size=3, query_chunk=2,
+                                 progress=False, manifest={"dataset": "handmade", "seed": 7}, return_timing=True)
+    np.testing.assert_allclose(store.to_numpy(), mem, rtol=0, atol=1e-6)
+    assert store.chunks == (2, 10) and store.is_complete
+    attrs = store.attrs
+    assert attrs["query_ids"] == [q.id for q in QUERIES] and attrs["item_ids"] == [it.id for it in ITEMS]
+    assert attrs["dataset"] == "handmade" and attrs["seed"] == 7 and attrs["precision"] == "fp32"
+    assert attrs["xenbench_version"] and attrs["device"] == "cpu" and attrs["dtype"] == "float32"
+    assert attrs["wall_s"] > 0 and attrs["sessions"][0]["n_pairs"] == 60 == timing.n_pairs
+    assert timing.pairs_per_s > 0 and timing.device == "cpu"
+    # A second call finds everything done and scores nothing.
+    _, again = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False, return_timing=True)
+    assert again.n_pairs == 0
+
+
+def test_resume_recomputes_torn_and_altered_blocks(small_ce, tmp_path):
+    pytest.importorskip("zarr")
+    out = tmp_path / "s"
+    full = score_matrix(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False).to_numpy()
+    # Block 1: torn file, no marker (a kill mid-write). Block 2: altered after its marker was written.
+    with open(out / "scores" / "c" / "1" / "0", "r+b") as f:
+        f.truncate(12)
+    (out / "scores" / "_done" / "1.json").unlink()
+    raw = bytearray((out / "scores" / "c" / "2" / "0").read_bytes())
+    raw[5] ^= 0x55
+    (out / "scores" / "c" / "2" / "0").write_bytes(bytes(raw))
+    store, timing = score_matrix(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False, return_timing=True)
+    assert timing.n_pairs == 2 * 2 * 10  # exactly the two bad blocks
+    np.testing.assert_allclose(store.to_numpy(), full, rtol=0, atol=1e-6)
+
+
+def test_resume_refuses_another_job(small_ce, tmp_path):
+    pytest.importorskip("zarr")
+    score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False)
+    with pytest.raises(DataError, match=r"holds a score store of another job \(item_ids differs\)"):
+        score_matrix(small_ce, QUERIES, ITEMS[:5], tmp_path / "s", progress=False)
+    with pytest.raises(DataError, match=r"another job \(model_sha256 differs\)"):
+        score_matrix(tiny_ce("cls", seed=1), QUERIES, ITEMS, tmp_path / "s", progress=False)
+    with pytest.raises(DataError, match=r"another job \(precision differs\)"):
+        score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", precision="bf16", progress=False)
+
+
+_CHILD = """
+import importlib.util, os, sys, time
+spec = importlib.util.spec_from_file_location("scoring_tests", sys.argv[1])
+t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
+from xenbench.scoring import score_matrix
+ce = t.tiny_ce("cls")
+forward = ce.forward
+def slow(batch):  # slow enough to be killed mid-run: ~0.5 s per query chunk
+    time.sleep(0.1)
+    return forward(batch)
+ce.forward = slow
+score_matrix(ce, t.QUERIES, t.ITEMS, sys.argv[2], batch_size=2, query_chunk=1, progress=False)
+"""
+
+
+def test_kill_and_resume(small_ce, tmp_path):
+    pytest.importorskip("zarr")
+    out = tmp_path / "s"
+    log = tmp_path / "child.log"
+    with open(log, "wb") as err:
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(HERE), str(out)],
+                                 stdout=subprocess.DEVNULL, stderr=err)
+    done_dir = out / "scores" / "_done"
+    deadline = time.monotonic() + 120
+    try:
+        while not (done_dir.is_dir() and any(done_dir.glob("*.json"))):
+            if child.poll() is not None:
+                pytest.fail(f"the scoring subprocess ended before it was killed:\n{log.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail("no chunk was done within 120 s")
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    from xenbench.store import ScoreStore
+
+    n_done = len(ScoreStore.open(out).done_chunks())
+    assert 1 <= n_done < len(QUERIES)
+    store, timing = score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False,
+                                 return_timing=True)
+    assert timing.n_pairs <= (len(QUERIES) - n_done) * len(ITEMS)  # done chunks were not recomputed
+    uninterrupted = score_matrix(small_ce, QUERIES, ITEMS, batch_size=2, query_chunk=1, progress=False)
+    np.testing.assert_allclose(store.to_numpy(), uninterrupted, rtol=0, atol=1e-6)
+    assert not list(out.rglob("*.partial")) and not list(out.rglob("*.tmp"))
+
+
+# -- run_score_job -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return Dataset("wordnet-el:handmade", list(ITEMS), list(QUERIES), {"q0": ["i0"]})
+
+
+def test_run_score_job(tmp_path, dataset):
+    pytest.importorskip("zarr")
+    qids, iids = ["q3", "q0"], ["i2", "i0", "i9"]
+    store = run_score_job("bundled-cls", dataset, qids, iids, tmp_path / "s", progress=False, seed=3)
+    ce = build_cross_encoder(CEConfig(kind="cls"), seed=3)
+    want = score_matrix(ce, [QUERIES[3], QUERIES[0]], [ITEMS[2], ITEMS[0], ITEMS[9]], progress=False)
+    np.testing.assert_allclose(store.to_numpy(), want, rtol=0, atol=1e-6)
+    attrs = store.attrs
+    assert attrs["model"] == "bundled-cls" and attrs["seed"] == 3
+    assert attrs["dataset"] == "wordnet-el:handmade" and attrs["domain"] == "handmade"
+    assert attrs["query_ids"] == qids and attrs["item_ids"] == iids
+
+
+def test_run_score_job_bad_input(tmp_path, dataset):
+    with pytest.raises(ParameterError, match=r"'query_ids' parameter of run_score_job must be ids of dataset "
+                                             r"'wordnet-el:handmade' \(2 of 3 are unknown\). Got \['nope', 'q9'\]"):
+        run_score_job("bundled-cls", dataset, ["q1", "nope", "q9"], None, tmp_path / "s")
+    with pytest.raises(ParameterError, match=r"'item_ids' parameter of run_score_job must be distinct ids"):
+        run_score_job("bundled-cls", dataset, None, ["i1", "i2", "i1"], tmp_path / "s")
+    with pytest.raises(ParameterError, match="'item_ids' parameter of run_score_job must be a sequence of ids"):
+        run_score_job("bundled-cls", dataset, None, "i1", tmp_path / "s")
+    with pytest.raises(ParameterError, match=r"'ce' parameter of run_score_job must be one of \['bundled-cls'"):
+        run_score_job("bundled-xl", dataset, None, None, tmp_path / "s")
+    with pytest.raises(DataError, match="no such file or folder"):
+        run_score_job(tmp_path / "no-model", dataset, None, None, tmp_path / "s")
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+
+def test_bad_input(small_ce):
+    with pytest.raises(ParameterError, match=r"'queries' parameter of score_matrix must be a non-empty sequence "
+                                             r"of Query. Got \[\] instead"):
+        score_matrix(small_ce, [], ITEMS)
+    with pytest.raises(ParameterError, match=r"'items' parameter of score_pairs_sparse must be a non-empty"):
+        score_pairs_sparse(small_ce, QUERIES, [], np.zeros((0, 2), dtype=int))
+    with pytest.raises(ParameterError, match=r"'items' parameter of score_matrix must be a sequence of Item "
+                                             r"\(entry 1 is not\). Got 'str'"):
+        score_matrix(small_ce, QUERIES, [ITEMS[0], "i1"])
+    with pytest.raises(ParameterError, match="'batch_size' parameter of score_matrix must be an int >= 1 or None. "
+                                             "Got 0"):
+        score_matrix(small_ce, QUERIES, ITEMS, batch_size=0)
+    with pytest.raises(ParameterError, match="'query_chunk' parameter of score_matrix must be an int >= 1 or None"):
+        score_matrix(small_ce, QUERIES, ITEMS, query_chunk=-1)
+    with pytest.raises(ParameterError, match="'precision' parameter of score_matrix must be 'fp32', 'bf16' or"):
+        score_matrix(small_ce, QUERIES, ITEMS, precision="fp64")
+    with pytest.raises(ParameterError, match="'ce' parameter of score_matrix must be a xenbench CrossEncoder"):
+        score_matrix(small_ce.model, QUERIES, ITEMS)
+    with pytest.raises(ParameterError, match=r"'pairs' parameter of score_pairs_sparse must be an int array of "
+                                             r"shape \(nnz, 2\)"):
+        score_pairs_sparse(small_ce, QUERIES, ITEMS, np.zeros((4, 3), dtype=int))
+    with pytest.raises(ParameterError, match=r"must be item rows in \[0, 9\] \(entry 1 is not\). Got \[2, 10\]"):
+        score_pairs_sparse(small_ce, QUERIES, ITEMS, np.array([[0, 0], [2, 10]]))
+    with pytest.raises(ParameterError, match=r"must be query rows in \[0, 5\] \(entry 0 is not\). Got \[-1, 0\]"):
+        score_pairs_sparse(small_ce, QUERIES, ITEMS, np.array([[-1, 0]]))
+
+
+def test_devices():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type in ("cuda", "mps", "cpu")
+    with pytest.raises(ParameterError, match=r"'device' parameter of resolve_device must be 'auto', 'cpu', 'cuda'"):
+        resolve_device("gpu please")
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu") or torch.backends.mps.is_available()
+        with pytest.raises(ParameterError, match="CUDA is not available on this machine. Got 'cuda'"):
+            resolve_device("cuda")
+
+
+def test_import_without_zarr():
+    # The GPU machines have no zarr: importing the scorer and scoring in memory must still work.
+    code = ("import sys; sys.modules['zarr'] = None\n"
+            "import xenbench.scoring, xenbench.store\n"
+            "try:\n    xenbench.store.ScoreStore.create('never', 2, 2)\n"
+            "except ImportError as e:\n    assert 'needs zarr' in str(e), e\n"
+            "else:\n    raise SystemExit('no ImportError')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,148 @@
+"""ScoreStore: round trip, resume bookkeeping, torn chunks, attributes."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from xenbench.errors import DataError, ParameterError
+from xenbench.store import STORE_FORMAT, ScoreStore
+
+pytest.importorskip("zarr")
+
+N_Q, N_I, Q_CHUNK = 10, 7, 3  # 4 row blocks, the last one short (rows 9:10)
+
+
+def matrix(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((N_Q, N_I)).astype(np.float32)
+
+
+def fill(store: ScoreStore, m: np.ndarray, blocks: list[int] | None = None) -> None:
+    for k in range(store.n_chunks) if blocks is None else blocks:
+        a, b = store.chunk_rows(k)
+        store.write_chunk(k, m[a:b], {"wall_s": 0.5})
+
+
+def test_round_trip(tmp_path):
+    m = matrix()
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None))
+    assert store.n_chunks == 4 and store.chunk_rows(3) == (9, 10)
+    fill(store, m)
+    again = ScoreStore.open(tmp_path / "s")
+    assert again.is_complete and again.shape == (N_Q, N_I) and again.chunks == (Q_CHUNK, N_I)
+    np.testing.assert_array_equal(again.to_numpy(), m)  # float32 in, float32 out: exact
+    np.testing.assert_array_equal(again[2:8, 1:3], m[2:8, 1:3])
+    np.testing.assert_array_equal(again[-1], m[-1])
+    np.testing.assert_array_equal(again[::4], m[::4])
+    assert again.to_numpy().dtype == np.float32
+    assert [s for s, _, _ in again.iter_chunks()] == [0, 3, 6, 9]
+    assert again.wall_s == pytest.approx(2.0)
+
+
+def test_several_item_chunks_per_block(tmp_path):
+    m = matrix(1)
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(4, 3))  # blocks span 3 chunk files
+    fill(store, m)
+    np.testing.assert_array_equal(ScoreStore.open(tmp_path / "s").to_numpy(), m)
+
+
+def test_resume_bookkeeping(tmp_path):
+    m = matrix()
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None))
+    fill(store, m, [0, 2])
+    store = ScoreStore.open(tmp_path / "s", mode="r+")
+    assert store.done_chunks() == [0, 2] and store.missing_chunks() == [1, 3] and not store.is_complete
+    with pytest.raises(DataError, match=r"2 of 4 row blocks are not done \(first: \[1, 3\]\)"):
+        store.to_numpy()
+    with pytest.raises(DataError, match=r"block 1 \(rows 3:6\) is not done"):
+        store[2:5]
+    partial = store.to_numpy(allow_partial=True)
+    assert np.isnan(partial[3:6]).all() and np.isnan(partial[9:]).all()
+    np.testing.assert_array_equal(partial[6:9], m[6:9])
+    fill(store, m, store.missing_chunks())  # what a resumed run does
+    np.testing.assert_array_equal(store.to_numpy(), m)
+
+
+def test_block_without_marker_is_absent_and_recomputed(tmp_path):
+    # A kill between writing block 1's data and its marker, then a torn (truncated) chunk file.
+    m = matrix()
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None))
+    fill(store, m, [0])
+    store._array[3:6, :] = m[3:6] + 100.0  # data written, marker never written
+    chunk_file = tmp_path / "s" / "scores" / "c" / "1" / "0"
+    with open(chunk_file, "r+b") as f:
+        f.truncate(10)
+    (chunk_file.parent / "0.deadbeef.partial").write_bytes(b"junk")  # zarr's temp file of a killed write
+    store = ScoreStore.open(tmp_path / "s", mode="r+")
+    assert not (chunk_file.parent / "0.deadbeef.partial").exists()
+    assert store.done_chunks() == [0]
+    with pytest.raises(DataError, match=r"block 1 \(rows 3:6\) is not done"):
+        store.read_chunk(1)
+    fill(store, m, store.missing_chunks())
+    np.testing.assert_array_equal(store.to_numpy(), m)
+
+
+def test_block_changed_after_marker_is_never_read_as_valid(tmp_path):
+    m = matrix()
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None))
+    fill(store, m)
+    chunk_file = tmp_path / "s" / "scores" / "c" / "2" / "0"
+    raw = bytearray(chunk_file.read_bytes())
+    raw[0] ^= 0xFF  # one flipped byte: still decodes, wrong value
+    chunk_file.write_bytes(bytes(raw))
+    store = ScoreStore.open(tmp_path / "s", mode="r+")
+    with pytest.raises(DataError, match=r"block 2 \(rows 6:9\) does not match its completion marker"):
+        store.to_numpy()
+    with pytest.raises(DataError, match="does not match its completion marker"):
+        store[7]
+    with open(chunk_file, "r+b") as f:  # torn: too short to decode at all
+        f.truncate(10)
+    assert store.verify() == [2]
+    store.invalidate(2)
+    assert store.missing_chunks() == [2]
+    fill(store, m, [2])
+    np.testing.assert_array_equal(store.to_numpy(), m)
+
+
+def test_attrs_round_trip(tmp_path):
+    attrs = {"model": "bundled-cls", "query_ids": ["q1", "q2"], "nested": {"seed": 3, "domain": "noun.food"},
+             "unicode": "café ✓", "wall_s": 0.0}
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None), attrs=attrs)
+    store.update_attrs({"wall_s": 1.5})
+    got = ScoreStore.open(tmp_path / "s").attrs
+    assert got == {**attrs, "wall_s": 1.5, "format": STORE_FORMAT, "dtype": "float32"}
+    with pytest.raises(ParameterError, match="'attrs' parameter of ScoreStore.create must be a JSON-serializable"):
+        ScoreStore.create(tmp_path / "t", 2, 2, attrs={"x": object()})
+
+
+def test_marker_is_written_last_and_atomically(tmp_path):
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None))
+    fill(store, matrix(), [0])
+    done = tmp_path / "s" / "scores" / "_done"
+    assert sorted(os.listdir(done)) == ["0.json"]  # no temporary file left behind
+    info = json.loads((done / "0.json").read_text())
+    assert info["rows"] == [0, 3] and len(info["sha256"]) == 64 and info["wall_s"] == 0.5
+    assert store.chunk_info(0) == info and store.chunk_info(1) is None
+
+
+def test_errors(tmp_path):
+    with pytest.raises(ParameterError, match="'n_queries' parameter of ScoreStore.create must be an int >= 1. Got 0"):
+        ScoreStore.create(tmp_path / "a", 0, 5)
+    with pytest.raises(ParameterError, match="'chunks' parameter of ScoreStore.create must be a pair whose q_chunk"):
+        ScoreStore.create(tmp_path / "a", 5, 5, chunks=(0, None))
+    store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None))
+    with pytest.raises(DataError, match="already exists: open it with ScoreStore.open to resume"):
+        ScoreStore.create(tmp_path / "s", N_Q, N_I)
+    with pytest.raises(ParameterError, match=r"'values' parameter of ScoreStore.write_chunk must be an array of "
+                                             r"shape \(3, 7\). Got \(2, 7\)"):
+        store.write_chunk(0, np.zeros((2, N_I)))
+    with pytest.raises(ParameterError, match=r"'k' parameter of ScoreStore must be a block index in \[0, 3\]"):
+        store.write_chunk(4, np.zeros((1, N_I)))
+    with pytest.raises(DataError, match="store is open read-only"):
+        ScoreStore.open(tmp_path / "s").write_chunk(0, np.zeros((3, N_I)))
+    with pytest.raises(DataError, match="not a score store"):
+        ScoreStore.open(tmp_path)
+    fresh = ScoreStore.create(tmp_path / "s", 2, 2, overwrite=True)
+    assert fresh.shape == (2, 2) and fresh.done_chunks() == []

@@ -1,0 +1,30 @@
+"""Figures of score matrices: zero-mean score distributions (ANNCUR Fig. 1b kind)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+
+from xenbench.plots._style import _style
+
+
+def score_distributions(matrices: Mapping[str, np.ndarray], *, standardize: bool = True, bins: int = 200,
+                        title: str | None = None, height: int | None = 420) -> go.Figure:
+    """Density of each matrix's zero-mean scores per query (each row minus its mean), one line per matrix.
+
+    Binned here (``bins`` bins over the pooled range) so a figure of millions of scores stays small.
+    ``standardize`` divides each matrix by its overall std, to compare shapes across score scales.
+    """
+    from xenbench.stats import zero_mean_scores
+
+    fig = go.Figure()
+    for name, M in matrices.items():
+        Z = zero_mean_scores(M).ravel()
+        if standardize:
+            Z = Z / (Z.std() or 1.0)
+        density, edges = np.histogram(Z, bins=bins, density=True)
+        fig.add_scatter(x=(edges[:-1] + edges[1:]) / 2, y=density, mode="lines", name=name)
+    fig.update_xaxes(title="score − query mean" + (" (in stds)" if standardize else ""))
+    fig.update_yaxes(title="density", type="log")
+    return _style(fig, title, height)
