@@ -9,8 +9,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "adacur", "cli", "crossencoder", "cur", "data", "errors", "linking", "metrics", "notebook", "plots",
-    "retrievers", "scoring", "stats", "store", "train", "wordnet",
+    "adacur", "cli", "crossencoder", "cur", "data", "errors", "experiments", "linking", "metrics", "notebook",
+    "plots", "rank", "retrievers", "scoring", "stats", "store", "train", "widgets", "wordnet",
 }
 
 

@@ -5,6 +5,10 @@ One submodule per topic; everything public is re-exported here, so notebooks cal
 from __future__ import annotations
 
 from xenbench.plots.data import accuracy_bars, ambiguity_histogram, domain_sizes, length_histograms
+from xenbench.plots.rank import cur_error_curves, cur_heatmaps, score_skew_histograms, singular_value_spectra
 from xenbench.plots.scores import score_distributions
 
-__all__ = ["accuracy_bars", "ambiguity_histogram", "domain_sizes", "length_histograms", "score_distributions"]
+__all__ = [
+    "accuracy_bars", "ambiguity_histogram", "cur_error_curves", "cur_heatmaps", "domain_sizes", "length_histograms",
+    "score_distributions", "score_skew_histograms", "singular_value_spectra",
+]

@@ -1,0 +1,312 @@
+"""Rank analysis against independent truths: planted ranks and singular values, hand-computed energy
+ranks and skewness, exact CUR recovery of low-rank matrices, agreement of cur_grid with the AnnCur /
+anncur_with_budget path, the k_q = k_i spike (ANNCUR §B.2), and parameter errors."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xenbench.adacur import anncur_with_budget
+from xenbench.cur import AnnCur, approximation_error
+from xenbench.errors import ParameterError
+from xenbench.metrics import topk_recall
+from xenbench.rank import (
+    center_rows,
+    cur_grid,
+    diagonal_spike,
+    energy_rank,
+    numerical_rank,
+    numpy_tolerance,
+    score_skew,
+    singular_values,
+)
+
+
+def planted(n_queries: int, n_items: int, rank: int, *, noise: float = 0.0, seed: int = 0,
+            dtype: type = np.float64) -> np.ndarray:
+    """A rank-``rank`` matrix with singular values 1..rank (times 10), plus Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.standard_normal((n_queries, rank)))
+    V, _ = np.linalg.qr(rng.standard_normal((n_items, rank)))
+    M = (U * (10.0 * np.arange(rank, 0, -1))) @ V.T
+    return (M + noise * rng.standard_normal((n_queries, n_items))).astype(dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# singular values and ranks
+# ------------------------------------------------------------------------------------------------
+def test_singular_values_match_numpy_and_planted_values():
+    M = planted(40, 70, rank=6)
+    s = singular_values(M)
+    assert s.shape == (40,) and s.dtype == np.float64
+    np.testing.assert_allclose(s, np.linalg.svd(M, compute_uv=False), rtol=1e-12, atol=1e-12)
+    # planted σ = 60, 50, ..., 10, then zeros (to float64 rounding of the product)
+    np.testing.assert_allclose(s[:6], [60, 50, 40, 30, 20, 10], rtol=1e-12)
+    assert s[6:].max() < 1e-12
+
+
+@pytest.mark.parametrize("center", ["rows", "both"])
+def test_centered_singular_values_equal_those_of_the_explicitly_centered_matrix(center):
+    rng = np.random.default_rng(1)
+    M = rng.standard_normal((30, 50)).astype(np.float32) + 5.0
+    X = M.astype(np.float64) - M.astype(np.float64).mean(axis=1, keepdims=True)
+    if center == "both":
+        X = X - X.mean(axis=0, keepdims=True)
+    np.testing.assert_allclose(singular_values(M, center=center), np.linalg.svd(X, compute_uv=False),
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_row_centering_removes_an_offset_that_numpy_counts_as_rank_one():
+    M = planted(30, 50, rank=4) + 5.0  # constant offset: one more rank, and a large σ₁
+    assert numerical_rank(M) == 5
+    assert numerical_rank(M, s=singular_values(M, center="rows")) == 4
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("rank", [1, 7, 25])
+def test_numerical_rank_of_planted_rank_with_noise_below_tolerance(rank, dtype):
+    # numpy's tolerance is σ₁ · max(m, n) · eps(dtype) = 60..250 · 200 · eps; noise of σ₁ · eps / 10 per
+    # entry gives singular values of about σ₁ · eps / 10 · (sqrt(m) + sqrt(n)) ≈ 2.5 σ₁ eps, far below.
+    eps = np.finfo(dtype).eps
+    clean = planted(120, 200, rank)
+    M = planted(120, 200, rank, noise=10.0 * rank * eps / 10, dtype=dtype)
+    assert np.abs(M - clean).max() > 0  # the noise is there
+    assert numerical_rank(M) == rank
+    assert numerical_rank(M) == np.linalg.matrix_rank(M)
+
+
+def test_numpy_tolerance_is_sigma_max_times_max_dim_times_eps_of_the_dtype():
+    M = planted(20, 30, rank=3)
+    assert numpy_tolerance(M) == pytest.approx(30.0 * 30 * np.finfo(np.float64).eps)
+    assert numpy_tolerance(M.astype(np.float32)) == pytest.approx(30.0 * 30 * np.finfo(np.float32).eps, rel=1e-6)
+
+
+def test_explicit_tolerance_and_precomputed_singular_values():
+    M = planted(20, 30, rank=5)  # σ = 50, 40, 30, 20, 10
+    s = singular_values(M)
+    assert numerical_rank(M, tol=25.0) == 3
+    assert numerical_rank(M, tol=25.0, s=s) == 3
+    assert numerical_rank(M, tol=15.0) == 4
+
+
+@pytest.mark.parametrize(
+    "s, thresholds, expected",
+    [
+        ([3.0, 2.0, 1.0], (0.5, 0.9, 1.0), {0.5: 1, 0.9: 2, 1.0: 3}),  # energies 9, 4, 1 of 14
+        ([1.0, 1.0, 1.0, 1.0], (0.5, 0.75, 0.76), {0.5: 2, 0.75: 3, 0.76: 4}),  # exact boundaries
+        ([1.0, 3.0, 2.0], (0.9,), {0.9: 2}),  # order of the input does not matter
+        ([5.0, 0.0, 0.0], (0.99, 1.0), {0.99: 1, 1.0: 1}),
+        ([4.0, 3.0], (0.64, 0.65), {0.64: 1, 0.65: 2}),  # 16 / 25 = 0.64 exactly
+    ],
+)
+def test_energy_rank_on_hand_computed_values(s, thresholds, expected):
+    assert energy_rank(np.array(s), thresholds) == expected
+
+
+def test_energy_rank_default_thresholds():
+    s = np.sqrt(np.array([90.0, 9.0, 0.9, 0.1]))  # energies sum to 100
+    assert energy_rank(s) == {0.9: 1, 0.99: 2}
+
+
+# ------------------------------------------------------------------------------------------------
+# score distributions
+# ------------------------------------------------------------------------------------------------
+def test_score_skew_hand_computed_and_invariant_to_shift_and_scale():
+    M = np.array([[0.0, 0.0, 0.0, 4.0],  # mean 1, m2 = 3, m3 = (−1 −1 −1 + 27)/4 = 6: g1 = 6 / 3^1.5
+                  [1.0, 2.0, 3.0, 4.0],  # symmetric
+                  [0.0, 4.0, 4.0, 4.0]])  # mirror of the first
+    g = score_skew(M)
+    np.testing.assert_allclose(g, [6 / 3 ** 1.5, 0.0, -6 / 3 ** 1.5], atol=1e-12)
+    np.testing.assert_allclose(score_skew(3.0 * M - 7.0), g, atol=1e-12)
+
+
+def test_score_skew_agrees_with_scipy_and_marks_constant_rows():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    M = rng.exponential(size=(5, 300)).astype(np.float32)
+    np.testing.assert_allclose(score_skew(M), stats.skew(M.astype(np.float64), axis=1), rtol=1e-10)
+    assert np.isnan(score_skew(np.ones((2, 4)))).all()
+
+
+def test_center_rows_gives_zero_mean_rows_and_unit_std_when_scaled():
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((6, 40)) * 3 + np.arange(6)[:, None]
+    M[2] = 5.0  # a constant row
+    Z = center_rows(M)
+    np.testing.assert_allclose(Z.mean(axis=1), 0.0, atol=1e-12)
+    np.testing.assert_allclose(Z, M - M.mean(axis=1, keepdims=True))
+    S = center_rows(M, scale=True)
+    np.testing.assert_allclose(np.delete(S.std(axis=1), 2), 1.0)
+    assert (S[2] == 0).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# cur_grid
+# ------------------------------------------------------------------------------------------------
+def test_cur_grid_recovers_an_exactly_low_rank_matrix():
+    # rank 5 < k_q, k_i: the skeleton decomposition is exact to float64 rounding, so the approximate
+    # scores rank every item exactly and any budget >= k finds the whole top-k.
+    M = planted(100, 300, rank=5)
+    grid = cur_grid(M, [8, 20, 40], [6, 10, 30], n_test=30, seed=3, budget=40, k=10)
+    assert list(grid.columns) == ["k_q", "k_i", "diagonal", "error", "error_centered", "cond", "recall"]
+    assert grid[["k_q", "k_i"]].values.tolist() == [[q, i] for q in (8, 20, 40) for i in (6, 10, 30)]
+    assert (grid["error"] < 1e-9).all()
+    assert (grid["error_centered"] < 1e-9).all()
+    assert (grid["recall"] == 1.0).all()
+    # below the rank the approximation cannot be exact
+    low = cur_grid(M, [3, 20], [3, 20], n_test=30, seed=3)
+    assert (low.loc[(low["k_q"] < 5) | (low["k_i"] < 5), "error"] > 0.05).all()
+    assert "recall" not in low.columns  # no budget, no recall
+
+
+def test_cur_grid_is_deterministic_given_the_seed():
+    M = planted(80, 150, rank=10, noise=0.5, seed=1)
+    a = cur_grid(M, [10, 30], [15, 40], n_test=20, seed=7, budget=60)
+    b = cur_grid(M, [10, 30], [15, 40], n_test=20, seed=7, budget=60)
+    pd.testing.assert_frame_equal(a, b)
+    c = cur_grid(M, [10, 30], [15, 40], n_test=20, seed=8, budget=60)
+    assert not np.allclose(a["error"], c["error"])
+
+
+def test_cur_grid_equals_annCur_and_anncur_with_budget():
+    # Reference path: the documented permutations, AnnCur.fit/transform and anncur_with_budget.
+    M = planted(90, 200, rank=12, noise=0.3, seed=2).astype(np.float32)
+    k_qs, k_is, n_test, seed, budget, k = [10, 25, 40], [5, 25, 60], 30, 11, 80, 10
+    grid = cur_grid(M, k_qs, k_is, n_test=n_test, seed=seed, budget=budget, k=k)
+
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(M.shape[0])
+    test, pool = np.sort(order[:n_test]), order[n_test:]
+    items = rng.permutation(M.shape[1])
+    M_test = M[test]
+    for row in grid.itertuples():
+        cur = AnnCur(row.k_i, anchor_items=items[: row.k_i]).fit(M[pool[: row.k_q]])
+        M_hat = cur.transform(M_test[:, cur.anchor_items_])
+        assert row.error == pytest.approx(approximation_error(M_test, M_hat), rel=1e-8)
+        _, retrieved = anncur_with_budget(cur, M_test, budget)
+        assert row.recall == pytest.approx(topk_recall(M_test, retrieved, k), abs=1e-12)
+        intersection = M[pool[: row.k_q]][:, items[: row.k_i]].astype(np.float64)
+        assert row.cond == pytest.approx(np.linalg.cond(intersection), rel=1e-8)
+
+
+def test_cur_grid_recall_is_nan_where_anchors_exceed_the_budget():
+    M = planted(60, 100, rank=4, noise=0.1)
+    grid = cur_grid(M, [10], [5, 20, 50], n_test=20, budget=20, k=5)
+    assert grid["recall"].isna().tolist() == [False, False, True]
+    # k_i = budget: all calls are anchors, nothing re-ranked
+    assert 0 <= grid["recall"].iloc[1] <= 1
+
+
+def test_error_spikes_on_the_diagonal_k_q_equals_k_i():
+    # ANNCUR §B.2: with noise, R_anc[:, I_anc] is square and ill-conditioned when k_q = k_i.
+    M = planted(200, 400, rank=10, noise=1.0, seed=4)
+    grid = cur_grid(M, [20, 40, 80], [10, 20, 40, 80, 120], n_test=60, seed=0, budget=200, k=10)
+    spikes = diagonal_spike(grid, "error")
+    assert spikes["k_q"].tolist() == [20, 40, 80]
+    assert (spikes["ratio"] > 3).all()
+    for k_q, row in grid.groupby("k_q"):  # the square intersection is by far the worst conditioned
+        assert row.loc[row["diagonal"], "cond"].item() > 5 * row.loc[~row["diagonal"], "cond"].max()
+    recall = diagonal_spike(grid, "recall")
+    assert (recall["ratio"] < 1).all()
+
+
+def test_diagonal_spike_reports_neighbours():
+    grid = pd.DataFrame({"k_q": [10, 10, 10, 20, 20], "k_i": [5, 10, 20, 10, 20],
+                         "error": [0.2, 2.0, 0.1, 0.3, 0.9]})
+    out = diagonal_spike(grid)
+    assert out["k_q"].tolist() == [10, 20]
+    assert out["diagonal"].tolist() == [2.0, 0.9]
+    assert out["below"].tolist() == [0.2, 0.3]
+    assert out["above"].iloc[0] == 0.1 and np.isnan(out["above"].iloc[1])
+    np.testing.assert_allclose(out["ratio"], [2.0 / 0.2, 0.9 / 0.3])  # the worse (larger) neighbour
+    recall = pd.DataFrame({"k_q": [10, 10, 10], "k_i": [5, 10, 20], "recall": [0.8, 0.4, 0.9]})
+    assert diagonal_spike(recall, "recall")["ratio"].tolist() == [0.5]  # the worse (smaller) neighbour
+
+
+# ------------------------------------------------------------------------------------------------
+# parameter errors
+# ------------------------------------------------------------------------------------------------
+M_SMALL = planted(20, 30, rank=3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n_test=0), r"'n_test' parameter of cur_grid must be an int in \[1, n_queries - 1=19\]"),
+        (dict(n_test=20), r"'n_test' parameter of cur_grid must be an int in \[1, n_queries - 1=19\]"),
+        (dict(k_q_values=[5, 16]), r"'k_q_values' parameter of cur_grid must be a non-empty list of distinct "
+                                   r"ints in \[1, n_queries - n_test=15\]"),
+        (dict(k_q_values=[]), r"'k_q_values' parameter of cur_grid must be a non-empty list"),
+        (dict(k_i_values=[4, 4]), r"'k_i_values' parameter of cur_grid must be a non-empty list of distinct "
+                                  r"ints in \[1, n_items=30\]"),
+        (dict(k_i_values=[2.5]), r"'k_i_values' parameter of cur_grid"),
+        (dict(budget=31), r"'budget' parameter of cur_grid must be an int in \[1, n_items=30\]"),
+        (dict(k=0), r"'k' parameter of cur_grid must be an int in \[1, n_items=30\]"),
+        (dict(seed=-1), r"'seed' parameter of cur_grid must be a non-negative int"),
+    ],
+)
+def test_cur_grid_parameter_errors(kwargs, message):
+    args = dict(k_q_values=[5], k_i_values=[4], n_test=5) | kwargs
+    with pytest.raises(ParameterError, match=message):
+        cur_grid(M_SMALL, args.pop("k_q_values"), args.pop("k_i_values"), **args)
+
+
+def test_matrix_parameter_errors():
+    with pytest.raises(ParameterError, match=r"'M' parameter of singular_values must be a non-empty float array"):
+        singular_values(np.ones((3, 4), dtype=np.int64))
+    bad = M_SMALL.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ParameterError, match=r"'M' parameter of numerical_rank must be finite"):
+        numerical_rank(bad)
+    with pytest.raises(ParameterError, match=r"'center' parameter of singular_values must be one of "
+                                              r"\[None, 'rows', 'both'\]"):
+        singular_values(M_SMALL, center="columns")
+    with pytest.raises(ParameterError, match=r"'tol' parameter of numerical_rank must be None or a float >= 0"):
+        numerical_rank(M_SMALL, tol=-1.0)
+    with pytest.raises(ParameterError, match=r"'s' parameter of numerical_rank must be the singular values of M"):
+        numerical_rank(M_SMALL, s=np.ones(5))
+
+
+@pytest.mark.parametrize(
+    "s, thresholds, message",
+    [
+        (np.zeros(3), (0.9,), r"'s' parameter of energy_rank must be a 1-d array of non-negative finite"),
+        (np.array([1.0, -1.0]), (0.9,), r"'s' parameter of energy_rank"),
+        (np.ones(3), (0.0,), r"'thresholds' parameter of energy_rank must be a non-empty sequence of floats "
+                             r"in \(0, 1\]"),
+        (np.ones(3), (1.5,), r"'thresholds' parameter of energy_rank"),
+        (np.ones(3), (), r"'thresholds' parameter of energy_rank"),
+    ],
+)
+def test_energy_rank_parameter_errors(s, thresholds, message):
+    with pytest.raises(ParameterError, match=message):
+        energy_rank(s, thresholds)
+
+
+def test_diagonal_spike_parameter_errors():
+    with pytest.raises(ParameterError, match=r"'value' parameter of diagonal_spike must be a column of grid"):
+        diagonal_spike(pd.DataFrame({"k_q": [1], "k_i": [1], "error": [0.1]}), "recall")
+
+
+# ------------------------------------------------------------------------------------------------
+# figures (xenbench.plots.rank): built from these results, diagonal marked, raw scores not embedded
+# ------------------------------------------------------------------------------------------------
+def test_rank_figures_build_from_the_results():
+    from xenbench.plots import rank as plots
+
+    Ms = {"cls": planted(60, 120, rank=8, noise=0.2, seed=0), "emb": planted(60, 120, rank=4, noise=0.2, seed=1)}
+    spectra = plots.singular_value_spectra({n: singular_values(m) for n, m in Ms.items()},
+                                           centered={n: singular_values(m, center="rows") for n, m in Ms.items()},
+                                           rel_tol=1e-3)
+    assert len(spectra.data) == 5  # 2 CEs x (raw, centered) + the tolerance line
+    hist = plots.score_skew_histograms({n: center_rows(m, scale=True) for n, m in Ms.items()},
+                                       skew={n: score_skew(m) for n, m in Ms.items()}, bins=50)
+    assert [len(t.x) for t in hist.data if t.type == "scatter"] == [50, 50]  # binned, not 7200 raw scores
+    grid = pd.concat([cur_grid(m, [10, 20], [10, 20, 30], n_test=20, budget=40).assign(ce=n) for n, m in Ms.items()])
+    for value in ("error", "error_centered", "recall", "cond"):
+        fig = plots.cur_heatmaps(grid, value)
+        assert len(fig.data) == 2
+        assert len(fig.layout.shapes) == 4  # k_q = k_i cells (10 and 20) outlined in both panels
+    curves = plots.cur_error_curves(grid)
+    assert sum(t.mode == "markers" for t in curves.data) == 4  # the circled diagonal points
