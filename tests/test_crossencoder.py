@@ -11,7 +11,6 @@ from xenbench.crossencoder import (
     InputFormat,
     build_cross_encoder,
     load_cross_encoder,
-    resolve_device,
 )
 from xenbench.data import Item, Query
 from xenbench.errors import DataError, ParameterError
@@ -174,15 +173,6 @@ def test_loader_errors(tmp_path) -> None:
         load_cross_encoder(tmp_path / "x.ckpt")
     with pytest.raises(DataError, match="not an ANNCUR/ZESHEL Lightning checkpoint"):
         load_cross_encoder(tmp_path / "x.ckpt", base=tmp_path)
-
-
-def test_resolve_device() -> None:
-    assert resolve_device("cpu").type == "cpu"
-    with pytest.raises(ParameterError, match="'device' parameter"):
-        resolve_device("gpu0")
-    if not torch.cuda.is_available():
-        with pytest.raises(ParameterError, match="no CUDA GPU is visible"):
-            resolve_device("cuda")
 
 
 def test_marker_format_needs_marker_tokens() -> None:

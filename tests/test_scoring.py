@@ -21,7 +21,8 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 from xenbench.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, bundled_backbone
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
-from xenbench.scoring import PairAssembler, resolve_device, run_score_job, score_matrix, score_pairs_sparse
+from xenbench.crossencoder import resolve_device
+from xenbench.scoring import PairAssembler, run_score_job, score_matrix, score_pairs_sparse
 
 HERE = Path(__file__).resolve()
 

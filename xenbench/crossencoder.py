@@ -249,10 +249,21 @@ class CrossEncoder(nn.Module):
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` picks CUDA, then MPS, then CPU; anything else must name a device that exists here."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
+    """The torch device to score on.
+
+    Parameters
+    ----------
+    device
+        ``"auto"`` (CUDA if available, else MPS, else CPU), or an explicit ``"cpu"``, ``"cuda"``,
+        ``"cuda:<k>"``, ``"mps"`` or :class:`torch.device`.
+
+    Raises
+    ------
+    ParameterError
+        If the string is not a device, or names one this machine does not have.
+    """
+    owner = "resolve_device"
+    if isinstance(device, str) and device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
@@ -260,13 +271,22 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cpu")
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ParameterError("device", "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'", device) from err
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ParameterError("device", "a device present on this machine (no CUDA GPU is visible)", device)
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ParameterError("device", "a device present on this machine (MPS is not available)", device)
-    return dev
+    except (RuntimeError, TypeError, ValueError):
+        raise ParameterError("device", "'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'", device, owner) from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ParameterError("device", "'auto' or 'cpu': CUDA is not available on this machine", device, owner)
+        if dev.index is not None and dev.index >= n:
+            raise ParameterError("device", f"a CUDA device index in [0, {n - 1}]", device, owner)
+        return dev
+    if dev.type == "mps":
+        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
+            raise ParameterError("device", "'auto' or 'cpu': MPS is not available on this machine", device, owner)
+        return dev
+    raise ParameterError("device", "'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'", device, owner)
 
 
 def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

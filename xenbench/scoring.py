@@ -32,7 +32,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder
+from xenbench import __version__
+from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.store import ScoreStore
@@ -40,7 +41,6 @@ from xenbench.store import ScoreStore
 __all__ = [
     "PairAssembler",
     "ScoreTiming",
-    "resolve_device",
     "score_matrix",
     "score_pairs_sparse",
     "run_score_job",
@@ -95,47 +95,6 @@ class ScoreTiming:
 
 
 # -- parameters -----------------------------------------------------------------------------------
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """The torch device to score on.
-
-    Parameters
-    ----------
-    device
-        ``"auto"`` (CUDA if available, else MPS, else CPU), or an explicit ``"cpu"``, ``"cuda"``,
-        ``"cuda:<k>"``, ``"mps"`` or :class:`torch.device`.
-
-    Raises
-    ------
-    ParameterError
-        If the string is not a device, or names one this machine does not have.
-    """
-    owner = "resolve_device"
-    if isinstance(device, str) and device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ParameterError("device", "'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'", device, owner) from None
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise ParameterError("device", "'auto' or 'cpu': CUDA is not available on this machine", device, owner)
-        if dev.index is not None and dev.index >= n:
-            raise ParameterError("device", f"a CUDA device index in [0, {n - 1}]", device, owner)
-        return dev
-    if dev.type == "mps":
-        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
-            raise ParameterError("device", "'auto' or 'cpu': MPS is not available on this machine", device, owner)
-        return dev
-    raise ParameterError("device", "'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'", device, owner)
 
 
 def _check_int(name: str, value: Any, owner: str, *, allow_none: bool = False) -> None:
@@ -312,16 +271,6 @@ def model_fingerprint(ce: CrossEncoder) -> str:
     return h.hexdigest()
 
 
-def _code_version() -> str:
-    try:
-        from xenbench import __version__
-    except ImportError:  # an editable install imported as a namespace package has no __init__ attributes
-        from importlib.metadata import version
-
-        return version("xenbench")
-    return __version__
-
-
 def _texts_fingerprint(queries: Sequence[Query], items: Sequence[Item]) -> str:
     h = hashlib.sha256()
     for q in queries:
@@ -489,7 +438,7 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
         **dict(manifest or {}),
         **identity,
         "model_config": json.loads(ce.config.to_json()),
-        "xenbench_version": _code_version(),
+        "xenbench_version": __version__,
         "torch_version": torch.__version__,
         "dtype": "float32",
         "wall_s": 0.0,
