@@ -5,6 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
+# Nothing is fetched at run time: fail loudly instead of reaching for the model hub.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: setup demo test test-fast bench clean-reports
 
