@@ -186,3 +186,12 @@ def test_marker_format_needs_marker_tokens() -> None:
 
     with pytest.raises(ParameterError, match="input_format.markers"):
         PairEncoder(NoMarkers(), InputFormat(markers=True))
+
+
+def test_built_and_loaded_models_are_in_eval_mode(tmp_path, cls_ce) -> None:
+    # dropout must be off for scoring: a wrapper left in training mode would re-enable it on .train(self.training)
+    assert not cls_ce.training and not any(m.training for m in cls_ce.modules())
+    cls_ce.config.trained = ["classifier.weight"]
+    cls_ce.save(tmp_path / "m")
+    loaded = load_cross_encoder(tmp_path / "m")
+    assert not any(m.training for m in loaded.modules())

@@ -18,10 +18,16 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
-from xenbench.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, bundled_backbone
+from xenbench.crossencoder import (
+    CEConfig,
+    CrossEncoder,
+    InputFormat,
+    build_cross_encoder,
+    bundled_backbone,
+    resolve_device,
+)
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
-from xenbench.crossencoder import resolve_device
 from xenbench.scoring import PairAssembler, run_score_job, score_matrix, score_pairs_sparse
 
 HERE = Path(__file__).resolve()

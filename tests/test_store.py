@@ -75,8 +75,9 @@ def test_block_without_marker_is_absent_and_recomputed(tmp_path):
     with open(chunk_file, "r+b") as f:
         f.truncate(10)
     (chunk_file.parent / "0.deadbeef.partial").write_bytes(b"junk")  # zarr's temp file of a killed write
+    (tmp_path / "s" / "zarr.cafe.partial").write_bytes(b"{")  # ... of a killed attrs update
     store = ScoreStore.open(tmp_path / "s", mode="r+")
-    assert not (chunk_file.parent / "0.deadbeef.partial").exists()
+    assert not list((tmp_path / "s").rglob("*.partial"))
     assert store.done_chunks() == [0]
     with pytest.raises(DataError, match=r"block 1 \(rows 3:6\) is not done"):
         store.read_chunk(1)

@@ -314,7 +314,7 @@ def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
         model = AutoModel.from_pretrained(path, add_pooling_layer=False)
     else:
         raise ParameterError("kind", "'cls' or 'emb'", config.kind, "CEConfig")
-    return CrossEncoder(model.float().eval(), tokenizer, config)
+    return CrossEncoder(model.float(), tokenizer, config).eval()
 
 
 def load_cross_encoder(path: str | Path, *, kind: str | None = None, base: str | Path | None = None,

@@ -220,9 +220,10 @@ class ScoreStore:
         return store
 
     def _remove_leftovers(self) -> None:
-        # A killed writer leaves zarr's "<key>.<uuid>.partial" and our "<k>.json.tmp"; neither is ever read
-        # (keys are computed, not listed), but they would accumulate.
-        for p in [*(self.path / _ARRAY / "c").rglob("*.partial"), *(self.path / _ARRAY / _DONE).glob("*.tmp")]:
+        # A killed writer leaves zarr's "<key>.<uuid>.partial" (of a chunk, or of zarr.json during an attrs
+        # update) and our "<k>.json.tmp"; neither is ever read (keys are computed, not listed), but they
+        # would accumulate.
+        for p in [*self.path.rglob("*.partial"), *(self.path / _ARRAY / _DONE).glob("*.tmp")]:
             logger.info("removing leftover temporary file %s", p)
             p.unlink(missing_ok=True)
 
