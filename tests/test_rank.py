@@ -9,17 +9,35 @@ import pytest
 
 from xenbench.adacur import anncur_with_budget
 from xenbench.cur import AnnCur, approximation_error
-from xenbench.errors import ParameterError
+from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_recall
 from xenbench.rank import (
+    NUMPY_RANK,
     center_rows,
     cur_grid,
+    cur_grids,
+    describe_ranks,
+    describe_verdict,
     diagonal_spike,
+    diagonal_spikes,
+    emb_wins,
+    energy_label,
     energy_rank,
+    load_matrices,
+    lowest,
+    matrix_summary,
     numerical_rank,
+    numpy_relative_tolerance,
     numpy_tolerance,
+    offdiagonal_summary,
+    per_ce,
+    rank_table,
+    rank_verdict,
     score_skew,
     singular_values,
+    skew_table,
+    spike_summary,
+    store_attrs,
 )
 
 
@@ -310,3 +328,237 @@ def test_rank_figures_build_from_the_results():
         assert len(fig.layout.shapes) == 4  # k_q = k_i cells (10 and 20) outlined in both panels
     curves = plots.cur_error_curves(grid)
     assert sum(t.mode == "markers" for t in curves.data) == 4  # the circled diagonal points
+
+
+# ------------------------------------------------------------------------------------------------
+# comparing CEs ({ce: M} mappings, notebook 02): loading, tables, verdict
+# ------------------------------------------------------------------------------------------------
+def _store(path, M, query_ids, item_ids, **attrs):
+    from xenbench.store import ScoreStore
+
+    nq, ni = M.shape
+    store = ScoreStore.create(path, nq, ni, chunks=(nq, None),
+                              attrs={"query_ids": query_ids, "item_ids": item_ids, **attrs})
+    store.write_chunk(0, M)
+    return store
+
+
+M_A = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [10.0, 11.0, 12.0]], dtype=np.float32)
+
+
+def test_load_matrices_reads_every_store_in_order(tmp_path):
+    _store(tmp_path / "a", M_A, ["q0", "q1", "q2", "q3"], ["i0", "i1", "i2"])
+    _store(tmp_path / "b", 2 * M_A, ["q0", "q1", "q2", "q3"], ["i0", "i1", "i2"])
+    M = load_matrices(tmp_path, ["b", "a"])
+    assert list(M) == ["b", "a"]
+    np.testing.assert_array_equal(M["a"], M_A)
+    np.testing.assert_array_equal(M["b"], 2 * M_A)
+    assert M["a"].dtype == np.float32
+    # max_queries >= n_queries: all rows
+    np.testing.assert_array_equal(load_matrices(tmp_path, ["a"], max_queries=4)["a"], M_A)
+
+
+def test_load_matrices_subsamples_the_same_rows_for_every_ce_in_order(tmp_path):
+    _store(tmp_path / "a", M_A, ["q0", "q1", "q2", "q3"], ["i0", "i1", "i2"])
+    _store(tmp_path / "b", 2 * M_A, ["q0", "q1", "q2", "q3"], ["i0", "i1", "i2"])
+    M = load_matrices(tmp_path, ["a", "b"], max_queries=2, seed=3)
+    assert M["a"].shape == (2, 3)
+    np.testing.assert_array_equal(M["b"], 2 * M["a"])  # the same rows
+    rows = [int(row[0] - 1) // 3 for row in M["a"]]  # row r of M_A starts with 3r + 1
+    assert rows == sorted(rows) and len(set(rows)) == 2
+    np.testing.assert_array_equal(M["a"], M_A[rows])
+    # seeded: the same rows again
+    np.testing.assert_array_equal(load_matrices(tmp_path, ["a", "b"], max_queries=2, seed=3)["a"], M["a"])
+
+
+@pytest.mark.parametrize("query_ids, item_ids", [
+    (["q0", "q1", "q2", "q3"], ["i0", "i2", "i1"]),  # items in another order
+    (["q0", "q1", "q2", "x"], ["i0", "i1", "i2"]),  # another query
+])
+def test_load_matrices_rejects_stores_that_disagree_on_ids(tmp_path, query_ids, item_ids):
+    _store(tmp_path / "a", M_A, ["q0", "q1", "q2", "q3"], ["i0", "i1", "i2"])
+    _store(tmp_path / "c", M_A, query_ids, item_ids)
+    with pytest.raises(DataError, match=r"c: c and a do not score the same queries and items in the same order"):
+        load_matrices(tmp_path, ["a", "c"])
+
+
+def test_load_matrices_parameter_errors(tmp_path):
+    with pytest.raises(ParameterError, match=r"'ces' parameter of load_matrices must be a non-empty sequence"):
+        load_matrices(tmp_path, [])
+    with pytest.raises(ParameterError, match=r"'ces' parameter of load_matrices"):
+        load_matrices(tmp_path, ["a", "a"])
+    with pytest.raises(ParameterError, match=r"'max_queries' parameter of load_matrices must be None or an int"):
+        load_matrices(tmp_path, ["a"], max_queries=0)
+
+
+def test_matrix_summary_on_hand_computed_values(tmp_path):
+    M = {"a": np.array([[1.0, 3.0], [1.0, 3.0]], dtype=np.float32), "b": np.array([[0.0, 0.0], [2.0, 6.0]])}
+    _store(tmp_path / "a", M["a"], ["q0", "q1"], ["i0", "i1"], model_config={"kind": "cls"}, precision="fp32")
+    summary = matrix_summary(M, attrs=store_attrs(tmp_path, ["a"]))
+    assert list(summary.index) == ["a", "b"]
+    assert summary.loc["a"].to_dict() == {
+        "model kind": "cls", "precision": "fp32", "dtype": "float32", "queries": 2, "items": 2,
+        "mean score": 2.0, "std of scores": 1.0, "mean per-query std": 1.0,
+    }
+    b = summary.loc["b"]
+    assert b["model kind"] is None and b["precision"] is None and b["dtype"] == "float64"
+    assert b["mean score"] == 2.0 and b["std of scores"] == pytest.approx(np.sqrt(6.0))  # (4+4+4+16)/4 - 0
+    assert b["mean per-query std"] == 1.0  # (0 + 2) / 2
+
+
+def test_per_ce_and_numpy_relative_tolerance():
+    M = {"a": np.diag([3.0, 1.0]), "b": np.diag([2.0, 2.0])}
+    assert {ce: s.tolist() for ce, s in per_ce(singular_values, M).items()} == {"a": [3.0, 1.0], "b": [2.0, 2.0]}
+    assert per_ce(center_rows, M, scale=True)["b"].tolist() == [[1.0, -1.0], [-1.0, 1.0]]
+    assert numpy_relative_tolerance(np.zeros((3, 5), dtype=np.float32)) == 5 * np.finfo(np.float32).eps
+
+
+def test_rank_table_on_hand_computed_values():
+    # a: σ = 3, 1 (energies 9 + 1); row-centered [[1.5, -1.5], [-0.5, 0.5]] has rank 1.
+    # b: σ = 2, 2; row-centered [[1, -1], [-1, 1]] has rank 1.
+    M = {"a": np.diag([3.0, 1.0]), "b": np.diag([2.0, 2.0])}
+    table = rank_table(M)
+    assert list(table.index) == ["a", "b"]
+    assert table.to_dict(orient="index") == {
+        "a": {NUMPY_RANK: 2, "numpy rank, if the scores were float64": 2, "numpy rank, row-centered": 1,
+              "σ₁²/‖M‖² (share of the top component)": 0.9,
+              "energy rank 90%": 1, "energy rank 99%": 2,
+              "energy rank 90%, row-centered": 1, "energy rank 99%, row-centered": 1},
+        "b": {NUMPY_RANK: 2, "numpy rank, if the scores were float64": 2, "numpy rank, row-centered": 1,
+              "σ₁²/‖M‖² (share of the top component)": 0.5,
+              "energy rank 90%": 2, "energy rank 99%": 2,
+              "energy rank 90%, row-centered": 1, "energy rank 99%, row-centered": 1},
+    }
+    pre = rank_table(M, s=per_ce(singular_values, M), s_centered=per_ce(singular_values, M, center="rows"))
+    pd.testing.assert_frame_equal(pre, table)
+    assert list(rank_table(M, (0.5,)).columns)[-2:] == [energy_label(0.5), energy_label(0.5, centered=True)]
+
+
+def test_rank_table_float64_rank_differs_from_the_float32_rank():
+    M = {"f32": planted(80, 100, rank=10, noise=1e-5, seed=0, dtype=np.float32)}
+    row = rank_table(M).loc["f32"]
+    assert row[NUMPY_RANK] == 10  # noise 1e-5 < σ₁ · 100 · 1.2e-7
+    assert row["numpy rank, if the scores were float64"] == 80  # but far above the float64 tolerance
+
+
+def test_describe_ranks_prints_the_hand_computed_numbers():
+    M = {"cls": planted(40, 50, rank=12, seed=0), "emb": planted(40, 50, rank=3, seed=1)}
+    text = describe_ranks(rank_table(M), (40, 50)).split("\n")
+    assert text[0] == "numpy rank: cls 12, emb 3 (full rank would be 40); ANNCUR's YuGiOh matrices: 315 vs 45."
+    assert text[1].startswith("cls: its top singular component holds ")
+    assert text[2].startswith("Row-centered energy ranks (90% / 99%): cls ")
+    assert len(text) == 3
+
+
+def test_skew_table_on_hand_computed_values():
+    # Row of 99 zeros and a one: Bernoulli(p = 0.01) skewness (1 − 2p)/√(p(1 − p)), z of the one = 0.99/√0.0099.
+    spike = np.zeros((1, 100))
+    spike[0, 7] = 1.0
+    table = skew_table({"spike": spike, "sym": np.array([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 4.0]])})
+    p = 0.01
+    assert table.loc["spike", "median skewness"] == pytest.approx((1 - 2 * p) / np.sqrt(p * (1 - p)))
+    assert table.loc["spike", "share of pairs > 5 sd above the query mean"] == 0.01  # z = 9.95
+    assert table.loc["spike", "share of pairs > 10 sd above the query mean"] == 0.0
+    assert table.loc["sym", "median skewness"] == pytest.approx(2 / np.sqrt(3) / 2)  # median of 0 and 1.1547
+    assert table.loc["sym", "mean skewness"] == pytest.approx(2 / np.sqrt(3) / 2)
+    assert table.loc["sym", "share of pairs > 5 sd above the query mean"] == 0.0
+
+
+def test_cur_grids_stacks_cur_grid_per_ce():
+    M = {"cls": planted(60, 80, rank=8, noise=0.1, seed=0), "emb": planted(60, 80, rank=3, noise=0.1, seed=1)}
+    grid = cur_grids(M, [5, 10], [5, 20], n_test=20, seed=2, budget=30, k=5)
+    assert grid["ce"].tolist() == ["cls"] * 4 + ["emb"] * 4
+    for ce, m in M.items():
+        expected = cur_grid(m, [5, 10], [5, 20], n_test=20, seed=2, budget=30, k=5)
+        pd.testing.assert_frame_equal(grid[grid["ce"] == ce].drop(columns="ce").reset_index(drop=True), expected)
+
+
+def _hand_grid() -> pd.DataFrame:
+    # Two CEs on cells (1, 2), (2, 1) and the diagonal (1, 1); the second off-diagonal cell has no recall.
+    return pd.DataFrame({
+        "k_q": [1, 2, 1] * 2, "k_i": [2, 1, 1] * 2, "diagonal": [False, False, True] * 2,
+        "error": [0.5, 0.4, 9.0, 0.4, 0.5, 9.0],
+        "error_centered": [0.75, 0.5, 9.0, 0.5, 0.25, 9.0],
+        "recall": [0.5, np.nan, 0.0, 0.6, np.nan, 0.0],
+        "cond": [1.0, 1.0, 1e6, 1.0, 1.0, 1e6],
+        "ce": ["cls"] * 3 + ["emb"] * 3,
+    })
+
+
+def test_emb_wins_and_offdiagonal_summary_on_a_hand_grid():
+    grid = _hand_grid()
+    assert emb_wins(grid, "cls", "emb") == {"error": 1, "error_centered": 2, "recall": 1, "cells": 2,
+                                            "cells_with_recall": 1}
+    assert emb_wins(grid, "emb", "cls") == {"error": 1, "error_centered": 0, "recall": 0, "cells": 2,
+                                            "cells_with_recall": 1}
+    summary = offdiagonal_summary(grid)  # the diagonal's 9.0 is left out
+    assert summary.loc["cls", ("error", "max")] == 0.5 and summary.loc["emb", ("error", "median")] == 0.45
+    assert summary.loc["cls", ("recall", "median")] == 0.5 and summary.loc["emb", ("error_centered", "min")] == 0.25
+
+
+def test_diagonal_spikes_and_summary_on_a_hand_grid():
+    grid = pd.DataFrame({"k_q": [2, 2, 2], "k_i": [1, 2, 3], "error_centered": [1.0, 10.0, 2.0],
+                         "recall": [0.5, 0.1, 0.4], "cond": [1.0, 100.0, 4.0], "ce": ["a"] * 3})
+    spikes = diagonal_spikes(grid)
+    assert spikes[["ce", "value", "k_q", "diagonal", "ratio"]].to_dict(orient="records") == [
+        {"ce": "a", "value": "error_centered", "k_q": 2, "diagonal": 10.0, "ratio": 5.0},  # / max(1, 2)
+        {"ce": "a", "value": "recall", "k_q": 2, "diagonal": 0.1, "ratio": 0.25},  # / min(0.5, 0.4)
+        {"ce": "a", "value": "cond", "k_q": 2, "diagonal": 100.0, "ratio": 25.0},  # / max(1, 4)
+    ]
+    summary = spike_summary(spikes)
+    assert summary.loc[("a", "cond")].tolist() == [25.0, 25.0, 25.0]
+    assert list(summary.columns) == ["min", "median", "max"]
+    with pytest.raises(ParameterError, match=r"'grid' parameter of diagonal_spikes must be a DataFrame from cur_grids"):
+        diagonal_spikes(grid.drop(columns="ce"))
+
+
+def test_lowest():
+    assert lowest({"a": 3, "b": 1, "c": 2}) == "b"
+    assert lowest({"a": 1.0, "b": 1.0}) == "tie"
+
+
+def _hand_verdict_inputs(r_np=(10, 4)):
+    ranks = pd.DataFrame({NUMPY_RANK: list(r_np), energy_label(0.9, centered=True): [5, 2],
+                          energy_label(0.99, centered=True): [8, 3]}, index=["cls", "emb"])
+    skews = pd.DataFrame({"median skewness": [2.0, 0.5]}, index=["cls", "emb"])
+    spikes = pd.DataFrame({"ce": ["cls", "cls", "emb", "emb"], "value": ["error_centered"] * 3 + ["recall"],
+                           "ratio": [4.0, 6.0, 2.0, 0.1]})
+    return ranks, skews, _hand_grid(), spikes
+
+
+def test_rank_verdict_on_hand_computed_values():
+    verdict = rank_verdict(*_hand_verdict_inputs())
+    assert verdict == {
+        "numpy_rank": {"cls": 10, "emb": 4},
+        "numpy_rank_ratio_cls_over_emb": 2.5,
+        "emb_much_lower_numpy_rank": True,  # 4 · 2 <= 10
+        "energy_rank_99_centered": {"cls": 8, "emb": 3},
+        "energy_rank_ratio_cls_over_emb": 8 / 3,
+        "lower_energy_rank": "emb",
+        "median_skewness": {"cls": 2.0, "emb": 0.5},
+        "median_offdiag": {"cls": {"error": 0.45, "error_centered": 0.625, "recall": 0.5},
+                           "emb": {"error": 0.45, "error_centered": 0.375, "recall": 0.6}},
+        "median_diagonal_spike_error_centered": {"cls": 5.0, "emb": 2.0},
+        "better_error_centered": "emb",
+        "better_recall": "emb",
+        "better_error": "tie",  # both medians 0.45
+        "lower_numpy_rank": "emb",
+    }
+    assert rank_verdict(*_hand_verdict_inputs(r_np=(10, 6)))["emb_much_lower_numpy_rank"] is False
+
+
+def test_describe_verdict_prints_the_verdict():
+    ranks, *rest = _hand_verdict_inputs(r_np=(3, 4))
+    lines = describe_verdict(rank_verdict(ranks, *rest), ranks, k=10, budget=50).split("\n")
+    assert len(lines) == 6
+    assert lines[0] == ("1. numpy rank: cls 3, emb 4 (ratio 0.75). rank(emb) ≪ rank(cls) does NOT hold at numpy's "
+                        "default tolerance.")
+    assert lines[1] == "2. Row-centered energy rank at 99%: cls 8, emb 3: lower: emb (2.7x); at 90%: 5 vs 2."
+    assert lines[2] == "3. Median per-query skewness: cls 2.00, emb 0.50."
+    assert lines[3] == ("4. Off-diagonal medians: ANNCUR error 0.450 vs 0.450; error_centered 0.625 vs 0.375; "
+                        "Top-10-Recall@50 0.500 vs 0.600 (cls vs emb).")
+    assert lines[4] == ("5. k_q = k_i: error_centered is 5x (cls) and 2x (emb) the worse neighbour's "
+                        "(median over the diagonal cells).")
+    assert lines[5] == ("6. Lower row-centered energy rank: emb; lower numpy rank: cls; better CUR by error_centered: "
+                        "emb, by recall: emb, by ANNCUR's error: tie. The energy rank agrees with the CUR quality "
+                        "(error_centered and recall); the numpy rank does not agree.")

@@ -12,7 +12,10 @@ the CUR approximation of ANNCUR better at equal numbers of anchor queries k_q an
 * :func:`center_rows` and :func:`score_skew`: the zero-mean per-query score distributions of Fig. 1(b)
   and their skewness;
 * :func:`cur_grid` and :func:`diagonal_spike`: ANNCUR's error and Top-k-Recall over a (k_q × k_i) grid
-  with fixed held-out test queries, including the k_q = k_i ill-conditioning of §B.2.
+  with fixed held-out test queries, including the k_q = k_i ill-conditioning of §B.2;
+* comparing CEs (notebook 02), on ``{ce: M}`` mappings: :func:`load_matrices` (stores that must agree
+  on ids), :func:`matrix_summary`, :func:`rank_table`, :func:`skew_table`, :func:`cur_grids`,
+  :func:`diagonal_spikes`, :func:`emb_wins`, and :func:`rank_verdict` with :func:`describe_verdict`.
 
 Precision. Singular values are computed in float64 whatever the dtype of ``M``; the default rank
 tolerance uses the machine epsilon of ``M``'s own dtype (the precision the scores were stored with), as
@@ -35,24 +38,44 @@ References
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from xenbench.cur import pinv_rtol
-from xenbench.errors import ParameterError
+from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
 
 __all__ = [
     "center_rows",
     "cur_grid",
+    "cur_grids",
+    "describe_ranks",
+    "describe_verdict",
     "diagonal_spike",
+    "diagonal_spikes",
+    "emb_wins",
+    "energy_label",
     "energy_rank",
+    "load_matrices",
+    "lowest",
+    "matrix_summary",
     "numerical_rank",
+    "numpy_relative_tolerance",
     "numpy_tolerance",
+    "offdiagonal_summary",
+    "per_ce",
+    "rank_table",
+    "rank_verdict",
     "score_skew",
     "singular_values",
+    "skew_table",
+    "spike_summary",
+    "store_attrs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -486,3 +509,518 @@ def diagonal_spike(grid: pd.DataFrame, value: str = "error") -> pd.DataFrame:
             ratio = vals[j] / ref if np.isfinite(ref) else np.nan
         out.append({"k_q": int(k_q), "diagonal": vals[j], "below": below, "above": above, "ratio": float(ratio)})
     return pd.DataFrame(out, columns=["k_q", "diagonal", "below", "above", "ratio"])
+
+
+# ------------------------------------------------------------------------------------------------
+# comparing CEs: one score matrix per CE, keyed by the CE's store name (notebook 02)
+# ------------------------------------------------------------------------------------------------
+# Labels of the rank table (rank_table); the results JSON of notebook 02 is keyed by them.
+NUMPY_RANK = "numpy rank (tol = σ₁·max(m,n)·eps32)"
+NUMPY_RANK_F64 = "numpy rank, if the scores were float64"
+NUMPY_RANK_CENTERED = "numpy rank, row-centered"
+TOP_SHARE = "σ₁²/‖M‖² (share of the top component)"
+
+
+def energy_label(t: float, *, centered: bool = False) -> str:
+    """Column label of the energy rank at threshold ``t`` in :func:`rank_table`.
+
+    Examples
+    --------
+    >>> energy_label(0.99, centered=True)
+    'energy rank 99%, row-centered'
+    """
+    return f"energy rank {t:.0%}" + (", row-centered" if centered else "")
+
+
+def _check_matrices(matrices: object, owner: str, min_count: int = 1) -> dict[str, np.ndarray]:
+    if not isinstance(matrices, Mapping) or len(matrices) < min_count:
+        raise ParameterError("matrices", f"a mapping of at least {min_count} CE names to score matrices",
+                             type(matrices).__name__, owner)
+    return {str(ce): _check_matrix(m, owner, f"matrices[{ce!r}]") for ce, m in matrices.items()}
+
+
+def load_matrices(
+    scores_dir: str | os.PathLike[str],
+    ces: Sequence[str],
+    *,
+    max_queries: int | None = None,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Read the score matrix of every CE from ``scores_dir/<ce>`` (a :class:`~xenbench.store.ScoreStore`).
+
+    All stores must score the same queries and items in the same order (their ``query_ids`` and
+    ``item_ids`` attributes are compared with the first store's), so that the CEs are compared on
+    the same pairs.
+
+    Parameters
+    ----------
+    scores_dir : path
+        Folder holding one complete score store per CE.
+    ces : sequence of str
+        Store names (sub-folders of ``scores_dir``), at least one; the result keeps this order.
+    max_queries : int, optional
+        Keep a seeded random subsample of this many queries (rows, in their original order), the same
+        rows for every CE. None, or a value >= the number of queries: all rows.
+    seed : int, default 0
+        Seed of the subsample (``np.random.default_rng(seed).choice(n, max_queries, replace=False)``).
+
+    Returns
+    -------
+    matrices : dict of str to ndarray of shape (n_queries, n_items)
+        ``{ce: scores}`` in the stores' dtype (float32).
+
+    Raises
+    ------
+    DataError
+        A store does not score the same queries and items in the same order as the first one (or
+        cannot be read, see :meth:`~xenbench.store.ScoreStore.open`).
+    ParameterError
+        Empty or repeated ``ces``, ``max_queries`` < 1, negative ``seed``.
+    """
+    from xenbench.store import ScoreStore  # lazy: xenbench.rank needs no zarr until stores are read
+
+    owner = "load_matrices"
+    if isinstance(ces, (str, bytes)) or not isinstance(ces, Sequence) or not ces or len(set(ces)) != len(ces):
+        raise ParameterError("ces", "a non-empty sequence of distinct store names", ces, owner)
+    if max_queries is not None and (isinstance(max_queries, bool) or not isinstance(max_queries, (int, np.integer))
+                                    or max_queries < 1):
+        raise ParameterError("max_queries", "None or an int >= 1", max_queries, owner)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError("seed", "a non-negative int", seed, owner)
+    stores = {ce: ScoreStore.open(Path(scores_dir) / ce) for ce in ces}
+    first = ces[0]
+    ids = (stores[first].attrs.get("query_ids"), stores[first].attrs.get("item_ids"))
+    for ce, store in stores.items():
+        if (store.attrs.get("query_ids"), store.attrs.get("item_ids")) != ids:
+            raise DataError(store.path, f"{ce} and {first} do not score the same queries and items in the same order")
+    matrices = {ce: store.to_numpy() for ce, store in stores.items()}
+    n_all = matrices[first].shape[0]
+    if max_queries is not None and max_queries < n_all:
+        rows = np.sort(np.random.default_rng(seed).choice(n_all, size=max_queries, replace=False))
+        matrices = {ce: m[rows] for ce, m in matrices.items()}
+    return matrices
+
+
+def store_attrs(scores_dir: str | os.PathLike[str], ces: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The manifest (attributes) of every CE's score store ``scores_dir/<ce>``, for :func:`matrix_summary`.
+
+    Parameters
+    ----------
+    scores_dir : path
+        Folder holding one score store per CE.
+    ces : sequence of str
+        Store names.
+
+    Returns
+    -------
+    attrs : dict of str to dict
+        ``{ce: ScoreStore.open(scores_dir / ce).attrs}``.
+    """
+    from xenbench.store import ScoreStore
+
+    return {ce: ScoreStore.open(Path(scores_dir) / ce).attrs for ce in ces}
+
+
+def matrix_summary(
+    matrices: Mapping[str, np.ndarray], attrs: Mapping[str, Mapping[str, Any]] | None = None
+) -> pd.DataFrame:
+    """One row per CE: model kind, precision, dtype, shape and score statistics of its matrix.
+
+    Parameters
+    ----------
+    matrices : mapping of str to ndarray of shape (n_queries, n_items)
+        ``{ce: scores}`` (:func:`load_matrices`).
+    attrs : mapping of str to mapping, optional
+        ``{ce: store attributes}`` (:func:`store_attrs`); gives the "model kind"
+        (``attrs["model_config"]["kind"]``) and "precision" columns, None where missing.
+
+    Returns
+    -------
+    summary : DataFrame
+        Index: the CEs. Columns ``model kind``, ``precision``, ``dtype``, ``queries``, ``items``,
+        ``mean score``, ``std of scores`` (over all pairs), ``mean per-query std`` (mean over queries
+        of the std of the query's scores).
+    """
+    matrices = _check_matrices(matrices, "matrix_summary")
+    attrs = attrs or {}
+    return pd.DataFrame({
+        ce: {"model kind": attrs.get(ce, {}).get("model_config", {}).get("kind"),
+             "precision": attrs.get(ce, {}).get("precision"), "dtype": str(m.dtype),
+             "queries": m.shape[0], "items": m.shape[1], "mean score": float(m.mean()),
+             "std of scores": float(m.std()), "mean per-query std": float(m.std(axis=1).mean())}
+        for ce, m in matrices.items()
+    }).T
+
+
+def per_ce(func: Callable[..., Any], matrices: Mapping[str, np.ndarray], **kwargs: Any) -> dict[str, Any]:
+    """Apply ``func(M, **kwargs)`` to every CE's matrix.
+
+    Parameters
+    ----------
+    func : callable
+        E.g. :func:`singular_values`, :func:`score_skew`, :func:`center_rows`.
+    matrices : mapping of str to ndarray
+        ``{ce: scores}``.
+    **kwargs
+        Passed to ``func``.
+
+    Returns
+    -------
+    results : dict
+        ``{ce: func(matrices[ce], **kwargs)}``, in the order of ``matrices``.
+
+    Examples
+    --------
+    >>> per_ce(singular_values, {"a": np.diag([2.0, 1.0])})["a"].tolist()
+    [2.0, 1.0]
+    """
+    return {ce: func(m, **kwargs) for ce, m in matrices.items()}
+
+
+def numpy_relative_tolerance(M: np.ndarray) -> float:
+    """NumPy's default rank tolerance relative to σ₁: ``max(M.shape) * eps(M.dtype)``.
+
+    Examples
+    --------
+    >>> bool(numpy_relative_tolerance(np.zeros((3, 4))) == 4 * np.finfo(np.float64).eps)
+    True
+    """
+    M = _check_matrix(M, "numpy_relative_tolerance")
+    return float(max(M.shape) * np.finfo(M.dtype).eps)
+
+
+def rank_table(
+    matrices: Mapping[str, np.ndarray],
+    thresholds: Sequence[float] = (0.9, 0.99),
+    *,
+    s: Mapping[str, np.ndarray] | None = None,
+    s_centered: Mapping[str, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """Numerical and energy ranks of every CE's score matrix, as stored and row-centered.
+
+    Parameters
+    ----------
+    matrices : mapping of str to ndarray of shape (n_queries, n_items)
+        ``{ce: scores}``.
+    thresholds : sequence of float, default (0.9, 0.99)
+        Energy fractions of :func:`energy_rank`.
+    s, s_centered : mapping of str to ndarray, optional
+        Precomputed singular values of every matrix, as is and with ``center="rows"``
+        (``per_ce(singular_values, matrices)``), to avoid repeating the SVDs.
+
+    Returns
+    -------
+    ranks : DataFrame
+        One row per CE (index) with columns :data:`NUMPY_RANK` (NumPy's rule at the matrix's own
+        dtype), :data:`NUMPY_RANK_F64` (the same singular values against a float64 tolerance),
+        :data:`NUMPY_RANK_CENTERED` (row-centered singular values, tolerance of the dtype),
+        :data:`TOP_SHARE` (σ₁² / Σσ²), then ``energy_label(t)`` for every t and
+        ``energy_label(t, centered=True)`` for every t.
+
+    Examples
+    --------
+    >>> M = np.array([[3.0, 0.0], [0.0, 1.0]])  # σ = 3, 1: energies 9, 1 of 10
+    >>> rank_table({"a": M}).loc["a", ["energy rank 90%", "energy rank 99%"]].tolist()
+    [1, 2]
+    """
+    matrices = _check_matrices(matrices, "rank_table")
+    s = dict(s) if s is not None else per_ce(singular_values, matrices)
+    s_centered = dict(s_centered) if s_centered is not None else per_ce(singular_values, matrices, center="rows")
+    ranks = {}
+    for ce, m in matrices.items():
+        energy, energy_c = energy_rank(s[ce], thresholds), energy_rank(s_centered[ce], thresholds)
+        ranks[ce] = {
+            NUMPY_RANK: numerical_rank(m, s=s[ce]),
+            NUMPY_RANK_F64: numerical_rank(m.astype(np.float64), s=s[ce]),
+            NUMPY_RANK_CENTERED: numerical_rank(m, s=s_centered[ce]),
+            TOP_SHARE: float(s[ce][0] ** 2 / np.sum(s[ce] ** 2)),
+            **{energy_label(t): r for t, r in energy.items()},
+            **{energy_label(t, centered=True): r for t, r in energy_c.items()},
+        }
+    return pd.DataFrame.from_dict(ranks, orient="index")
+
+
+def _rank_column(ranks_table: pd.DataFrame, column: str, owner: str) -> dict[str, int]:
+    if not isinstance(ranks_table, pd.DataFrame) or column not in ranks_table.columns or len(ranks_table) < 2:
+        raise ParameterError("ranks_table", f"a rank_table of at least 2 CEs with column {column!r}",
+                             type(ranks_table).__name__, owner)
+    return {str(ce): int(v) for ce, v in ranks_table[column].items()}
+
+
+def describe_ranks(ranks_table: pd.DataFrame, shape: tuple[int, int]) -> str:
+    """Three lines comparing the ranks of the first CE ([CLS]) and the last ([EMB]) of a :func:`rank_table`.
+
+    Parameters
+    ----------
+    ranks_table : DataFrame
+        :func:`rank_table` with the 90% and 99% energy ranks, at least 2 CEs.
+    shape : tuple of int
+        Shape of the matrices (full rank = ``min(shape)``).
+
+    Returns
+    -------
+    text : str
+        The numpy ranks (and ANNCUR's 315 vs 45), the [CLS]-CE's top-component share and row-centered
+        numpy rank, and the row-centered energy ranks with their ratios.
+    """
+    owner = "describe_ranks"
+    r_np = _rank_column(ranks_table, NUMPY_RANK, owner)
+    r90c = _rank_column(ranks_table, energy_label(0.9, centered=True), owner)
+    r99c = _rank_column(ranks_table, energy_label(0.99, centered=True), owner)
+    cls_ce, emb_ce = str(ranks_table.index[0]), str(ranks_table.index[-1])
+    return "\n".join([
+        f"numpy rank: {cls_ce} {r_np[cls_ce]}, {emb_ce} {r_np[emb_ce]} (full rank would be {min(shape)}); "
+        f"ANNCUR's YuGiOh matrices: 315 vs 45.",
+        f"{cls_ce}: its top singular component holds {ranks_table.loc[cls_ce, TOP_SHARE]:.1%} of ‖M‖²; "
+        f"row-centered, numpy rank {ranks_table.loc[cls_ce, NUMPY_RANK_CENTERED]}.",
+        f"Row-centered energy ranks (90% / 99%): {cls_ce} {r90c[cls_ce]} / {r99c[cls_ce]}, "
+        f"{emb_ce} {r90c[emb_ce]} / {r99c[emb_ce]}: "
+        f"{emb_ce} needs {r90c[cls_ce] / r90c[emb_ce]:.1f}x / {r99c[cls_ce] / r99c[emb_ce]:.1f}x fewer components.",
+    ])
+
+
+def skew_table(matrices: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Skewness of the per-query score distributions and the share of far-right-tail pairs, per CE.
+
+    Parameters
+    ----------
+    matrices : mapping of str to ndarray of shape (n_queries, n_items)
+        ``{ce: scores}``.
+
+    Returns
+    -------
+    skew : DataFrame
+        One row per CE with columns ``median skewness`` and ``mean skewness`` (of :func:`score_skew`
+        over queries, NaNs of constant rows ignored) and ``share of pairs > 5 sd above the query
+        mean`` / ``> 10 sd`` (of the z-scores ``center_rows(M, scale=True)``).
+
+    Examples
+    --------
+    >>> t = skew_table({"a": np.array([[0.0, 0.0, 0.0, 4.0], [1.0, 2.0, 3.0, 4.0]])})
+    >>> round(float(t.loc["a", "mean skewness"]), 4), float(t.loc["a", "share of pairs > 5 sd above the query mean"])
+    (0.5774, 0.0)
+    """
+    matrices = _check_matrices(matrices, "skew_table")
+    skew, z = per_ce(score_skew, matrices), per_ce(center_rows, matrices, scale=True)
+    return pd.DataFrame({
+        ce: {"median skewness": float(np.nanmedian(skew[ce])), "mean skewness": float(np.nanmean(skew[ce])),
+             "share of pairs > 5 sd above the query mean": float((z[ce] > 5).mean()),
+             "share of pairs > 10 sd above the query mean": float((z[ce] > 10).mean())}
+        for ce in matrices
+    }).T
+
+
+def cur_grids(matrices: Mapping[str, np.ndarray], k_q_values: Sequence[int], k_i_values: Sequence[int],
+              **kwargs: Any) -> pd.DataFrame:
+    """:func:`cur_grid` of every CE's matrix, stacked, with a ``ce`` column.
+
+    Parameters
+    ----------
+    matrices : mapping of str to ndarray of shape (n_queries, n_items)
+        ``{ce: scores}``, all of the same shape (so the same seed gives every CE the same test queries
+        and anchors).
+    k_q_values, k_i_values : sequence of int
+        The grid (see :func:`cur_grid`).
+    **kwargs
+        ``n_test``, ``seed``, ``budget``, ``k`` of :func:`cur_grid`.
+
+    Returns
+    -------
+    grid : DataFrame
+        The columns of :func:`cur_grid` plus ``ce``; the CEs in the order of ``matrices``.
+    """
+    matrices = _check_matrices(matrices, "cur_grids")
+    return pd.concat([cur_grid(m, k_q_values, k_i_values, **kwargs).assign(ce=ce) for ce, m in matrices.items()],
+                     ignore_index=True)
+
+
+def diagonal_spikes(grid: pd.DataFrame, values: Sequence[str] = ("error_centered", "recall", "cond")) -> pd.DataFrame:
+    """:func:`diagonal_spike` of every CE of a :func:`cur_grids` table for every value column.
+
+    Parameters
+    ----------
+    grid : DataFrame
+        Output of :func:`cur_grids` (with a ``ce`` column).
+    values : sequence of str, default ("error_centered", "recall", "cond")
+        Columns to compare.
+
+    Returns
+    -------
+    spikes : DataFrame
+        The columns of :func:`diagonal_spike` plus ``ce`` and ``value``; CEs in order of appearance,
+        then values.
+    """
+    if not isinstance(grid, pd.DataFrame) or "ce" not in grid.columns:
+        raise ParameterError("grid", "a DataFrame from cur_grids (with a 'ce' column)", type(grid).__name__,
+                             "diagonal_spikes")
+    return pd.concat([diagonal_spike(grid[grid["ce"] == ce], value).assign(ce=ce, value=value)
+                      for ce in grid["ce"].unique() for value in values], ignore_index=True)
+
+
+def spike_summary(spikes: pd.DataFrame) -> pd.DataFrame:
+    """Min, median and max of the diagonal/neighbour ratio per (ce, value) of :func:`diagonal_spikes`."""
+    return spikes.groupby(["ce", "value"])["ratio"].agg(["min", "median", "max"])
+
+
+_CUR_VALUES = ["error", "error_centered", "recall"]
+
+
+def offdiagonal_summary(grid: pd.DataFrame) -> pd.DataFrame:
+    """Min, median and max of error, error_centered and recall over the k_q ≠ k_i cells, per CE.
+
+    Parameters
+    ----------
+    grid : DataFrame
+        Output of :func:`cur_grids` (columns ``ce``, ``diagonal``, ``error``, ``error_centered``,
+        ``recall``).
+
+    Returns
+    -------
+    summary : DataFrame
+        Index: the CEs (sorted); columns: (value, statistic).
+    """
+    off = grid[~grid["diagonal"]]
+    return off.groupby("ce")[_CUR_VALUES].agg(["min", "median", "max"])
+
+
+def emb_wins(grid: pd.DataFrame, cls_ce: str, emb_ce: str) -> dict[str, int]:
+    """In how many k_q ≠ k_i cells of a :func:`cur_grids` table ``emb_ce`` beats ``cls_ce``.
+
+    Parameters
+    ----------
+    grid : DataFrame
+        Output of :func:`cur_grids`.
+    cls_ce, emb_ce : str
+        The two CEs (values of the ``ce`` column).
+
+    Returns
+    -------
+    wins : dict
+        ``error`` and ``error_centered``: cells where ``emb_ce`` has the strictly lower value;
+        ``recall``: cells where it has the strictly higher recall (cells without recall skipped);
+        ``cells``: off-diagonal cells; ``cells_with_recall``: those with a recall for both CEs.
+    """
+    off = grid[~grid["diagonal"]]
+    wide = off.pivot_table(index=["k_q", "k_i"], columns="ce", values=_CUR_VALUES)
+    return {
+        "error": int((wide["error"][emb_ce] < wide["error"][cls_ce]).sum()),
+        "error_centered": int((wide["error_centered"][emb_ce] < wide["error_centered"][cls_ce]).sum()),
+        "recall": int((wide["recall"][emb_ce] > wide["recall"][cls_ce]).dropna().sum()),
+        "cells": len(wide),
+        "cells_with_recall": int(wide["recall"].notna().all(axis=1).sum()),
+    }
+
+
+def lowest(values: Mapping[str, float]) -> str:
+    """The key with the strictly lowest value, or ``"tie"``.
+
+    Examples
+    --------
+    >>> lowest({"a": 2, "b": 1}), lowest({"a": 1, "b": 1})
+    ('b', 'tie')
+    """
+    best = min(values.values())
+    winners = [ce for ce, v in values.items() if v == best]
+    return winners[0] if len(winners) == 1 else "tie"
+
+
+def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.DataFrame,
+                 spikes: pd.DataFrame) -> dict[str, Any]:
+    """The numbers behind the conclusion of notebook 02: does the lower rank go with the better CUR?
+
+    The first CE of ``ranks_table`` is the [CLS]-CE, the last the [EMB]-CE. "≪" is "at least 2× lower"
+    (ANNCUR's ratio was 7×).
+
+    Parameters
+    ----------
+    ranks_table : DataFrame
+        :func:`rank_table` (with the 99% energy rank).
+    skew_table : DataFrame
+        :func:`skew_table`.
+    grid : DataFrame
+        :func:`cur_grids` (recall column needed).
+    spikes : DataFrame
+        :func:`diagonal_spikes` (with value ``error_centered``).
+
+    Returns
+    -------
+    verdict : dict
+        ``numpy_rank`` ({ce: rank}), ``numpy_rank_ratio_cls_over_emb``, ``emb_much_lower_numpy_rank``
+        (numpy rank of [EMB] at most half of [CLS]'s), ``energy_rank_99_centered``,
+        ``energy_rank_ratio_cls_over_emb``, ``lower_energy_rank`` (CE or "tie"), ``median_skewness``,
+        ``median_offdiag`` ({ce: {error, error_centered, recall}} medians over k_q ≠ k_i),
+        ``median_diagonal_spike_error_centered`` ({ce: median ratio}), ``better_error_centered``,
+        ``better_recall``, ``better_error`` (CE with the better median, or "tie"), ``lower_numpy_rank``.
+    """
+    owner = "rank_verdict"
+    r_np = _rank_column(ranks_table, NUMPY_RANK, owner)
+    r99c = _rank_column(ranks_table, energy_label(0.99, centered=True), owner)
+    ces = list(r_np)
+    cls_ce, emb_ce = ces[0], ces[-1]
+    ratio_energy = r99c[cls_ce] / r99c[emb_ce]
+    med = grid[~grid["diagonal"]].groupby("ce")[_CUR_VALUES].median()
+    spike_med = spikes[spikes["value"] == "error_centered"].groupby("ce")["ratio"].median()
+    return {
+        "numpy_rank": r_np,
+        "numpy_rank_ratio_cls_over_emb": r_np[cls_ce] / r_np[emb_ce],
+        "emb_much_lower_numpy_rank": bool(r_np[emb_ce] * 2 <= r_np[cls_ce]),
+        "energy_rank_99_centered": r99c,
+        "energy_rank_ratio_cls_over_emb": ratio_energy,
+        "lower_energy_rank": lowest(r99c),
+        "median_skewness": {ce: float(skew_table.loc[ce, "median skewness"]) for ce in ces},
+        "median_offdiag": med.to_dict(orient="index"),
+        "median_diagonal_spike_error_centered": spike_med.to_dict(),
+        "better_error_centered": lowest({ce: med.loc[ce, "error_centered"] for ce in ces}),
+        "better_recall": lowest({ce: -med.loc[ce, "recall"] for ce in ces}),
+        "better_error": lowest({ce: med.loc[ce, "error"] for ce in ces}),
+        "lower_numpy_rank": lowest(r_np),
+    }
+
+
+def describe_verdict(verdict: Mapping[str, Any], ranks_table: pd.DataFrame, *, k: int, budget: int) -> str:
+    """The six numbered lines of notebook 02's conclusion, from :func:`rank_verdict`.
+
+    Parameters
+    ----------
+    verdict : mapping
+        :func:`rank_verdict`.
+    ranks_table : DataFrame
+        The :func:`rank_table` it came from (for the 90% energy ranks).
+    k, budget : int
+        k and B_CE of the Top-k-Recall@B_CE in line 4.
+
+    Returns
+    -------
+    text : str
+    """
+    r_np, r99c = verdict["numpy_rank"], verdict["energy_rank_99_centered"]
+    r90c = _rank_column(ranks_table, energy_label(0.9, centered=True), "describe_verdict")
+    ces = list(r_np)
+    cls_ce, emb_ce = ces[0], ces[-1]
+    ratio_np, ratio_energy = verdict["numpy_rank_ratio_cls_over_emb"], verdict["energy_rank_ratio_cls_over_emb"]
+    holds = verdict["emb_much_lower_numpy_rank"]
+    med, spike_med = verdict["median_offdiag"], verdict["median_diagonal_spike_error_centered"]
+    skew = verdict["median_skewness"]
+    better_centered, better_recall = verdict["better_error_centered"], verdict["better_recall"]
+
+    def agrees(measure: str) -> str:
+        return "agrees" if measure == better_centered == better_recall != "tie" else "does not agree"
+
+    return "\n".join([
+        f"1. numpy rank: {cls_ce} {r_np[cls_ce]}, {emb_ce} {r_np[emb_ce]} (ratio {ratio_np:.2f}). "
+        f"rank({emb_ce}) ≪ rank({cls_ce}) {'HOLDS' if holds else 'does NOT hold'} at numpy's default tolerance.",
+        f"2. Row-centered energy rank at 99%: {cls_ce} {r99c[cls_ce]}, {emb_ce} {r99c[emb_ce]}: "
+        f"lower: {verdict['lower_energy_rank']} ({max(ratio_energy, 1 / ratio_energy):.1f}x); "
+        f"at 90%: {r90c[cls_ce]} vs {r90c[emb_ce]}.",
+        f"3. Median per-query skewness: {cls_ce} {skew[cls_ce]:.2f}, {emb_ce} {skew[emb_ce]:.2f}.",
+        f"4. Off-diagonal medians: ANNCUR error {med[cls_ce]['error']:.3f} vs {med[emb_ce]['error']:.3f}; "
+        f"error_centered {med[cls_ce]['error_centered']:.3f} vs {med[emb_ce]['error_centered']:.3f}; "
+        f"Top-{k}-Recall@{budget} {med[cls_ce]['recall']:.3f} vs {med[emb_ce]['recall']:.3f} ({cls_ce} vs {emb_ce}).",
+        f"5. k_q = k_i: error_centered is {spike_med[cls_ce]:.0f}x ({cls_ce}) and {spike_med[emb_ce]:.0f}x ({emb_ce}) "
+        f"the worse neighbour's (median over the diagonal cells).",
+        f"6. Lower row-centered energy rank: {verdict['lower_energy_rank']}; lower numpy rank: "
+        f"{verdict['lower_numpy_rank']}; better CUR by error_centered: {better_centered}, by recall: "
+        f"{better_recall}, by ANNCUR's error: {verdict['better_error']}. "
+        f"The energy rank {agrees(verdict['lower_energy_rank'])} with the CUR quality (error_centered and recall); "
+        f"the numpy rank {agrees(verdict['lower_numpy_rank'])}.",
+    ])
