@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from xenbench._io import write_text_atomic
 from xenbench.errors import XenbenchError
 
 
@@ -55,9 +56,7 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
     text = json.dumps(rows, indent=2)
     print(text)
     if out is not None:
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(out)
+        write_text_atomic(out, text + "\n")
 
 
 def _score(args: argparse.Namespace) -> None:

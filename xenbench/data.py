@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from xenbench._io import write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
 __all__ = [
@@ -480,19 +480,6 @@ def load_beir(folder: str | os.PathLike[str], *, name: str | None = None) -> Dat
     return dataset
 
 
-def _write_atomic(path: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` to a temporary file beside ``path``, then rename: readers never see half a file."""
-    # Not tempfile.mkstemp: its files are mode 0600; open(..., "x") honours the umask like any file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as handle:
-            handle.writelines(lines)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _check_savable(dataset: Dataset) -> None:
     """Refuse datasets whose content BEIR files cannot hold, instead of losing it silently."""
     owner = "save_beir"
@@ -562,7 +549,7 @@ def save_beir(dataset: Dataset, folder: str | os.PathLike[str]) -> Path:
         return json.dumps(obj, ensure_ascii=False) + "\n"
 
     corpus = (dumps({"_id": it.id, "title": it.title, "text": it.text}) for it in dataset.items)
-    _write_atomic(root / "corpus.jsonl", corpus)
+    write_text_atomic(root / "corpus.jsonl", corpus)
 
     def query_line(q: Query) -> str:
         obj: dict[str, Any] = {"_id": q.id, "text": q.text}
@@ -570,10 +557,10 @@ def save_beir(dataset: Dataset, folder: str | os.PathLike[str]) -> Path:
             obj["mention"] = list(q.mention)
         return dumps(obj)
 
-    _write_atomic(root / "queries.jsonl", (query_line(q) for q in dataset.queries))
+    write_text_atomic(root / "queries.jsonl", (query_line(q) for q in dataset.queries))
     for split, ids in dataset.splits.items():
         rows = (f"{qid}\t{gid}\t1\n" for qid in ids for gid in dataset.gold[qid])
-        _write_atomic(qrels_dir / f"{split}.tsv", ["\t".join(QRELS_HEADER) + "\n", *rows])
+        write_text_atomic(qrels_dir / f"{split}.tsv", ["\t".join(QRELS_HEADER) + "\n", *rows])
     return root
 
 

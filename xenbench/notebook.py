@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from xenbench._io import write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
 __all__ = [
@@ -545,19 +546,8 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
     }
     text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"
     path = folder / f"{name}.{profile}.results.json"
-    _replace_atomic(path, text)
+    write_text_atomic(path, text)
     return path
-
-
-def _replace_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 # ------------------------------------------------------------------------------------------------
@@ -696,5 +686,5 @@ def run_notebook(
         from nbconvert import HTMLExporter
 
         body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(nb))
-        _replace_atomic(report, body)
+        write_text_atomic(report, body)
     return final

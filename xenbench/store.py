@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from xenbench._io import write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
 __all__ = ["ScoreStore", "STORE_FORMAT"]
@@ -86,14 +87,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write ``obj`` so that ``path`` holds either nothing/the old content or all of the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    """Write ``obj`` so that ``path`` holds either the old content or all of the new one, durably."""
+    write_text_atomic(path, json.dumps(obj, sort_keys=True), fsync=True)
 
 
 class ScoreStore:

@@ -34,15 +34,14 @@ The benchmark is written in BEIR layout, one folder per domain (``corpus.jsonl``
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from xenbench._io import write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
 DEFAULT_WORDNET_DIR = Path("/usr/share/wordnet")
@@ -286,17 +285,8 @@ def _lexnames(wordnet_dir: Path) -> dict[int, str]:
     return names
 
 
-def _write_atomic(path: Path, lines: list[str]) -> None:
-    # Write beside the target then rename, so a crash never leaves a half-written file.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.writelines(line + "\n" for line in lines)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write_lines(path: Path, lines: list[str]) -> None:
+    write_text_atomic(path, (line + "\n" for line in lines))
 
 
 def _domain_records(synsets: list[Synset], pos: str, exceptions: dict[str, set[str]]
@@ -377,14 +367,14 @@ def build_wordnet_el(wordnet_dir: Path = DEFAULT_WORDNET_DIR, out_dir: Path = BU
         if domains is None and len(queries) < MIN_QUERIES:
             continue
         folder = out_dir / domain
-        _write_atomic(folder / "corpus.jsonl", corpus)
-        _write_atomic(folder / "queries.jsonl", queries)
-        _write_atomic(folder / "qrels" / "test.tsv", qrels)
+        _write_lines(folder / "corpus.jsonl", corpus)
+        _write_lines(folder / "queries.jsonl", queries)
+        _write_lines(folder / "qrels" / "test.tsv", qrels)
         rows.append({"domain": domain, "role": "test" if domain in HELD_OUT_DOMAINS else "train",
                      "items": len(corpus), "queries": len(queries),
                      "source_lexfile_id": ids[domain]})
     table = pd.DataFrame(rows, columns=["domain", "role", "items", "queries", "source_lexfile_id"])
-    _write_atomic(out_dir / "domains.tsv", table.to_csv(sep="\t", index=False).splitlines())
+    _write_lines(out_dir / "domains.tsv", table.to_csv(sep="\t", index=False).splitlines())
     return table
 
 

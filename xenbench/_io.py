@@ -1,0 +1,33 @@
+"""Atomic text writes: a reader (or a killed run) never sees half a file."""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *, fsync: bool = False) -> Path:
+    """Write ``text`` (a string or an iterable of strings, written as given) to a temp file beside
+    ``path``, then rename it over ``path``. ``fsync`` also makes it durable (file and folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Not tempfile.mkstemp: its files are mode 0600; open(..., "x") honours the umask like any file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as handle:
+            handle.writelines([text] if isinstance(text, str) else text)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return path
