@@ -1,0 +1,291 @@
+"""Experiments of notebook 03 on small synthetic low-rank matrices: seeded splits, every method at
+every budget, exactness at full budget, and the per-round trace agreeing with AdaCur itself."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from xenbench import experiments as ex
+from xenbench.adacur import AdaCur
+from xenbench.errors import ParameterError
+from xenbench.plots import adacur as plots
+
+N_QUERIES, N_ITEMS, N_ANCHOR_QUERIES = 70, 60, 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch/BLAS thread: on these tiny matrices more threads only add synchronisation."""
+    try:
+        from threadpoolctl import threadpool_limits
+        blas = threadpool_limits(1)
+    except ImportError:
+        blas = contextlib.nullcontext()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with blas:
+        yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def M() -> np.ndarray:
+    """Rank-6 scores plus a little noise, (70 queries, 60 items)."""
+    rng = np.random.default_rng(0)
+    low = rng.standard_normal((N_QUERIES, 6)) @ rng.standard_normal((6, N_ITEMS))
+    return (low + 0.05 * rng.standard_normal((N_QUERIES, N_ITEMS))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def split() -> ex.QuerySplit:
+    return ex.split_rows(N_QUERIES, N_ANCHOR_QUERIES, seed=3)
+
+
+@pytest.fixture(scope="module")
+def retrievers(M, split) -> dict[str, np.ndarray]:
+    """A noisy "DE" and a noisier "TF-IDF" view of the test queries' exact scores."""
+    rng = np.random.default_rng(1)
+    test = M[split.test]
+    return {"de_scores": test + 0.5 * rng.standard_normal(test.shape),
+            "tfidf_scores": test + 2.0 * rng.standard_normal(test.shape)}
+
+
+# ----------------------------------------------------------------------------------------------
+# split_rows / subsample
+# ----------------------------------------------------------------------------------------------
+def test_split_rows_is_seeded_disjoint_and_complete():
+    a = ex.split_rows(100, 30, seed=7)
+    b = ex.split_rows(100, 30, seed=7)
+    c = ex.split_rows(100, 30, seed=8)
+    np.testing.assert_array_equal(a.anchor, b.anchor)
+    np.testing.assert_array_equal(a.test, b.test)
+    assert not np.array_equal(a.anchor, c.anchor)
+    assert a.anchor.size == 30 and a.test.size == 70
+    assert np.intersect1d(a.anchor, a.test).size == 0
+    np.testing.assert_array_equal(np.sort(np.concatenate(a)), np.arange(100))
+    assert (np.diff(a.anchor) > 0).all() and (np.diff(a.test) > 0).all()
+
+
+def test_split_rows_max_test_takes_a_subset_of_the_full_test_set():
+    full = ex.split_rows(100, 30, seed=7)
+    small = ex.split_rows(100, 30, seed=7, max_test=10)
+    np.testing.assert_array_equal(small.anchor, full.anchor)  # the anchors do not depend on max_test
+    assert small.test.size == 10 and np.isin(small.test, full.test).all()
+
+
+def test_split_rows_rejects_bad_sizes():
+    with pytest.raises(ParameterError, match=r"'n_anchor_queries' parameter of split_rows must be an int in \[1, n - 1\]"):
+        ex.split_rows(10, 10)
+
+
+def test_subsample_is_sorted_seeded_and_all_when_unbounded():
+    np.testing.assert_array_equal(ex.subsample(5, None), np.arange(5))
+    np.testing.assert_array_equal(ex.subsample(5, 9), np.arange(5))
+    s = ex.subsample(100, 10, seed=2)
+    assert s.size == 10 and np.unique(s).size == 10 and (np.diff(s) > 0).all()
+    np.testing.assert_array_equal(s, ex.subsample(100, 10, seed=2))
+
+
+# ----------------------------------------------------------------------------------------------
+# recall_vs_budget
+# ----------------------------------------------------------------------------------------------
+BUDGETS = [10, 30]
+
+
+@pytest.fixture(scope="module")
+def budget_results(M, split, retrievers) -> pd.DataFrame:
+    return ex.recall_vs_budget(M, split, BUDGETS, k_values=(1, 10, 20), **retrievers, seed=0)
+
+
+def test_recall_vs_budget_has_every_method_budget_and_valid_k(budget_results):
+    assert set(budget_results["method"]) == set(ex.METHODS.values())
+    for method, group in budget_results.groupby("method"):
+        pairs = set(zip(group["budget"], group["k"]))
+        assert pairs == {(10, 1), (10, 10), (30, 1), (30, 10), (30, 20)}, method  # k > budget skipped
+    assert budget_results["recall"].between(0, 1).all()
+    assert (budget_results["recall_se"] >= 0).all()
+    assert (budget_results["n_test_queries"] == N_QUERIES - N_ANCHOR_QUERIES).all()
+
+
+def test_recall_vs_budget_anchor_counts_follow_the_method(budget_results):
+    by = budget_results.set_index("method")
+    assert (by.loc["DE re-rank", "n_anchor_items"] == 0).all()
+    nosplit = budget_results[budget_results["method"].str.contains("No-Split")]
+    assert (nosplit["n_anchor_items"] == nosplit["budget"]).all()
+    split_methods = budget_results[budget_results["method"].isin(["ADACUR TopK", "ADACUR SoftMax"])]
+    assert (split_methods["n_anchor_items"] < split_methods["budget"]).all()
+    assert (split_methods["n_anchor_items"] >= 5).all()  # k_i >= N_r
+
+
+def test_recall_vs_budget_best_split_is_the_max_over_the_grid(M, split, budget_results):
+    grid = ex.recall_vs_budget(M, split, BUDGETS, methods=["anncur", "adacur_topk"], k_values=(1, 10, 20),
+                               all_splits=True)
+    best = grid.groupby(["method", "budget", "k"])["recall"].max()
+    got = budget_results.set_index(["method", "budget", "k"])["recall"]
+    pd.testing.assert_series_equal(got.loc[best.index].sort_index(), best.sort_index(), check_names=False)
+    assert grid.groupby(["method", "budget", "k"]).size().min() >= 2  # a real grid, not one split
+
+
+def test_every_method_is_exact_when_the_budget_covers_all_items(M, split, retrievers):
+    df = ex.recall_vs_budget(M, split, [N_ITEMS], k_values=(1, 10, N_ITEMS), **retrievers)
+    assert set(df["method"]) == set(ex.METHODS.values())
+    assert (df["recall"] == 1.0).all(), df[df["recall"] < 1.0]
+
+
+def test_recall_vs_budget_defaults_to_the_methods_whose_inputs_are_given(M, split):
+    df = ex.recall_vs_budget(M, split, [10], k_values=(1,))
+    assert set(df["method"]) == {"ANNCUR", "ADACUR TopK", "ADACUR SoftMax", "ADACUR TopK No-Split"}
+    with pytest.raises(ParameterError, match="'de_scores' parameter of recall_vs_budget"):
+        ex.recall_vs_budget(M, split, [10], methods=["de_rerank"], k_values=(1,))
+    with pytest.raises(ParameterError, match="keys of METHODS"):
+        ex.recall_vs_budget(M, split, [10], methods=["adacur"], k_values=(1,))
+
+
+def test_recall_vs_budget_rejects_retriever_scores_of_the_wrong_rows(M, split):
+    with pytest.raises(ParameterError, match=r"shape \(n_test=50, n_items=60\)"):
+        ex.recall_vs_budget(M, split, [10], de_scores=M, k_values=(1,))
+
+
+def test_recall_vs_budget_is_deterministic(M, split, retrievers, budget_results):
+    again = ex.recall_vs_budget(M, split, BUDGETS, k_values=(1, 10, 20), **retrievers, seed=0)
+    pd.testing.assert_frame_equal(again, budget_results)
+
+
+def test_adacur_beats_random_anchors_on_low_rank_data(M, split):
+    """On a rank-6 matrix, 5 adaptive rounds find more of the top-10 than 1 round of random anchors."""
+    df = ex.recall_vs_rounds(M, split, [20], rounds=(1, 5), k_values=(10,))
+    r = df.set_index("n_rounds")["recall"]
+    assert r[5] > r[1] + 0.2
+
+
+def test_gain_over_takes_the_best_random_start_adacur_variant(budget_results):
+    gains = ex.gain_over(budget_results)
+    assert len(gains) == 5
+    for _, row in gains.iterrows():
+        sub = budget_results[(budget_results["budget"] == row["budget"]) & (budget_results["k"] == row["k"])]
+        ada = sub[sub["method"].isin(ex.RANDOM_START)]
+        assert row["best"] in ex.RANDOM_START and row["best_recall"] == ada["recall"].max()
+        assert row["gain"] == pytest.approx(row["best_recall"] - sub.loc[sub["method"] == "ANNCUR", "recall"].item())
+        assert row["clear"] == (abs(row["gain"]) > 2 * row["gain_se"])
+
+
+def test_gain_over_takes_the_best_of_several_baselines(budget_results):
+    gains = ex.gain_over(budget_results, baseline=["DE re-rank", "TF-IDF re-rank"],
+                         challengers=["ADACUR DE+TopK No-Split"])
+    sub = budget_results.set_index(["method", "budget", "k"])["recall"]
+    for _, row in gains.iterrows():
+        key = (row["budget"], row["k"])
+        assert row["baseline_recall"] == max(sub[("DE re-rank", *key)], sub[("TF-IDF re-rank", *key)])
+    with pytest.raises(ParameterError, match="'results' parameter of gain_over"):
+        ex.gain_over(budget_results, baseline="BM25")
+
+
+# ----------------------------------------------------------------------------------------------
+# rounds and latency
+# ----------------------------------------------------------------------------------------------
+def test_recall_vs_rounds_shape_and_skips(M, split):
+    df = ex.recall_vs_rounds(M, split, [4, 20], rounds=(1, 2, 5), k_values=(1, 10))
+    # B = 4: 5 rounds > k_i skipped, k = 10 > B skipped
+    assert set(zip(df["budget"], df["n_rounds"])) == {(4, 1), (4, 2), (20, 1), (20, 2), (20, 5)}
+    assert set(df.loc[df["budget"] == 4, "k"]) == {1}
+    assert df["recall"].between(0, 1).all()
+
+
+def test_latency_vs_rounds_models_ce_calls(M, split):
+    df = ex.latency_vs_rounds(M, split, [20], rounds=(1, 4), seconds_per_ce_call=0.01, max_queries=3)
+    assert set(df["step"]) == {"CE calls", "pinv", "matmul", "sampling"}
+    ce = df[df["step"] == "CE calls"]
+    np.testing.assert_allclose(ce["seconds"], 20 * 0.01)  # B_CE calls per query, each 10 ms
+    np.testing.assert_allclose(df.groupby("n_rounds")["fraction"].sum(), 1.0)
+    assert (df["seconds"] >= 0).all() and (df["n_queries"] == 3).all()
+    one_round = df[(df["n_rounds"] == 1) & df["step"].isin(["pinv", "matmul"])]
+    assert (one_round["seconds"] == 0).all()  # No-Split with 1 round never approximates
+
+
+def test_ce_seconds_per_call_reads_the_store_sessions():
+    attrs = {"sessions": [{"n_pairs": 1000, "wall_s": 2.0}, {"n_pairs": 1000, "wall_s": 2.0}]}
+    assert ex.ce_seconds_per_call(attrs) == pytest.approx(2e-3)
+    assert ex.ce_seconds_per_call({"wall_s": 6.0, "query_ids": [1, 2], "item_ids": [1, 2, 3]}) == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# round_trace
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sampler, fraction", [("topk", None), ("softmax", None), ("topk", 0.5)])
+def test_round_trace_matches_adacur_on_all_test_queries(M, split, sampler, fraction):
+    budget, n_rounds = 20, 4
+    pos = 7
+    row = int(split.test[pos])
+    trace = ex.round_trace(M, split, row, budget=budget, n_rounds=n_rounds, sampler=sampler,
+                           anchor_fraction=fraction, seed=5)
+    k_i = budget if fraction is None else 10
+    ada = AdaCur(budget, n_anchor_items=None if fraction is None else k_i, n_rounds=n_rounds, sampler=sampler,
+                 seed=5).fit(M[split.anchor])
+    res = ada.run(M[split.test], query_ids=split.test, return_approx=True)
+    rounds = [r for r in res.rounds if r.phase == "anchors"]
+    assert trace.n_rounds == n_rounds and trace.n_anchor_items == k_i
+    for t in range(n_rounds):
+        np.testing.assert_array_equal(trace.anchors[t], rounds[t].items[pos])
+    all_anchors = trace.anchors_until(n_rounds - 1)
+    assert np.unique(all_anchors).size == all_anchors.size == k_i  # disjoint rounds
+    np.testing.assert_allclose(trace.approx[-1], res.approx_scores[pos], rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(trace.exact, M[row])
+    if fraction is None:
+        assert trace.retrieved.size == 0
+    else:
+        assert trace.retrieved.size == budget - k_i and not np.isin(trace.retrieved, all_anchors).any()
+
+
+def test_round_trace_interpolates_its_anchors_and_is_deterministic(M, split):
+    row = int(split.test[0])
+    a = ex.round_trace(M, split, row, budget=15, n_rounds=3, seed=1)
+    b = ex.round_trace(M, split, row, budget=15, n_rounds=3, seed=1)
+    for t in range(3):
+        np.testing.assert_array_equal(a.anchors[t], b.anchors[t])
+        anchors = a.anchors_until(t)  # CUR is exact on the anchors while |I_anc| <= k_q
+        np.testing.assert_allclose(a.approx[t][anchors], M[row, anchors], atol=1e-4)
+    np.testing.assert_array_equal(a.approx, b.approx)
+    summary = a.summary(k_values=(1, 10))
+    assert list(summary["round"]) == [1, 2, 3] and list(summary["n_anchors"]) == [5, 10, 15]
+    assert (summary["mae_anchors"] < 1e-4).all()
+
+
+def test_round_trace_rejects_an_anchor_query(M, split):
+    with pytest.raises(ParameterError, match="'query_row' parameter of round_trace must be a row of M among"):
+        ex.round_trace(M, split, int(split.anchor[0]), budget=10)
+
+
+# ----------------------------------------------------------------------------------------------
+# figures (structure only)
+# ----------------------------------------------------------------------------------------------
+def test_round_scatter_has_one_slider_step_per_round(M, split):
+    trace = ex.round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4)
+    fig = plots.round_scatter(trace, bands=(5, 20))
+    steps = fig.layout.sliders[0].steps
+    assert len(steps) == 4 and fig.layout.sliders[0].active == 3
+    visible = [np.array(s.args[0]["visible"]) for s in steps]
+    assert all(v[0] for v in visible)  # the diagonal is always shown
+    shown = np.array(visible)[:, 1:]
+    assert (shown.sum(axis=0) == 1).all()  # every other trace belongs to exactly one round
+    assert [bool(tr.visible) for tr in fig.data] == list(visible[-1])  # starts at the last round
+    assert not fig.frames  # static HTML and FigureWidget friendly: no animation frames
+
+
+def test_summary_figures_build(M, split, budget_results):
+    assert len(plots.recall_vs_budget_lines(budget_results).data) == len(ex.METHODS) * 3  # methods x k facets
+    rounds = ex.recall_vs_rounds(M, split, [20], rounds=(1, 2), k_values=(1, 10))
+    assert plots.recall_vs_rounds_lines(rounds).data
+    latency = ex.latency_vs_rounds(M, split, [20], rounds=(1, 2), max_queries=2)
+    fig = plots.latency_vs_rounds_bars(latency)
+    assert fig.layout.barmode == "stack" and {tr.name for tr in fig.data} == {"CE calls", "pinv", "matmul", "sampling"}
+
+
+def test_a_perfect_retriever_makes_its_methods_exact(M, split):
+    """With the exact scores as "DE", re-rank and the DE-seeded methods hold the exact top-k."""
+    df = ex.recall_vs_budget(M, split, [20], methods=["de_rerank", "anncur_de", "adacur_de_nosplit"],
+                             k_values=(1, 4), de_scores=M[split.test])
+    assert (df["recall"] == 1.0).all(), df  # k <= B_CE / N_r = 4 items come in the DE's first batch

@@ -1,0 +1,668 @@
+"""The ANNCUR / ADACUR comparisons of notebook 03, as small pure functions of a score matrix.
+
+Every function takes an exact CE score matrix ``M`` of shape (n_queries, n_items) and a seeded
+:class:`QuerySplit` of its rows into anchor queries Q_anc (whose rows form the offline index
+R_anc = M[anchor]) and test queries (whose rows are the CE "oracle" a method may query within its
+budget B_CE). They return tidy DataFrames (one row per measured number) that the plots of
+:mod:`xenbench.plots.adacur` draw and the widgets of :mod:`xenbench.widgets` recompute.
+
+=========================  ==================================================================
+:func:`split_rows`         seeded split of the rows into anchor and test queries
+:func:`recall_vs_budget`   Top-k-Recall at equal CE budget of every method ([ADACUR] Fig. 2)
+:func:`recall_vs_rounds`   Top-k-Recall of ADACUR for a number of rounds N_r ([ADACUR] Fig. 3)
+:func:`latency_vs_rounds`  time per query in CE calls, pinv, matmul, sampling ([ADACUR] Fig. 4)
+:func:`round_trace`        exact vs approximate scores of one test query, round by round (Fig. 6/8)
+:func:`gain_over`          per (budget, k): best challenger minus a baseline, for the conclusion
+=========================  ==================================================================
+
+Methods compared at equal budget (:data:`METHODS`, keys -> labels in the ``method`` column):
+
+``anncur``
+    ANNCUR: k_i random anchor items, then the top B_CE − k_i items by ŝ are scored; best k_i of a
+    small grid per (budget, k), as the papers report ([ANNCUR] §3.2, [ADACUR] §3.1).
+``anncur_de``
+    ANNCUR_DE: the anchors are the DE's top k_i items of each query (one round of ADACUR whose
+    first round comes from the DE), then retrieve by ŝ; best k_i of the same grid ([ADACUR] Fig. 2).
+``adacur_topk``, ``adacur_softmax``
+    ADACUR (split): k_i anchors over N_r rounds (TopK / SoftMax sampler), then retrieve by the final
+    ŝ until B_CE calls are spent; best k_i of the same grid.
+``adacur_nosplit``
+    ADACUR^No-Split with TopK: all B_CE calls are anchors; no split to tune.
+``adacur_de_nosplit``
+    ADACUR_{DE+TopK}^No-Split: as above, round 1 takes the DE's top k_s items ([ADACUR] Fig. 2).
+``de_rerank``, ``tfidf_rerank``
+    Retrieve-and-rerank: the retriever's top B_CE items scored with the CE.
+
+The best-split selection reads the test queries' recall (as the papers' "best possible budget
+split" does), so it is optimistic for the split methods; No-Split and the re-rank baselines are
+not tuned at all.
+
+References
+----------
+.. [ADACUR] Yadav, Monath, Zaheer, McCallum. "Adaptive Selection of Anchor Items for CUR-based k-NN
+   search with Cross-Encoders", Findings of EMNLP 2023: §2.2, §3, Fig. 2–4, 6, 8.
+.. [ANNCUR] Yadav et al. "Efficient Nearest Neighbor Search for Cross-Encoder Models using Matrix
+   Factorization", EMNLP 2022, §3.2.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline
+from xenbench.cur import AnnCur
+from xenbench.errors import ParameterError
+from xenbench.metrics import BudgetCounter, approximation_errors, recall_under_budget, topk_indices
+
+__all__ = [
+    "METHODS",
+    "RANDOM_START",
+    "SPLIT_FRACTIONS",
+    "QuerySplit",
+    "RoundTrace",
+    "ce_seconds_per_call",
+    "gain_over",
+    "latency_vs_rounds",
+    "recall_vs_budget",
+    "recall_vs_rounds",
+    "round_trace",
+    "split_rows",
+    "subsample",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
+METHODS: dict[str, str] = {
+    "anncur": "ANNCUR",
+    "anncur_de": "ANNCUR DE",
+    "adacur_topk": "ADACUR TopK",
+    "adacur_softmax": "ADACUR SoftMax",
+    "adacur_nosplit": "ADACUR TopK No-Split",
+    "adacur_de_nosplit": "ADACUR DE+TopK No-Split",
+    "de_rerank": "DE re-rank",
+    "tfidf_rerank": "TF-IDF re-rank",
+}
+_NEEDS = {"anncur_de": "de_scores", "adacur_de_nosplit": "de_scores", "de_rerank": "de_scores",
+          "tfidf_rerank": "tfidf_scores"}
+_ADACUR_SPLIT = {"adacur_topk": "topk", "adacur_softmax": "softmax"}
+#: ADACUR variants whose first round is uniform at random: the like-for-like challengers of ANNCUR.
+RANDOM_START: tuple[str, ...] = (METHODS["adacur_topk"], METHODS["adacur_softmax"], METHODS["adacur_nosplit"])
+
+#: Grid of k_i / B_CE over which ANNCUR and ADACUR (split) take their best split per (budget, k).
+SPLIT_FRACTIONS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
+
+#: Steps of the latency breakdown (RoundRecord field -> label), in stacking order ([ADACUR] Fig. 4).
+_STEPS = {"ce": "CE calls", "pinv": "pinv", "matmul": "matmul", "sample": "sampling"}
+
+
+# ==============================================================================================
+# inputs
+# ==============================================================================================
+class QuerySplit(NamedTuple):
+    """Rows of M split into anchor queries Q_anc and test queries (both sorted, disjoint).
+
+    Unpacks as ``anchor, test = split``; ``M[split.anchor]`` is R_anc.
+    """
+
+    anchor: np.ndarray  # Q_anc rows, int64 (k_q,)
+    test: np.ndarray    # test rows, int64 (n_test,)
+
+
+def _check_int(value: Any, name: str, lo: int, hi: int | None, owner: str, hi_text: str | None = None) -> int:
+    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer)) and lo <= value \
+        and (hi is None or value <= hi)
+    if not ok:
+        bound = f"[{lo}, {hi_text or hi}]" if hi is not None else f">= {lo}"
+        raise ParameterError(name, f"an int {'in ' if hi is not None else ''}{bound}", value, owner)
+    return int(value)
+
+
+def split_rows(n: int, n_anchor_queries: int, seed: int = 0, *, max_test: int | None = None) -> QuerySplit:
+    """Seeded random split of ``n`` query rows into k_q anchor queries and test queries.
+
+    Parameters
+    ----------
+    n : int
+        Number of queries (rows of M).
+    n_anchor_queries : int
+        k_q = |Q_anc|, ``1 <= k_q < n``.
+    seed : int
+        Seed of the permutation.
+    max_test : int, optional
+        Keep at most this many test queries (a seeded sample of the rest, for speed).
+
+    Returns
+    -------
+    split : QuerySplit
+        ``anchor`` (k_q,) and ``test`` (min(n − k_q, max_test),), each sorted, disjoint.
+
+    Examples
+    --------
+    >>> anchor, test = split_rows(10, 3, seed=0)
+    >>> len(anchor), len(test), bool(set(anchor) & set(test))
+    (3, 7, False)
+    """
+    owner = "split_rows"
+    n = _check_int(n, "n", 2, None, owner)
+    k_q = _check_int(n_anchor_queries, "n_anchor_queries", 1, n - 1, owner, "n - 1")
+    seed = _check_int(seed, "seed", 0, None, owner)
+    n_test = n - k_q if max_test is None else min(n - k_q, _check_int(max_test, "max_test", 1, None, owner))
+    perm = np.random.default_rng(seed).permutation(n)
+    return QuerySplit(np.sort(perm[:k_q]).astype(np.int64), np.sort(perm[k_q:k_q + n_test]).astype(np.int64))
+
+
+def subsample(n: int, max_n: int | None, seed: int = 0) -> np.ndarray:
+    """Sorted seeded sample of ``min(n, max_n)`` indices of ``range(n)`` (all of them when ``max_n`` is None).
+
+    Used to cut the item set (columns of M, and the same items of the retrievers) for quick runs.
+    """
+    n = _check_int(n, "n", 1, None, "subsample")
+    if max_n is None or max_n >= n:
+        return np.arange(n, dtype=np.int64)
+    max_n = _check_int(max_n, "max_n", 1, None, "subsample")
+    seed = _check_int(seed, "seed", 0, None, "subsample")
+    # A stream of its own (seed + 1): the item sample does not correlate with the query split.
+    return np.sort(np.random.default_rng([seed, 1]).choice(n, size=max_n, replace=False)).astype(np.int64)
+
+
+def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, QuerySplit]:
+    M = np.asarray(M)
+    if M.ndim != 2 or min(M.shape) < 1 or not np.issubdtype(M.dtype, np.floating):
+        raise ParameterError("M", "a float array of shape (n_queries, n_items)", f"{M.dtype} array of shape {M.shape}",
+                             owner)
+    if not (isinstance(split, tuple) and len(split) == 2):
+        raise ParameterError("split", "a QuerySplit (anchor rows, test rows) from split_rows", type(split).__name__,
+                             owner)
+    anchor, test = (np.asarray(part) for part in split)
+    for name, rows in (("anchor", anchor), ("test", test)):
+        if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) \
+                or rows.min() < 0 or rows.max() >= M.shape[0]:
+            raise ParameterError("split", f"{name} rows: a non-empty 1-d int array in [0, n_queries={M.shape[0]})",
+                                 f"{rows.dtype} array of shape {rows.shape}", owner)
+    if np.intersect1d(anchor, test).size:
+        raise ParameterError("split", "disjoint anchor and test rows", "rows in both", owner)
+    return M, QuerySplit(anchor.astype(np.int64), test.astype(np.int64))
+
+
+def _check_retriever_scores(scores: Any, name: str, n_test: int, n_items: int, owner: str) -> np.ndarray | None:
+    if scores is None:
+        return None
+    scores = np.asarray(scores)
+    if scores.shape != (n_test, n_items) or not np.issubdtype(scores.dtype, np.number):
+        raise ParameterError(name, f"scores of the test queries, shape (n_test={n_test}, n_items={n_items}), "
+                                   "rows in the order of split.test", f"{scores.dtype} array of shape {scores.shape}",
+                             owner)
+    return scores
+
+
+def _check_budgets(budgets: Any, n_items: int, owner: str) -> list[int]:
+    if isinstance(budgets, (int, np.integer)):
+        budgets = [budgets]
+    budgets = list(budgets)
+    if not budgets:
+        raise ParameterError("budgets", "a non-empty list of ints in [1, n_items]", budgets, owner)
+    return sorted({_check_int(b, "budgets", 1, n_items, owner, f"n_items={n_items}") for b in budgets})
+
+
+def _check_k_values(k_values: Any, n_items: int, owner: str) -> list[int]:
+    k_values = list(k_values)
+    if not k_values:
+        raise ParameterError("k_values", "a non-empty list of ints in [1, n_items]", k_values, owner)
+    return sorted({_check_int(k, "k_values", 1, n_items, owner, f"n_items={n_items}") for k in k_values})
+
+
+def ce_seconds_per_call(attrs: Mapping[str, Any]) -> float:
+    """Seconds per CE call measured when a score matrix was computed (its :class:`~xenbench.store.ScoreStore` attrs).
+
+    The throughput of the batched scoring run (pairs per second over its sessions), so a lower bound
+    on the cost of a test query's k_s calls per round: what the latency figure charges per CE call.
+    """
+    sessions = attrs.get("sessions") or []
+    pairs = sum(s.get("n_pairs", 0) for s in sessions)
+    wall = sum(s.get("wall_s", 0.0) for s in sessions)
+    if pairs > 0 and wall > 0:
+        return wall / pairs
+    n_pairs = len(attrs.get("query_ids", ())) * len(attrs.get("item_ids", ()))
+    if attrs.get("wall_s") and n_pairs:
+        return float(attrs["wall_s"]) / n_pairs
+    raise ParameterError("attrs", "score-store attributes with 'sessions' (n_pairs, wall_s) or 'wall_s'",
+                         sorted(attrs), "ce_seconds_per_call")
+
+
+# ==============================================================================================
+# recall at equal budget (Fig. 2)
+# ==============================================================================================
+def _split_grid(budget: int, fractions: Sequence[float], lo: int, hi: int, k_q: int) -> list[int]:
+    """Distinct k_i = round(f · B) in [lo, hi], without k_i = k_q (ill-conditioned, [ANNCUR] §B.2)."""
+    grid = sorted({int(round(f * budget)) for f in fractions})
+    grid = [k for k in grid if lo <= k <= hi and k != k_q]
+    if not grid:  # every grid point fell out: take the nearest admissible k_i
+        grid = [min(max(lo, int(round(fractions[0] * budget))), hi)]
+    return grid
+
+
+def _rows(method: str, budget: int, k_values: list[int], per_query: dict[int, np.ndarray], k_i: int,
+          n_rounds: int | None) -> list[dict[str, Any]]:
+    out = []
+    for k in k_values:
+        r = per_query[k]
+        out.append({"method": method, "budget": budget, "k": k, "recall": float(r.mean()),
+                    "recall_se": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0,
+                    "n_anchor_items": k_i, "n_rounds": n_rounds, "n_test_queries": int(r.size)})
+    return out
+
+
+def _recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int, k_values: list[int]) -> dict[int, np.ndarray]:
+    return {k: recall_under_budget(M_test, I, k, calls=calls, budget=budget, per_query=True) for k in k_values}
+
+
+def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], methods: Sequence[str] | None = None,
+                     k_values: Sequence[int] = (1, 10, 100), de_scores: np.ndarray | None = None,
+                     tfidf_scores: np.ndarray | None = None, *, n_rounds: int = 5,
+                     split_fractions: Sequence[float] = SPLIT_FRACTIONS, temperature: float = 1.0, seed: int = 0,
+                     device: str = "cpu", all_splits: bool = False) -> pd.DataFrame:
+    """Top-k-Recall of ANNCUR, ADACUR and retrieve-and-rerank at equal CE budgets ([ADACUR] Fig. 2).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores.
+    split : QuerySplit
+        Anchor rows (R_anc = M[split.anchor]) and test rows.
+    budgets : sequence of int
+        B_CE values, each in [1, n_items].
+    methods : sequence of str, optional
+        Keys of :data:`METHODS`; default every method whose inputs are given (the DE ones need
+        ``de_scores``, TF-IDF ``tfidf_scores``).
+    k_values : sequence of int
+        Sizes of the exact neighbourhood; a (budget, k) pair with k > budget is skipped.
+    de_scores, tfidf_scores : ndarray of shape (n_test, n_items), optional
+        Retriever scores of the test queries, rows in the order of ``split.test``.
+    n_rounds : int
+        N_r of every ADACUR variant (k_i < N_r points of the split grid are skipped).
+    split_fractions : sequence of float
+        Grid of k_i / B_CE for ANNCUR and ADACUR (split); k_i = k_q is left out.
+    temperature : float
+        Of the SoftMax sampler.
+    seed : int
+        Seeds ANNCUR's anchor draw and ADACUR's keyed randomness (keyed by the global query row, so a
+        query gets the same draws in any subset).
+    device : str
+        Torch device of ADACUR.
+    all_splits : bool
+        Return one row per grid point of the split methods instead of the best per (budget, k).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method`` (label of :data:`METHODS`), ``budget``, ``k``, ``recall`` (mean over test
+        queries, in [0, 1]), ``recall_se`` (its standard error), ``n_anchor_items`` (the k_i used:
+        0 for re-rank, B_CE for No-Split), ``n_rounds`` (None for non-ADACUR methods),
+        ``n_test_queries``.
+    """
+    owner = "recall_vs_budget"
+    M, split = _check_inputs(M, split, owner)
+    n_items = M.shape[1]
+    budgets = _check_budgets(budgets, n_items, owner)
+    k_values = _check_k_values(k_values, n_items, owner)
+    n_rounds = _check_int(n_rounds, "n_rounds", 1, None, owner)
+    test = split.test
+    de_scores = _check_retriever_scores(de_scores, "de_scores", test.size, n_items, owner)
+    tfidf_scores = _check_retriever_scores(tfidf_scores, "tfidf_scores", test.size, n_items, owner)
+    given = {"de_scores": de_scores is not None, "tfidf_scores": tfidf_scores is not None}
+    if methods is None:
+        methods = [m for m in METHODS if given.get(_NEEDS.get(m, ""), True)]
+    methods = list(methods)
+    for m in methods:
+        if m not in METHODS:
+            raise ParameterError("methods", f"a list of keys of METHODS {list(METHODS)}", m, owner)
+        if m in _NEEDS and not given[_NEEDS[m]]:
+            raise ParameterError(_NEEDS[m], f"the retriever scores that method {m!r} needs", None, owner)
+    if not split_fractions or not all(0 < f <= 1 for f in split_fractions):
+        raise ParameterError("split_fractions", "a non-empty list of floats in (0, 1]", split_fractions, owner)
+
+    R_anc, M_test = M[split.anchor], M[test]
+    k_q = R_anc.shape[0]
+    max_budget = max(budgets)
+    orders = {name: topk_indices(scores, max_budget) for name, scores in
+              (("de_scores", de_scores), ("tfidf_scores", tfidf_scores)) if scores is not None}
+    rows: list[dict[str, Any]] = []
+
+    def best(candidates: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        if all_splits:
+            return [r for rows_ in candidates for r in rows_]
+        # per k, the grid point with the highest mean recall (ties: the smaller k_i, listed first)
+        return [max((rows_[j] for rows_ in candidates), key=lambda r: r["recall"]) for j in range(len(candidates[0]))]
+
+    for budget in budgets:
+        ks = [k for k in k_values if k <= budget]
+        if not ks:
+            continue
+        for method in methods:
+            label = METHODS[method]
+            t0 = time.perf_counter()
+            if method == "anncur":
+                cands = []
+                for k_i in _split_grid(budget, split_fractions, 1, budget, k_q):
+                    counter = BudgetCounter(M_test, budget)
+                    _, I = anncur_with_budget(AnnCur(k_i, seed=seed).fit(R_anc), counter, budget)
+                    cands.append(_rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), k_i, None))
+                rows += best(cands)
+            elif method in _ADACUR_SPLIT or method == "anncur_de":
+                # ANNCUR_DE is ADACUR with one round whose anchors are the DE's top k_i items.
+                rounds_m = 1 if method == "anncur_de" else n_rounds
+                candidates = orders["de_scores"] if method == "anncur_de" else None
+                cands = []
+                for k_i in _split_grid(budget, split_fractions, rounds_m, budget - 1, k_q):
+                    if k_i < rounds_m or k_i >= budget:
+                        continue
+                    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=rounds_m, sampler=_ADACUR_SPLIT.get(method, "topk"),
+                                 temperature=temperature, seed=seed, device=device).fit(R_anc)
+                    res = ada.run(M_test, candidates=candidates, query_ids=test)
+                    cands.append(_rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), k_i,
+                                       None if method == "anncur_de" else n_rounds))
+                if cands:
+                    rows += best(cands)
+            elif method in ("adacur_nosplit", "adacur_de_nosplit"):
+                if budget < n_rounds:
+                    continue
+                candidates = orders["de_scores"] if method == "adacur_de_nosplit" else None
+                ada = AdaCur(budget, n_rounds=n_rounds, sampler="topk", seed=seed, device=device).fit(R_anc)
+                res = ada.run(M_test, candidates=candidates, query_ids=test)
+                rows += _rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), budget, n_rounds)
+            else:  # retrieve-and-rerank
+                counter = BudgetCounter(M_test, budget)
+                _, I = rerank_baseline(counter, orders[_NEEDS[method]], budget)
+                rows += _rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), 0, None)
+            logger.info("%s at B_CE=%d: %.1f s", label, budget, time.perf_counter() - t0)
+    return pd.DataFrame(rows, columns=["method", "budget", "k", "recall", "recall_se", "n_anchor_items",
+                                       "n_rounds", "n_test_queries"])
+
+
+def gain_over(results: pd.DataFrame, baseline: str | Sequence[str] = METHODS["anncur"],
+              challengers: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per (budget, k): the best challenger's recall minus the best baseline's.
+
+    Parameters
+    ----------
+    results : DataFrame
+        Output of :func:`recall_vs_budget` (best splits).
+    baseline : str or sequence of str
+        ``method`` label(s); with several, the best of them per (budget, k) is the baseline.
+    challengers : sequence of str, optional
+        ``method`` labels; default the random-start ADACUR variants present (:data:`RANDOM_START`).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``budget``, ``k``, ``baseline`` (the best baseline's label), ``baseline_recall``,
+        ``best`` (the best challenger's label), ``best_recall``, ``gain`` (best − baseline, in recall
+        points of [0, 1]), ``gain_se`` (standard error of the difference from the two standard errors
+        as if independent; both are measured on the same queries, so this overstates the
+        uncertainty of a difference: conservative) and ``clear`` (``abs(gain) > 2 · gain_se``).
+    """
+    baselines = [baseline] if isinstance(baseline, str) else list(baseline)
+    if challengers is None:
+        challengers = [m for m in RANDOM_START if m in set(results["method"])]
+    base = results[results["method"].isin(baselines)]
+    chal = results[results["method"].isin(list(challengers))]
+    if base.empty or chal.empty:
+        raise ParameterError("results", f"rows of one of {baselines} and of one of {list(challengers)}",
+                             sorted(results["method"].unique()), "gain_over")
+    top_base = {key: g.loc[g["recall"].idxmax()] for key, g in base.groupby(["budget", "k"])}
+    out = []
+    for (budget, k), group in chal.groupby(["budget", "k"]):
+        if (budget, k) not in top_base:
+            continue
+        top, b = group.loc[group["recall"].idxmax()], top_base[(budget, k)]
+        gain, gain_se = float(top["recall"] - b["recall"]), float(np.hypot(top["recall_se"], b["recall_se"]))
+        out.append({"budget": int(budget), "k": int(k), "baseline": b["method"], "baseline_recall": float(b["recall"]),
+                    "best": top["method"], "best_recall": float(top["recall"]), "gain": gain, "gain_se": gain_se,
+                    "clear": bool(abs(gain) > 2 * gain_se)})
+    return pd.DataFrame(out, columns=["budget", "k", "baseline", "baseline_recall", "best", "best_recall", "gain",
+                                      "gain_se", "clear"])
+
+
+# ==============================================================================================
+# rounds (Fig. 3) and latency (Fig. 4)
+# ==============================================================================================
+def _n_anchor_items(budget: int, anchor_fraction: float | None, owner: str) -> int | None:
+    if anchor_fraction is None:
+        return None  # No-Split
+    if isinstance(anchor_fraction, bool) or not isinstance(anchor_fraction, (int, float)) or not 0 < anchor_fraction < 1:
+        raise ParameterError("anchor_fraction", "None (No-Split) or a float in (0, 1)", anchor_fraction, owner)
+    return max(1, min(budget - 1, int(round(anchor_fraction * budget))))
+
+
+def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
+                     k_values: Sequence[int] = (1, 10, 100), *, sampler: str = "topk",
+                     anchor_fraction: float | None = None, temperature: float = 1.0, seed: int = 0,
+                     device: str = "cpu") -> pd.DataFrame:
+    """Top-k-Recall of ADACUR as the number of rounds N_r grows, at fixed budgets ([ADACUR] Fig. 3).
+
+    With N_r = 1 every anchor is uniform at random: the No-Split variant then re-ranks B_CE random
+    items, and the split variant is ANNCUR with k_i anchors.
+
+    Parameters
+    ----------
+    M, split
+        As in :func:`recall_vs_budget`.
+    budgets : sequence of int
+        B_CE values.
+    rounds : sequence of int
+        N_r values; those above k_i are skipped.
+    k_values : sequence of int
+        Neighbourhood sizes (k > B_CE skipped).
+    sampler : str
+        One of :data:`xenbench.adacur.SAMPLERS`.
+    anchor_fraction : float, optional
+        None: No-Split (k_i = B_CE). Else the split variant with k_i = round(fraction · B_CE).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``sampler``, ``budget``, ``n_rounds``, ``n_anchor_items``, ``k``, ``recall``,
+        ``recall_se``, ``n_test_queries``.
+    """
+    owner = "recall_vs_rounds"
+    M, split = _check_inputs(M, split, owner)
+    if sampler not in SAMPLERS:
+        raise ParameterError("sampler", f"one of {SAMPLERS}", sampler, owner)
+    budgets = _check_budgets(budgets, M.shape[1], owner)
+    k_values = _check_k_values(k_values, M.shape[1], owner)
+    rounds = sorted({_check_int(r, "rounds", 1, None, owner) for r in rounds})
+    R_anc, M_test = M[split.anchor], M[split.test]
+    out = []
+    for budget in budgets:
+        k_i = _n_anchor_items(budget, anchor_fraction, owner)
+        ks = [k for k in k_values if k <= budget]
+        for n_r in rounds:
+            if n_r > (k_i or budget):
+                continue
+            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_r, sampler=sampler, temperature=temperature,
+                         seed=seed, device=device).fit(R_anc)
+            res = ada.run(M_test, query_ids=split.test)
+            for row in _rows(METHODS["adacur_nosplit"], budget, ks, _recalls(M_test, res.I, res.calls, budget, ks),
+                             k_i or budget, n_r):
+                row.pop("method")
+                out.append({"sampler": sampler, **row})
+    return pd.DataFrame(out, columns=["sampler", "budget", "n_rounds", "n_anchor_items", "k", "recall", "recall_se",
+                                      "n_test_queries"])
+
+
+def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
+                      *, sampler: str = "topk", anchor_fraction: float | None = None,
+                      seconds_per_ce_call: float | None = None, max_queries: int | None = 20, solver: str = "pinv",
+                      seed: int = 0, device: str = "cpu") -> pd.DataFrame:
+    """Mean time per test query spent in each step of ADACUR, per budget and N_r ([ADACUR] Fig. 4).
+
+    Queries run one at a time (``batch_size=1``), so the numbers are single-query latencies, not a
+    batched throughput. Steps: CE calls (Alg. 1 line 15), pinv (Alg. 2 line 6, per round), matmul
+    (Alg. 2 line 7) and sampling (Alg. 3). Here a CE call is a lookup in M; pass
+    ``seconds_per_ce_call`` (e.g. :func:`ce_seconds_per_call` of the score store) to charge each call
+    what the real CE costs instead of the lookup time.
+
+    Parameters
+    ----------
+    M, split, budgets, rounds, sampler, anchor_fraction
+        As in :func:`recall_vs_rounds`.
+    seconds_per_ce_call : float, optional
+        Modelled cost of one CE call; None keeps the measured (lookup) time.
+    max_queries : int, optional
+        Time only the first this many test queries (None: all).
+    solver : {"pinv", "gram"}
+        How Alg. 2 line 6 is computed: "pinv" (an SVD per round, as in the paper) or the faster
+        incremental "gram" solver of :class:`~xenbench.adacur.AdaCur`.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``budget``, ``n_rounds``, ``step`` (``"CE calls"``, ``"pinv"``, ``"matmul"``,
+        ``"sampling"``), ``seconds`` (mean per query), ``fraction`` (of that configuration's total),
+        ``ce_modelled`` (bool), ``n_queries``.
+    """
+    owner = "latency_vs_rounds"
+    M, split = _check_inputs(M, split, owner)
+    budgets = _check_budgets(budgets, M.shape[1], owner)
+    rounds = sorted({_check_int(r, "rounds", 1, None, owner) for r in rounds})
+    if seconds_per_ce_call is not None and not (isinstance(seconds_per_ce_call, (int, float)) and seconds_per_ce_call >= 0):
+        raise ParameterError("seconds_per_ce_call", "None or a float >= 0", seconds_per_ce_call, owner)
+    test = split.test if max_queries is None else split.test[:_check_int(max_queries, "max_queries", 1, None, owner)]
+    R_anc, M_test = M[split.anchor], M[test]
+    out = []
+    for budget in budgets:
+        k_i = _n_anchor_items(budget, anchor_fraction, owner)
+        for n_r in rounds:
+            if n_r > (k_i or budget):
+                continue
+            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_r, sampler=sampler, seed=seed, device=device,
+                         solver=solver, batch_size=1).fit(R_anc)
+            res = ada.run(M_test, query_ids=test)
+            seconds = {step: t / test.size for step, t in res.timings().items()}
+            if seconds_per_ce_call is not None:
+                seconds["ce"] = float(res.calls.mean()) * seconds_per_ce_call
+            total = sum(seconds.values()) or 1.0
+            for step, label in _STEPS.items():
+                out.append({"budget": budget, "n_rounds": n_r, "step": label, "seconds": seconds[step],
+                            "fraction": seconds[step] / total, "ce_modelled": seconds_per_ce_call is not None,
+                            "n_queries": int(test.size)})
+    return pd.DataFrame(out, columns=["budget", "n_rounds", "step", "seconds", "fraction", "ce_modelled", "n_queries"])
+
+
+# ==============================================================================================
+# one query, round by round (Fig. 6 / 8)
+# ==============================================================================================
+@dataclass
+class RoundTrace:
+    """Exact and approximate scores of one test query after every round of ADACUR.
+
+    Attributes
+    ----------
+    query_row : int
+        Row of M.
+    exact : ndarray of shape (n_items,)
+        Exact CE scores f(q, ·).
+    approx : ndarray of shape (n_rounds, n_items)
+        ``approx[t]``: ŝ from the anchors of rounds 0..t (Alg. 2 after Alg. 1 line 15 of round t);
+        the last row is the final ŝ (Alg. 1 line 16).
+    anchors : list of ndarray
+        ``anchors[t]``: the k_s anchor items I_anc^(t) chosen in round t, in order.
+    retrieved : ndarray of shape (B_CE − k_i,)
+        Items retrieved by the final ŝ and scored (split variant; empty for No-Split).
+    budget, n_anchor_items, sampler
+        The configuration (B_CE, k_i, sampler).
+    """
+
+    query_row: int
+    exact: np.ndarray
+    approx: np.ndarray
+    anchors: list[np.ndarray]
+    retrieved: np.ndarray
+    budget: int
+    n_anchor_items: int
+    sampler: str
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.anchors)
+
+    def anchors_until(self, t: int) -> np.ndarray:
+        """I_anc after round t (rounds 0..t), in the order chosen."""
+        return np.concatenate(self.anchors[:t + 1])
+
+    def summary(self, k_values: Sequence[int] = (1, 10, 100)) -> pd.DataFrame:
+        """One row per round: anchors so far, share of the exact top-k among them, approximate rank
+        of the exact top-1 item (1 = best), and the mean absolute error of ŝ on all items, on the
+        exact top-10 items and on the anchors ([ADACUR] Fig. 7 for one query)."""
+        n_items = self.exact.size
+        ks = [k for k in k_values if k <= n_items]
+        order = np.argsort(-self.exact.astype(np.float64), kind="stable")
+        top1 = order[0]
+        out = []
+        for t in range(self.n_rounds):
+            anchors = self.anchors_until(t)
+            approx = self.approx[t]
+            row: dict[str, Any] = {"round": t + 1, "n_anchors": anchors.size}
+            for k in ks:
+                row[f"top{k}_in_anchors"] = float(np.isin(order[:k], anchors).mean())
+            row["approx_rank_of_top1"] = int((approx > approx[top1]).sum() + 1)
+            err = approximation_errors(self.exact[None], approx[None], min(10, n_items), anchors[None])
+            row.update({"mae_all": err["all"], "mae_top10": err["topk"], "mae_anchors": err["anchors"]})
+            out.append(row)
+        return pd.DataFrame(out)
+
+
+def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int, n_rounds: int = 5,
+                sampler: str = "topk", anchor_fraction: float | None = None, temperature: float = 1.0,
+                seed: int = 0, candidates: np.ndarray | None = None, device: str = "cpu") -> RoundTrace:
+    """Run ADACUR for one test query and keep its approximate scores after every round ([ADACUR] Fig. 6/8).
+
+    The query's randomness is keyed by its row (``query_ids``), so its anchors are exactly those it
+    gets in :func:`recall_vs_budget` / :func:`recall_vs_rounds` with the same configuration.
+
+    Parameters
+    ----------
+    M, split
+        As in :func:`recall_vs_budget`.
+    query_row : int
+        A row of M that is in ``split.test``.
+    budget : int
+        B_CE.
+    n_rounds : int
+        N_r.
+    sampler : str
+        One of :data:`xenbench.adacur.SAMPLERS` (oracle ones read the exact scores, §3.2).
+    anchor_fraction : float, optional
+        None: No-Split (k_i = B_CE); else the split variant with k_i = round(fraction · B_CE).
+    candidates : int ndarray of shape (>= k_s,), optional
+        A retriever's ranking for this query; round 1 takes its first k_s items.
+
+    Returns
+    -------
+    RoundTrace
+    """
+    owner = "round_trace"
+    M, split = _check_inputs(M, split, owner)
+    if isinstance(query_row, bool) or not isinstance(query_row, (int, np.integer)) or query_row not in set(split.test.tolist()):
+        raise ParameterError("query_row", f"a row of M among the {split.test.size} test rows (split.test, e.g. "
+                                          f"{split.test[0]})", query_row, owner)
+    query_row = int(query_row)
+    budget = _check_int(budget, "budget", 1, M.shape[1], owner, f"n_items={M.shape[1]}")
+    k_i = _n_anchor_items(budget, anchor_fraction, owner)
+    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds, sampler=sampler, temperature=temperature,
+                 seed=seed, device=device).fit(M[split.anchor])
+    cand = None if candidates is None else np.asarray(candidates)[None, :]
+    res = ada.run(M[[query_row]], candidates=cand, query_ids=np.array([query_row]), trace_query=0, return_approx=True)
+    anchor_records = [r for r in res.rounds if r.phase == "anchors"]
+    # RoundRecord t holds the ŝ that chose round t's anchors, i.e. ŝ after rounds 0..t-1.
+    approx = np.stack([r.approx_scores for r in anchor_records[1:]] + [res.approx_scores[0]]).astype(np.float64)
+    retrieved = [r.items[0] for r in res.rounds if r.phase == "retrieve"]
+    return RoundTrace(query_row, M[query_row].astype(np.float64), approx, [r.items[0] for r in anchor_records],
+                      retrieved[0] if retrieved else np.zeros(0, np.int64), budget, k_i or budget, sampler)
