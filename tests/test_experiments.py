@@ -289,3 +289,16 @@ def test_a_perfect_retriever_makes_its_methods_exact(M, split):
     df = ex.recall_vs_budget(M, split, [20], methods=["de_rerank", "anncur_de", "adacur_de_nosplit"],
                              k_values=(1, 4), de_scores=M[split.test])
     assert (df["recall"] == 1.0).all(), df  # k <= B_CE / N_r = 4 items come in the DE's first batch
+
+
+def test_describe_gain_counts_ahead_behind_level() -> None:
+    import pandas as pd
+
+    g = pd.DataFrame({"budget": [50, 50, 100], "k": [1, 10, 1], "gain": [0.2, -0.1, 0.01],
+                      "clear": [True, True, False]})
+    text = ex.describe_gain("X vs Y", g)
+    assert text.startswith("**X vs Y:** clearly ahead at 1 of 3 (budget, k) pairs (by 20.0 to 20.0 points")
+    assert "clearly behind at 1: B_CE = 50/k = 10 (-10.0)" in text
+    assert "within 2 standard errors at 1: B_CE = 100/k = 1 (+1.0)." in text
+    table = ex.gain_table({"X vs Y": g})
+    assert table.loc[(100, 1), "X vs Y"] == "+1.0 ~" and table.loc[(50, 1), "X vs Y"] == "+20.0"

@@ -67,12 +67,16 @@ __all__ = [
     "QuerySplit",
     "RoundTrace",
     "ce_seconds_per_call",
+    "describe_gain",
+    "describe_latency",
     "gain_over",
+    "gain_table",
     "latency_vs_rounds",
     "recall_vs_budget",
     "recall_vs_rounds",
     "round_trace",
     "split_rows",
+    "standard_comparisons",
     "subsample",
 ]
 
@@ -666,3 +670,58 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     retrieved = [r.items[0] for r in res.rounds if r.phase == "retrieve"]
     return RoundTrace(query_row, M[query_row].astype(np.float64), approx, [r.items[0] for r in anchor_records],
                       retrieved[0] if retrieved else np.zeros(0, np.int64), budget, k_i or budget, sampler)
+
+
+def standard_comparisons(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The comparisons notebook 03 concludes from: ADACUR vs ANNCUR and vs re-ranking, random or DE start.
+
+    Each value is :func:`gain_over` of ``results`` (from :func:`recall_vs_budget`).
+    """
+    rerankers = ["DE re-rank", "TF-IDF re-rank"]
+    return {
+        "ADACUR (random start) vs ANNCUR": gain_over(results, "ANNCUR", list(RANDOM_START)),
+        "ADACUR TopK No-Split vs ANNCUR": gain_over(results, "ANNCUR", ["ADACUR TopK No-Split"]),
+        "ADACUR (random start) vs best re-rank": gain_over(results, rerankers, list(RANDOM_START)),
+        "ADACUR DE+TopK No-Split vs ANNCUR DE": gain_over(results, "ANNCUR DE", ["ADACUR DE+TopK No-Split"]),
+        "ADACUR DE+TopK No-Split vs best re-rank": gain_over(results, rerankers, ["ADACUR DE+TopK No-Split"]),
+    }
+
+
+def gain_table(comparisons: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Recall points (×100) of challenger minus baseline per (budget, k); ``~`` marks |gain| ≤ 2 SE."""
+    return pd.DataFrame({
+        name: g.set_index(["budget", "k"]).apply(
+            lambda r: f"{100 * r['gain']:+.1f}" + ("" if r["clear"] else " ~"), axis=1)
+        for name, g in comparisons.items()
+    })
+
+
+def describe_gain(name: str, gains: pd.DataFrame) -> str:
+    """One markdown sentence: where the challenger is clearly ahead, clearly behind, or level."""
+    clear = gains["clear"]
+    ahead, behind, level = gains[clear & (gains["gain"] > 0)], gains[clear & (gains["gain"] < 0)], gains[~clear]
+
+    def where(d: pd.DataFrame) -> str:
+        return ", ".join(f"B_CE = {b}/k = {k} ({100 * x:+.1f})" for b, k, x in zip(d["budget"], d["k"], d["gain"]))
+
+    text = f"**{name}:** clearly ahead at {len(ahead)} of {len(gains)} (budget, k) pairs"
+    if len(ahead):
+        top = ahead.loc[ahead["gain"].idxmax()]
+        text += (f" (by {100 * ahead['gain'].min():.1f} to {100 * top['gain']:.1f} points, the most at "
+                 f"B_CE = {top['budget']}, k = {top['k']})")
+    text += f"; clearly behind at {len(behind)}" + (f": {where(behind)}" if len(behind) else "")
+    text += f"; within 2 standard errors at {len(level)}" + (f": {where(level)}" if len(level) else "") + "."
+    return text
+
+
+def describe_latency(latency: pd.DataFrame, rounds: Sequence[int]) -> list[str]:
+    """One line per (budget, N_r ∈ ``rounds``): ms per query and each step's share (from :func:`latency_vs_rounds`)."""
+    ms = latency.pivot_table(index=["budget", "n_rounds"], columns="step", values="seconds") * 1e3
+    lines = []
+    for (b, r), t in ms.iterrows():
+        if r in set(rounds):
+            total = t.sum()
+            lines.append(f"B_CE = {b}, N_r = {r}: {total:.1f} ms per query; CE calls {t['CE calls']:.1f} ms "
+                         f"({t['CE calls'] / total:.0%}), pinv {t['pinv']:.1f} ms, matmul {t['matmul']:.1f} ms, "
+                         f"sampling {t['sampling']:.1f} ms")
+    return lines
