@@ -30,8 +30,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not notebook"
 
 bench: setup
-	$(BIN)/python benchmarks/bench_scoring.py
-	$(BIN)/python benchmarks/bench_adacur.py
+	$(BIN)/python benchmarks/bench_scoring.py --ce models/cls-ce --n-queries 20 --n-items 100
+	$(BIN)/python benchmarks/bench_adacur.py --matrix data/scores/noun.cognition/cls-ce --n-test 501 --n-anchor-queries 500
 
 clean-reports:
 	rm -rf reports

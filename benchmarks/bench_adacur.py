@@ -70,7 +70,7 @@ def timed_run(ada: AdaCur, T: np.ndarray, budget: int) -> tuple[AdaCurResult, fl
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--matrix", type=Path, help="exact score matrix .npy, shape (n_queries, n_items)")
+    p.add_argument("--matrix", type=Path, help="exact score matrix: a .npy of shape (n_queries, n_items) or a ScoreStore folder")
     p.add_argument("--n-items", type=int, default=3000, help="synthetic: number of items")
     p.add_argument("--n-test", type=int, default=500, help="test queries (default 500)")
     p.add_argument("--n-anchor-queries", type=int, default=500, help="k_q, anchor queries (default 500)")
@@ -88,7 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     if args.matrix is not None:
-        M = np.load(args.matrix, mmap_mode="r")
+        from pathlib import Path
+
+        if Path(args.matrix).is_dir():  # a ScoreStore folder, e.g. data/scores/noun.cognition/cls-ce
+            from xenbench.store import ScoreStore
+
+            M = ScoreStore.open(args.matrix).to_numpy()
+        else:
+            M = np.load(args.matrix, mmap_mode="r")
         source = f"{args.matrix} {M.shape}"
         M = np.asarray(M, dtype=np.float32)
     else:
