@@ -88,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     if args.matrix is not None:
-        from pathlib import Path
-
         if Path(args.matrix).is_dir():  # a ScoreStore folder, e.g. data/scores/noun.cognition/cls-ce
             from xenbench.store import ScoreStore
 
