@@ -25,8 +25,6 @@ __all__ = [
     "accuracy_bars",
 ]
 
-#: Template shared by every figure of the workbench.
-
 
 def domain_sizes(
     table: pd.DataFrame,
