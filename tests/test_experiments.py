@@ -302,3 +302,26 @@ def test_describe_gain_counts_ahead_behind_level() -> None:
     assert "within 2 standard errors at 1: B_CE = 100/k = 1 (+1.0)." in text
     table = ex.gain_table({"X vs Y": g})
     assert table.loc[(100, 1), "X vs Y"] == "+1.0 ~" and table.loc[(50, 1), "X vs Y"] == "+20.0"
+
+
+def test_load_setup_checks_ids_and_splits(tmp_path) -> None:
+    from xenbench.data import Dataset, Item, Query
+    from xenbench.errors import DataError
+    from xenbench.store import ScoreStore
+
+    items = [Item(f"i{k}", f"t{k}", "x") for k in range(6)]
+    queries = [Query(f"q{k}", f"query {k}") for k in range(5)]
+    ds = Dataset("tiny", items, queries, {q.id: ["i0"] for q in queries})
+    M = np.arange(30, dtype=np.float32).reshape(5, 6)
+    store = ScoreStore.create(tmp_path / "s", 5, 6, chunks=(5, None),
+                              attrs={"query_ids": ds.query_ids, "item_ids": ds.item_ids, "model": "m"})
+    store.write_chunk(0, M)
+    setup = ex.load_setup(tmp_path / "s", ds, n_anchor_queries=2, seed=0, max_items=4)
+    assert setup.M.shape == (5, 4) and setup.split.anchor.size == 2 and setup.split.test.size == 3
+    np.testing.assert_array_equal(setup.M, M[:, setup.items])
+    assert setup.item_labels == [f"t{i}" for i in setup.items]
+    bad = ScoreStore.create(tmp_path / "b", 5, 6, chunks=(5, None),
+                            attrs={"query_ids": ds.query_ids[::-1], "item_ids": ds.item_ids})
+    bad.write_chunk(0, M)
+    with pytest.raises(DataError, match="was not computed on tiny"):
+        ex.load_setup(tmp_path / "b", ds, n_anchor_queries=2)

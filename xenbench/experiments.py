@@ -65,6 +65,7 @@ __all__ = [
     "RANDOM_START",
     "SPLIT_FRACTIONS",
     "QuerySplit",
+    "Setup",
     "RoundTrace",
     "ce_seconds_per_call",
     "describe_gain",
@@ -72,8 +73,10 @@ __all__ = [
     "gain_over",
     "gain_table",
     "latency_vs_rounds",
+    "load_setup",
     "recall_vs_budget",
     "recall_vs_rounds",
+    "retriever_scores",
     "round_trace",
     "split_rows",
     "standard_comparisons",
@@ -725,3 +728,83 @@ def describe_latency(latency: pd.DataFrame, rounds: Sequence[int]) -> list[str]:
                          f"({t['CE calls'] / total:.0%}), pinv {t['pinv']:.1f} ms, matmul {t['matmul']:.1f} ms, "
                          f"sampling {t['sampling']:.1f} ms")
     return lines
+
+
+@dataclass
+class Setup:
+    """What notebook 03 works on: the exact matrix of one CE on one dataset, split into anchor and test rows.
+
+    Attributes
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores (the kept item columns only).
+    split : QuerySplit
+        Anchor rows (Q_anc, the offline index R_anc = M[split.anchor]) and test rows.
+    dataset : Dataset
+        Texts of the same queries (rows) and items.
+    items : ndarray of shape (n_items,)
+        Dataset rows of the kept item columns.
+    attrs : dict
+        The store's manifest.
+    """
+
+    M: np.ndarray
+    split: QuerySplit
+    dataset: Any
+    items: np.ndarray
+    attrs: dict
+
+    @property
+    def n_items(self) -> int:
+        return int(self.M.shape[1])
+
+    @property
+    def item_labels(self) -> list[str]:
+        return [self.dataset.items[i].title for i in self.items]
+
+    @property
+    def query_texts(self) -> list[str]:
+        return [q.text for q in self.dataset.queries]
+
+    @property
+    def ce_seconds_per_call(self) -> float:
+        return ce_seconds_per_call(self.attrs)
+
+    def describe(self) -> str:
+        a = self.attrs
+        return (f"{a.get('model')} on {self.dataset.name}: M is {self.M.shape[0]} queries x {self.n_items} items; "
+                f"k_q = {self.split.anchor.size} anchor queries, {self.split.test.size} test queries.\n"
+                f"One CE call cost {self.ce_seconds_per_call * 1e6:.1f} µs when the matrix was computed "
+                f"({a.get('device')}, {a.get('precision')}, batched); Fig. 4 charges calls at this rate.")
+
+
+def load_setup(store_path, dataset, *, n_anchor_queries: int, seed: int = 0, max_items: int | None = None,
+               max_test: int | None = None) -> Setup:
+    """Open a score store, check it scores ``dataset``'s queries and items in order, subsample items, split rows.
+
+    Raises
+    ------
+    DataError
+        If the store's query or item ids are not the dataset's, in the same order.
+    """
+    from xenbench.data import load_dataset
+    from xenbench.errors import DataError
+    from xenbench.store import ScoreStore
+
+    store = ScoreStore.open(store_path)
+    ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
+    if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
+        raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
+    items = subsample(len(ds.items), max_items, seed)
+    M = store.to_numpy()[:, items]
+    split = split_rows(M.shape[0], n_anchor_queries, seed, max_test=max_test)
+    return Setup(M=M, split=split, dataset=ds, items=np.asarray(items), attrs=store.attrs)
+
+
+def retriever_scores(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
+    """DE and TF-IDF scores of the test queries on the kept items: two arrays of shape (n_test, n_items)."""
+    from xenbench.retrievers import DualEncoder, TfidfRetriever
+
+    queries = [setup.dataset.queries[r] for r in setup.split.test]
+    items = [setup.dataset.items[i] for i in setup.items]
+    return DualEncoder().fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
