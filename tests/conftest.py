@@ -37,3 +37,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name == "test_notebooks.py":
             item.add_marker(pytest.mark.notebook)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Pin torch and BLAS to one thread for a module: on tiny matrices extra threads only add
+    synchronisation (10x slower on a shared 2-core box); restored afterwards."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(before)

@@ -2,7 +2,6 @@
 implementation agreeing with the per-query numpy reference (anchors, ranked lists, recall)."""
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -30,20 +29,7 @@ def low_rank_noise(n_queries: int = 70, n_items: int = N_ITEMS, rank: int = 8, n
     return (M + noise * rng.standard_normal((n_queries, n_items))).astype(np.float32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Pin torch and BLAS to one thread: on these tiny matrices extra threads only add synchronisation
-    (10x slower on a shared 2-core box); restored afterwards so other test modules are unaffected."""
-    try:
-        from threadpoolctl import threadpool_limits
-        blas = threadpool_limits(1)
-    except ImportError:  # threadpoolctl comes with scikit-learn; without it only torch is pinned
-        blas = contextlib.nullcontext()
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with blas:
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

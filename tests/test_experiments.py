@@ -2,12 +2,10 @@
 every budget, exactness at full budget, and the per-round trace agreeing with AdaCur itself."""
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from xenbench import experiments as ex
 from xenbench.adacur import AdaCur
@@ -17,19 +15,7 @@ from xenbench.plots import adacur as plots
 N_QUERIES, N_ITEMS, N_ANCHOR_QUERIES = 70, 60, 20
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch/BLAS thread: on these tiny matrices more threads only add synchronisation."""
-    try:
-        from threadpoolctl import threadpool_limits
-        blas = threadpool_limits(1)
-    except ImportError:
-        blas = contextlib.nullcontext()
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with blas:
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
