@@ -28,6 +28,7 @@ from xenbench.data import Dataset, load_wordnet_el
 from xenbench.errors import ParameterError
 from xenbench.linking import accuracy_at_k, gold_rows, rerank
 from xenbench.retrievers import DualEncoder
+from xenbench.stats import sample_queries
 
 log = logging.getLogger(__name__)
 STATE_NAME = "train_state.pt"
@@ -207,10 +208,7 @@ def evaluate_rerank(ce: CrossEncoder, domains: list[str], *, n_candidates: int =
     rows = []
     for name in domains:
         ds = load_wordnet_el(name)
-        queries = ds.queries
-        if max_queries is not None and len(queries) > max_queries:
-            pick = np.sort(np.random.default_rng(seed).choice(len(queries), max_queries, replace=False))
-            queries = [queries[i] for i in pick]
+        queries = sample_queries(ds, max_queries, seed)
         gold = gold_rows(ds, queries)
         _, I = de.fit(ds.items).search(queries, n_candidates)
         reranked = rerank(ce, queries, ds.items, I)
