@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+import xenbench.adacur as adacur_module
 from xenbench.adacur import (
     AdaCur,
+    _AnchorState,
+    _DeviceIndex,
     _solve_weights,
+    _topk_stable,
     anncur_with_budget,
     keyed_uniforms,
     rerank_baseline,
@@ -130,6 +134,46 @@ def test_gram_solver_equals_pinv_including_fallbacks():
                          for i in range(len(Xt))])
         got = _solve_weights(torch.from_numpy(Xt), torch.from_numpy(c), "gram").numpy()
         np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 8])
+def test_topk_stable_breaks_ties_by_index_like_a_stable_sort(k):
+    keys = np.array([[1.0, 3.0, 3.0, 2.0, 3.0, -np.inf, 2.0, 0.0],   # a 3-way tie across the k = 1, 3 cut
+                     [-np.inf] * 6 + [1.0, 1.0],                    # mostly masked: the cut falls in -inf
+                     [0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2]])   # no ties
+    want = np.argsort(-keys, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(_topk_stable(torch.from_numpy(keys), k).numpy(), want)
+
+
+def test_gram_refinement_corrects_an_ill_conditioned_factor(monkeypatch):
+    """A large common offset (like the [CLS]-CE's) makes X = R_anc[:, I_anc] ill-conditioned while its
+    Cholesky factor still passes the condition check; the normal equations then lose ~cond² · eps,
+    and the refinement step must bring ŝ clearly closer to C_test · pinv(X) · R_anc."""
+    rng = np.random.default_rng(0)
+    k_q, n_items, nq, a, offset = 40, 300, 50, 30, 200.0
+
+    def matrix(rows):
+        return rng.standard_normal((rows, 8)) @ rng.standard_normal((8, n_items)) / np.sqrt(8) \
+            + 0.1 * rng.standard_normal((rows, n_items)) + offset
+
+    R, T = matrix(k_q), matrix(nq)
+    A = np.stack([rng.choice(n_items, a, replace=False) for _ in range(nq)])
+    c = np.take_along_axis(T, A, axis=1)
+    want = np.stack([c[q] @ np.linalg.pinv(R[:, A[q]]) @ R for q in range(nq)])
+    assert np.median([np.linalg.cond(R[:, A[q]]) for q in range(nq)]) > 1e4
+    index = _DeviceIndex.build(R, torch.device("cpu"))
+
+    def relative_error(residual_rtol):
+        monkeypatch.setattr(adacur_module, "_RESIDUAL_RTOL", residual_rtol)
+        state = _AnchorState(index, nq, a)
+        state.add(torch.from_numpy(A), torch.from_numpy(c))
+        s_hat = state.approx_scores("gram")[0].numpy()
+        assert bool(state.ok.all())  # no query fell back to pinv: the refinement is what is tested
+        return np.abs(s_hat - want).max() / np.abs(want).max()
+
+    unrefined, refined = relative_error(np.inf), relative_error(1e-10)
+    assert unrefined > 1e-9
+    assert refined < unrefined / 4
 
 
 # ----------------------------------------------------------------------------------------------

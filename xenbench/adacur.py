@@ -90,7 +90,11 @@ _CHUNK_BYTES = 512 * 2**20
 # (n_items <= 11585); above it, it multiplies the gathered R_anc[:, I_anc] instead.
 _ITEM_GRAM_BYTES = 2**30
 # Relative residual ‖C_test − ŝ[I_anc]‖∞ / ‖C_test‖∞ above which a query gets one refinement step.
-_RESIDUAL_RTOL = 1e-13
+# pinv (the reference) leaves ~1e-14; the normal equations leave up to cond² · eps (≤ 1e-8 below
+# _GRAM_COND_LIMIT). 1e-10 is far below the resolution of float32 scores (6e-8) and lets the bundled
+# matrices (residual ≤ 3e-11, cond ≈ 1.3e3) skip the second solve and GEMM, yet still catches the
+# ill-conditioned queries where the error would grow towards score differences.
+_RESIDUAL_RTOL = 1e-10
 
 # Stream ids of keyed_uniforms within one (query, round).
 _STREAM_MAIN, _STREAM_EPSILON = 0, 1
@@ -105,10 +109,13 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
-    """SplitMix64 finalizer on a uint64 array (array ops wrap modulo 2**64 without warnings)."""
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
+    """SplitMix64 finalizer on a uint64 array, in place (array ops wrap modulo 2**64 without warnings)."""
+    tmp = np.empty_like(z)
+    for shift, mult in ((30, _MIX1), (27, _MIX2)):
+        z ^= np.right_shift(z, np.uint64(shift), out=tmp)
+        z *= mult
+    z ^= np.right_shift(z, np.uint64(31), out=tmp)
+    return z
 
 
 def keyed_uniforms(seed: int, query_ids: np.ndarray, round_index: int, stream: int, n_items: int) -> np.ndarray:
@@ -141,13 +148,19 @@ def keyed_uniforms(seed: int, query_ids: np.ndarray, round_index: int, stream: i
     for part in (np.full_like(h, seed), query_ids, np.full_like(h, round_index), np.full_like(h, stream)):
         h = _mix64(h + _GOLDEN * (part + np.uint64(1)))
     counters = _GOLDEN * (np.arange(1, n_items + 1, dtype=np.uint64))
-    bits = _mix64(h[:, None] + counters[None, :]) >> np.uint64(11)  # 53 random bits
-    return (bits.astype(np.float64) + 0.5) * (1.0 / 2.0**53)
+    bits = _mix64(h[:, None] + counters[None, :])
+    u = np.right_shift(bits, np.uint64(11), out=bits).astype(np.float64)  # 53 random bits
+    u += 0.5
+    u *= 1.0 / 2.0**53
+    return u
 
 
 def _gumbel(u: np.ndarray) -> np.ndarray:
-    """Standard Gumbel noise -log(-log u) from uniforms in (0, 1)."""
-    return -np.log(-np.log(u))
+    """Standard Gumbel noise -log(-log u) from uniforms in (0, 1), computed in place in ``u``."""
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    return np.negative(u, out=u)
 
 
 def round_sizes(n_anchor_items: int, n_rounds: int) -> list[int]:
@@ -424,13 +437,16 @@ def _topk_stable(keys: torch.Tensor, k: int) -> torch.Tensor:
     """Row-wise top-k of ``keys`` (nq, n) in the shared order (key desc, index asc).
 
     ``torch.topk`` does not specify its order among ties, so rows where the k-th value is tied with
-    an unselected item fall back to a full stable sort, and the selected items are re-ordered by
-    (key desc, index asc). Ties are rare (exact duplicates, or -inf masks), so the fast path is the rule.
+    an unselected item (the (k+1)-th value equals it) fall back to a full stable sort, and the selected
+    items are re-ordered by (key desc, index asc). Ties are rare (exact duplicates, or -inf masks),
+    so the fast path is the rule.
     """
+    n = keys.shape[1]
     if k == 0:
         return torch.zeros((keys.shape[0], 0), dtype=torch.long, device=keys.device)
-    values, idx = torch.topk(keys, k, dim=1)
-    ambiguous = (keys >= values[:, -1:]).sum(dim=1) > k
+    values, idx = torch.topk(keys, min(k + 1, n), dim=1)
+    ambiguous = values[:, k] == values[:, k - 1] if k < n else torch.zeros_like(values[:, 0], dtype=torch.bool)
+    idx = idx[:, :k]
     if bool(ambiguous.any()):
         rows = ambiguous.nonzero().squeeze(1)
         idx[rows] = torch.sort(keys[rows], dim=1, descending=True, stable=True).indices[:, :k]
@@ -510,9 +526,11 @@ class _DeviceIndex:
 class _AnchorState:
     """Anchors I_anc and scores C_test of a batch of queries, grown round by round (Alg. 1 line 14).
 
-    For the "gram" solver it also grows, lazily at each Alg. 2 call, the Cholesky factor L of
-    XᵀX = K[I_anc, I_anc] (X = R_anc[:, I_anc], K = R_ancᵀ R_anc) by one block per round: a round then
-    costs O(nq · k_s · a²) instead of re-factoring, and only the new block of XᵀX is gathered from K.
+    For the "gram" solver it also grows, lazily at each Alg. 2 call, the inverse Cholesky factor
+    L⁻¹ of XᵀX = K[I_anc, I_anc] (X = R_anc[:, I_anc], K = R_ancᵀ R_anc) and z = L⁻¹ C_test by one
+    block per round. Appending anchors leaves the leading blocks unchanged, so a round costs
+    O(nq · k_s · a²) batched products instead of a re-factorisation, and only the new block of XᵀX
+    is gathered from K.
     """
 
     def __init__(self, index: _DeviceIndex, nq: int, k_i: int) -> None:
@@ -520,12 +538,20 @@ class _AnchorState:
         device = index.R.device
         self.anchors = torch.zeros((nq, k_i), dtype=torch.long, device=device)  # I_anc
         self.c = torch.zeros((nq, k_i), dtype=torch.float64, device=device)  # C_test
-        self.is_anchor = torch.zeros((nq, index.R.shape[1]), dtype=torch.bool, device=device)
+        n_items = index.R.shape[1]
+        self.is_anchor = torch.zeros((nq, n_items), dtype=torch.bool, device=device)
+        # Reused (nq, n_items) buffers: fresh allocations of this size cost as much as the work on them
+        # (page faults on CPU). ``penalty`` is 0, or -inf at anchors, added to keys to mask them.
+        self.penalty = torch.zeros((nq, n_items), dtype=torch.float64, device=device)
+        self.s_hat = torch.zeros((nq, n_items), dtype=torch.float64, device=device)  # ŝ (zeros: no anchors yet)
+        self.keys = torch.empty((nq, n_items), dtype=torch.float64, device=device)
         self.a = 0
         self.use_item_gram = index.K is not None
         if self.use_item_gram:
             size = min(k_i, index.R.shape[0])  # the factor is only used while a <= k_q
-            self.L = torch.zeros((nq, size, size), dtype=torch.float64, device=device)
+            # Blocks are written as they are factored; the zero block above the diagonal too.
+            self.Linv = torch.empty((nq, size, size), dtype=torch.float64, device=device)
+            self.z = torch.empty((nq, size), dtype=torch.float64, device=device)
             self.ok = torch.ones(nq, dtype=torch.bool, device=device)  # factor valid and well conditioned
             self.diag_max = torch.zeros(nq, dtype=torch.float64, device=device)
             self.diag_min = torch.full((nq,), torch.inf, dtype=torch.float64, device=device)
@@ -537,33 +563,51 @@ class _AnchorState:
         self.anchors[:, a0:a1] = new
         self.c[:, a0:a1] = scores
         self.is_anchor.scatter_(1, new, True)
+        self.penalty.scatter_(1, new, -torch.inf)
         self.a = a1
 
+    def unchosen(self, keys: torch.Tensor) -> torch.Tensor:
+        """``keys`` (nq, n_items) with the anchors at -inf (Alg. 3 line 8), in the reused key buffer."""
+        return torch.add(keys, self.penalty, out=self.keys)
+
     def _extend_factor(self) -> None:
-        """Block Cholesky: L = [[L11, 0], [L21, L22]] with L21 = G21 L11⁻ᵀ, L22 = chol(G22 − L21 L21ᵀ)."""
+        """Block step with L = [[L11, 0], [L21, L22]]: L21 = G21 L11⁻ᵀ, L22 = chol(G22 − L21 L21ᵀ),
+        L⁻¹ = [[L11⁻¹, 0], [−L22⁻¹ L21 L11⁻¹, L22⁻¹]], z₂ = L22⁻¹ (c₂ − L21 z₁)."""
         a0, a1 = self.factored, self.a
         K, A = self.index.K, self.anchors
         n_items = K.shape[0]
-        new, old = A[:, a0:a1], A[:, :a0]
-        # Entries of XᵀX = K[I_anc, I_anc] by flat index (torch.take is the fastest gather here).
-        G22 = torch.take(K, new.unsqueeze(2) * n_items + new.unsqueeze(1))  # (nq, k_s, k_s)
+        new = A[:, a0:a1]
+        # Rows of XᵀX = K[I_anc, I_anc] for the new anchors, by flat index (torch.take is the fastest gather here).
+        G2 = torch.take(K, new.unsqueeze(2) * n_items + A[:, :a1].unsqueeze(1))  # [G21 G22], (nq, k_s, a1)
+        G22 = G2[:, :, a0:]
+        c2 = self.c[:, a0:a1]
         if a0 > 0:
-            G21 = torch.take(K, new.unsqueeze(2) * n_items + old.unsqueeze(1))  # (nq, k_s, a0)
-            L21 = torch.linalg.solve_triangular(self.L[:, :a0, :a0], G21.mT, upper=False).mT
-            self.L[:, a0:a1, :a0] = L21
+            G21 = G2[:, :, :a0]
+            Li11 = self.Linv[:, :a0, :a0]
+            L21 = G21 @ Li11.mT
             G22 = G22 - L21 @ L21.mT
+            c2 = c2 - (L21 @ self.z[:, :a0].unsqueeze(-1)).squeeze(-1)
         L22, info = torch.linalg.cholesky_ex(G22)
-        self.L[:, a0:a1, a0:a1] = L22
+        eye = torch.eye(a1 - a0, dtype=L22.dtype, device=L22.device).expand_as(L22)
+        Li22 = torch.linalg.solve_triangular(L22, eye, upper=False)
+        self.Linv[:, a0:a1, a0:a1] = Li22
+        self.Linv[:, :a0, a0:a1] = 0
+        if a0 > 0:
+            self.Linv[:, a0:a1, :a0] = -Li22 @ (L21 @ Li11)
+        self.z[:, a0:a1] = (Li22 @ c2.unsqueeze(-1)).squeeze(-1)
         diag = L22.diagonal(dim1=-2, dim2=-1).abs()
         self.diag_max = torch.maximum(self.diag_max, diag.amax(dim=1))
         self.diag_min = torch.minimum(self.diag_min, diag.amin(dim=1))
         # A singular or ill-conditioned leading block stays so as anchors are added (interlacing),
         # so a query that fails once keeps using the pinv path.
-        self.ok &= (info == 0) & (self.diag_max <= _GRAM_COND_LIMIT * self.diag_min) & torch.isfinite(L22).all(dim=(1, 2))
+        self.ok &= (info == 0) & (self.diag_max <= _GRAM_COND_LIMIT * self.diag_min) & torch.isfinite(Li22).all(dim=(1, 2))
         self.factored = a1
 
     def approx_scores(self, solver: str) -> tuple[torch.Tensor, float, float]:
-        """Alg. 2 for the batch: ŝ (nq, n_items), seconds in the solve, seconds in the GEMM with R_anc."""
+        """Alg. 2 for the batch: ŝ (nq, n_items), seconds in the solve, seconds in the GEMM with R_anc.
+
+        ŝ is written into ``self.s_hat``, which the next call overwrites.
+        """
         index, A, c = self.index, self.anchors[:, :self.a], self.c[:, :self.a]
         device = index.R.device
         if solver == "gram" and self.use_item_gram and self.a <= index.R.shape[0]:
@@ -571,13 +615,14 @@ class _AnchorState:
             self._extend_factor()
             _sync(device)
             t_factor = time.perf_counter() - t0
-            s_hat, t_solve, t_matmul = _approx_scores_item_gram(index, A, c, self.L[:, :self.a, :self.a], self.ok)
+            s_hat, t_solve, t_matmul = _approx_scores_item_gram(index, A, c, self.Linv[:, :self.a, :self.a],
+                                                                self.z[:, :self.a], self.ok, self.s_hat)
             return s_hat, t_factor + t_solve, t_matmul
         t0 = time.perf_counter()
         w = _solve_weights(index.RT[A], c, solver)  # RT[A] = R_anc[:, I_anc]ᵀ, (nq, a, k_q)
         _sync(device)
         t1 = time.perf_counter()
-        s_hat = w @ index.R  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
+        s_hat = torch.mm(w, index.R, out=self.s_hat)  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
         _sync(device)
         return s_hat, t1 - t0, time.perf_counter() - t1
 
@@ -594,24 +639,26 @@ def _weights(index: _DeviceIndex, A: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return torch.nn.functional.embedding_bag(A, index.RT, per_sample_weights=y, mode="sum")
 
 
-def _approx_scores_item_gram(index: _DeviceIndex, A: torch.Tensor, c: torch.Tensor, L: torch.Tensor,
-                             ok: torch.Tensor) -> tuple[torch.Tensor, float, float]:
-    """Alg. 2 for a batch via the Cholesky factor L of XᵀX, X = R_anc[:, I_anc] (case a <= k_q).
+def _approx_scores_item_gram(index: _DeviceIndex, A: torch.Tensor, c: torch.Tensor, Linv: torch.Tensor,
+                             z: torch.Tensor, ok: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """Alg. 2 for a batch via L⁻¹, the inverse Cholesky factor of XᵀX, X = R_anc[:, I_anc] (a <= k_q).
 
     With full column rank, pinv(X) = (XᵀX)⁻¹Xᵀ, so ŝ = C_test (XᵀX)⁻¹ Xᵀ R_anc = w R_anc with
-    y = (XᵀX)⁻¹ C_test and w = X y. Exact CUR interpolates the anchors (ŝ[I_anc] = C_test), so the
-    residual there measures accuracy for free: rows whose residual is above rounding level get one
-    step of corrected semi-normal-equation refinement (Björck), and rows whose factor failed or is
-    ill-conditioned (``ok`` false) are recomputed with pinv, as the reference does.
+    y = L⁻ᵀ z, z = L⁻¹ C_test and w = X y. Exact CUR interpolates the anchors (ŝ[I_anc] = C_test), so
+    the residual there measures accuracy for free: rows whose relative residual exceeds
+    ``_RESIDUAL_RTOL`` get one step of corrected semi-normal-equation refinement (Björck), and rows
+    whose factor failed or is ill-conditioned (``ok`` false) are recomputed with pinv, as the
+    reference does. ŝ is written into ``out`` (nq, n_items).
     """
     R, RT = index.R, index.RT
     device = R.device
     t0 = time.perf_counter()
-    y = torch.where(ok.unsqueeze(1), _cholesky_solve(L, c), torch.zeros_like(c))
+    y = (z.unsqueeze(1) @ Linv).squeeze(1)  # (L⁻ᵀ z)ᵀ = zᵀ L⁻¹
+    y = torch.where(ok.unsqueeze(1), y, torch.zeros_like(y))
     w = _weights(index, A, y)
     _sync(device)
     t1 = time.perf_counter()
-    s_hat = w @ R  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
+    s_hat = torch.mm(w, R, out=out)  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
     _sync(device)
     t2 = time.perf_counter()
     residual = c - s_hat.gather(1, A)
@@ -619,7 +666,8 @@ def _approx_scores_item_gram(index: _DeviceIndex, A: torch.Tensor, c: torch.Tens
     refine = ok & (residual.abs().amax(dim=1) > _RESIDUAL_RTOL * scale)
     if bool(refine.any()):
         rows = refine.nonzero().squeeze(1)
-        dy = _cholesky_solve(L[rows], residual[rows])
+        Li = Linv[rows]
+        dy = ((residual[rows].unsqueeze(1) @ Li.mT) @ Li).squeeze(1)  # (XᵀX)⁻¹ r = L⁻ᵀ L⁻¹ r
         s_hat[rows] += _weights(index, A[rows], dy) @ R
     if not bool(ok.all()):
         rows = (~ok).nonzero().squeeze(1)
@@ -628,9 +676,10 @@ def _approx_scores_item_gram(index: _DeviceIndex, A: torch.Tensor, c: torch.Tens
     return s_hat, t1 - t0 + time.perf_counter() - t2, t2 - t1
 
 
-def _sample_batched(plan: _Plan, t: int, k_s: int, s_hat: torch.Tensor, is_anchor: torch.Tensor,
-                    qids: np.ndarray, exact: torch.Tensor | None, oracle_masked: torch.Tensor | None) -> torch.Tensor:
-    """Alg. 3 for a batch of queries; same keys and tie rule as :func:`_sample_reference`."""
+def _sample_batched(plan: _Plan, t: int, k_s: int, state: _AnchorState, qids: np.ndarray,
+                    exact: torch.Tensor | None, oracle_masked: torch.Tensor | None) -> torch.Tensor:
+    """Alg. 3 for a batch of queries from ``state.s_hat``; same keys and tie rule as :func:`_sample_reference`."""
+    s_hat = state.s_hat
     n_items = s_hat.shape[1]
     device = s_hat.device
     sampler = "random" if t == 0 and plan.first_round == "random" else plan.sampler
@@ -642,7 +691,7 @@ def _sample_batched(plan: _Plan, t: int, k_s: int, s_hat: torch.Tensor, is_ancho
         return torch.from_numpy(_gumbel(keyed_uniforms(plan.seed, qids, t, _STREAM_MAIN, n_items))).to(device)
 
     if sampler in _ORACLES:
-        masked = is_anchor | oracle_masked
+        masked = state.is_anchor | oracle_masked
         n_rand = _n_random(plan.epsilon, k_s)
         keys = exact.clone() if sampler == "oracle_topk" else exact / plan.temperature + gumbel()
         greedy = _topk_stable(keys.masked_fill(masked, -torch.inf), k_s - n_rand)
@@ -652,10 +701,10 @@ def _sample_batched(plan: _Plan, t: int, k_s: int, s_hat: torch.Tensor, is_ancho
     if sampler == "topk":
         keys = s_hat
     elif sampler == "softmax":
-        keys = s_hat / plan.temperature + gumbel()
+        keys = torch.div(s_hat, plan.temperature, out=state.keys).add_(gumbel())
     else:
         keys = uniforms(_STREAM_MAIN)
-    return _topk_stable(keys.masked_fill(is_anchor, -torch.inf), k_s)
+    return _topk_stable(state.unchosen(keys), k_s)
 
 
 def _run_batched_chunk(plan: _Plan, index: _DeviceIndex, counter: BudgetCounter, rows: np.ndarray,
@@ -674,7 +723,7 @@ def _run_batched_chunk(plan: _Plan, index: _DeviceIndex, counter: BudgetCounter,
         if plan.k_m > 0:
             oracle_masked.scatter_(1, torch.from_numpy(topk_indices(exact_np, plan.k_m)).to(device), True)
     records: list[RoundRecord] = []
-    s_hat = torch.zeros((nq, n_items), dtype=torch.float64, device=device)
+    s_hat = state.s_hat
     for t, k_s in enumerate(plan.sizes):
         rec = RoundRecord(t, "anchors", np.zeros((nq, k_s), np.int64))
         if t > 0:
@@ -685,7 +734,7 @@ def _run_batched_chunk(plan: _Plan, index: _DeviceIndex, counter: BudgetCounter,
         if t == 0 and candidates is not None:
             new = torch.from_numpy(candidates[:, :k_s].astype(np.int64)).to(device)
         else:
-            new = _sample_batched(plan, t, k_s, s_hat, state.is_anchor, qids, exact, oracle_masked)
+            new = _sample_batched(plan, t, k_s, state, qids, exact, oracle_masked)
         new_np = new.cpu().numpy()
         t1 = time.perf_counter()
         calls_before = counter.calls[rows].sum()
@@ -708,7 +757,7 @@ def _run_batched_chunk(plan: _Plan, index: _DeviceIndex, counter: BudgetCounter,
             if trace_row is not None:
                 rec.approx_scores = s_hat[trace_row].float().cpu().numpy()
             t0 = time.perf_counter()
-            extra = _topk_stable(s_hat.masked_fill(state.is_anchor, -torch.inf), plan.budget - plan.n_anchor_items)
+            extra = _topk_stable(state.unchosen(s_hat), plan.budget - plan.n_anchor_items)
             extra_np = extra.cpu().numpy()
             t1 = time.perf_counter()
             calls_before = counter.calls[rows].sum()
