@@ -32,33 +32,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device
-from xenbench.data import Item, Query
-from xenbench.scoring import PairAssembler, score_matrix
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device  # noqa: E402
+from xenbench.data import Item, Query, load_beir  # noqa: E402
+from xenbench.scoring import PairAssembler, score_matrix  # noqa: E402
 
 log = logging.getLogger("bench_scoring")
 REPO = Path(__file__).resolve().parent.parent
 
 
 def load_texts(domain: str) -> tuple[list[Query], list[Item]]:
-    folder = REPO / "data" / "wordnet-el" / domain
-    try:
-        from xenbench.data import load_beir
-    except ImportError:  # pragma: no cover - before the data helper landed
-        load_beir = None
-    if load_beir is not None:
-        ds = load_beir(folder)
-        return list(ds.queries), list(ds.items)
-    queries, items = [], []
-    with open(folder / "queries.jsonl", encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            queries.append(Query(str(r["_id"]), r["text"], tuple(r["mention"]) if r.get("mention") else None))
-    with open(folder / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            items.append(Item(str(r["_id"]), r.get("title", ""), r["text"]))
-    return queries, items
+    ds = load_beir(REPO / "data" / "wordnet-el" / domain)
+    return list(ds.queries), list(ds.items)
 
 
 def fitting(ce: CrossEncoder, queries: list[Query], items: list[Item], n_q: int, n_i: int
