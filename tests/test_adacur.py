@@ -82,6 +82,19 @@ def test_batched_matches_reference(data, sampler, extra, n_anchor_items):
         assert topk_recall(T, bat.I, k) == topk_recall(T, ref.I, k)
 
 
+@pytest.mark.parametrize("n_anchor_items", SPLITS, ids=["no-split", "split"])
+@pytest.mark.parametrize("sampler", ["topk", "softmax"])
+def test_batched_matches_reference_with_prior_scores(data, sampler, n_anchor_items):
+    R, T = data
+    prior = T + np.random.default_rng(7).normal(0, 1.0, T.shape)  # a noisy parametric model
+    params = dict(sampler=sampler, n_anchor_items=n_anchor_items, prior_weight=0.4)
+    ref = AdaCur(36, n_rounds=3, implementation="reference", **params).fit(R).run(T, prior_scores=prior, return_approx=True)
+    bat = AdaCur(36, n_rounds=3, device="cpu", **params).fit(R).run(T, prior_scores=prior, return_approx=True)
+    np.testing.assert_array_equal(bat.anchors, ref.anchors)
+    np.testing.assert_array_equal(bat.I, ref.I)
+    np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, atol=1e-5)
+
+
 @pytest.mark.parametrize("solver", ["gram", "pinv"])
 def test_batched_matches_reference_with_candidates_and_chunks(data, solver):
     R, T = data
@@ -330,6 +343,7 @@ def test_round_records(data):
     ({"budget": 10, "oracle_k_m": 231}, r"The 'oracle_k_m' parameter of AdaCur must be an int in \[0, n_items - n_anchor_items\]. Got 231 instead."),
     ({"budget": 10, "implementation": "fast"}, r"The 'implementation' parameter of AdaCur must be one of \('batched', 'reference'\). Got 'fast' instead."),
     ({"budget": 10, "first_round": "dense"}, r"The 'first_round' parameter of AdaCur must be one of"),
+    ({"budget": 10, "prior_weight": 1.5}, r"The 'prior_weight' parameter of AdaCur must be a float in \[0, 1\]. Got 1.5 instead."),
 ])
 def test_parameter_errors(data, params, message):
     with pytest.raises(ParameterError, match=message):
@@ -349,3 +363,10 @@ def test_run_time_errors(data):
         ada.search(T, 11)
     with pytest.raises(NotFittedError):
         AdaCur(10).run(T)
+    with pytest.raises(ParameterError, match="The 'prior_scores' parameter of AdaCur.run must be None since prior_weight = 0"):
+        ada.run(T, prior_scores=T)
+    mixing = AdaCur(10, n_rounds=2, prior_weight=0.5).fit(R)
+    with pytest.raises(ParameterError, match=r"The 'prior_scores' parameter of AdaCur.run must be a float array of shape \(40, 240\)"):
+        mixing.run(T)
+    with pytest.raises(ParameterError, match=r"must be a finite float array of shape \(40, 240\)"):
+        mixing.run(T, prior_scores=T[:, :5])

@@ -287,6 +287,7 @@ class _Plan:
     k_m: int
     epsilon: float
     seed: int
+    prior_weight: float    # λ of the score mixing (1 − λ)·ŝ + λ·ŝ_prior, [AXN] Eq. 7
 
     @property
     def split(self) -> bool:
@@ -296,13 +297,17 @@ class _Plan:
 # ==============================================================================================
 # reference implementation: one query at a time, numpy, read against Alg. 1-3
 # ==============================================================================================
-def _approx_scores_reference(R_anc: np.ndarray, c_test: np.ndarray, anchors: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Alg. 2 APPROXScores for one query; returns ŝ (n_items,), seconds in pinv, seconds in matmul."""
+def _approx_scores_reference(R_anc: np.ndarray, c_test: np.ndarray, anchors: np.ndarray, prior: np.ndarray | None,
+                             prior_weight: float) -> tuple[np.ndarray, float, float]:
+    """Alg. 2 APPROXScores for one query, mixed with the prior's scores when given ([AXN] Eq. 7);
+    returns ŝ (n_items,), seconds in pinv, seconds in matmul."""
     t0 = time.perf_counter()
     intersection = R_anc[:, anchors]  # R_anc[:, I_anc], (k_q, |I_anc|)
     U = np.linalg.pinv(intersection, rtol=pinv_rtol(intersection.shape))  # line 6, (|I_anc|, k_q)
     t1 = time.perf_counter()
     s_hat = (c_test @ U) @ R_anc  # line 7: C_test × U × R_anc, cheapest association first
+    if prior is not None:
+        s_hat = (1.0 - prior_weight) * s_hat + prior_weight * prior
     return s_hat, t1 - t0, time.perf_counter() - t1
 
 
@@ -347,7 +352,8 @@ def _sample_reference(plan: _Plan, t: int, k_s: int, s_hat: np.ndarray, is_ancho
 
 
 def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candidates: np.ndarray | None,
-                   query_ids: np.ndarray, trace_query: int | None, want_approx: bool) -> AdaCurResult:
+                   prior: np.ndarray | None, query_ids: np.ndarray, trace_query: int | None,
+                   want_approx: bool) -> AdaCurResult:
     """ADACUR (Alg. 1) one query at a time."""
     n_queries, n_items = counter.n_queries, counter.n_items
     n_rounds = len(plan.sizes)
@@ -362,6 +368,7 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
 
     for q in range(n_queries):
         exact = counter.M[q].astype(np.float64)  # read only by the oracle samplers (§3.2)
+        prior_q = None if prior is None else prior[q].astype(np.float64)
         oracle_masked = np.zeros(n_items, bool)
         if plan.sampler in _ORACLES and plan.k_m > 0:
             oracle_masked[_top_reference(exact, plan.k_m)] = True
@@ -373,7 +380,7 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
             if t == 0:
                 s_hat = np.zeros(n_items)  # ŝ^(1) from an empty anchor set
             else:
-                s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors)  # line 12
+                s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight)
                 rec.time_pinv += t_pinv
                 rec.time_matmul += t_mm
             if q == trace_query:
@@ -397,7 +404,7 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
         items, item_scores = anchors, c_test
         if plan.split or want_approx:
             rec = records[-1] if plan.split else records[n_rounds - 1]
-            s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors)  # line 16
+            s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight)
             rec.time_pinv += t_pinv
             rec.time_matmul += t_mm
             if want_approx:
@@ -533,8 +540,10 @@ class _AnchorState:
     is gathered from K.
     """
 
-    def __init__(self, index: _DeviceIndex, nq: int, k_i: int) -> None:
+    def __init__(self, index: _DeviceIndex, nq: int, k_i: int, prior: torch.Tensor | None = None,
+                 prior_weight: float = 0.0) -> None:
         self.index = index
+        self.prior, self.prior_weight = prior, prior_weight  # ŝ_prior (nq, n_items) and λ, [AXN] Eq. 7
         device = index.R.device
         self.anchors = torch.zeros((nq, k_i), dtype=torch.long, device=device)  # I_anc
         self.c = torch.zeros((nq, k_i), dtype=torch.float64, device=device)  # C_test
@@ -606,7 +615,8 @@ class _AnchorState:
     def approx_scores(self, solver: str) -> tuple[torch.Tensor, float, float]:
         """Alg. 2 for the batch: ŝ (nq, n_items), seconds in the solve, seconds in the GEMM with R_anc.
 
-        ŝ is written into ``self.s_hat``, which the next call overwrites.
+        ŝ is written into ``self.s_hat``, which the next call overwrites. With a prior, ŝ is the
+        mixture (1 − λ)·ŝ + λ·ŝ_prior ([AXN] Eq. 7 in score space), counted as matmul time.
         """
         index, A, c = self.index, self.anchors[:, :self.a], self.c[:, :self.a]
         device = index.R.device
@@ -617,14 +627,21 @@ class _AnchorState:
             t_factor = time.perf_counter() - t0
             s_hat, t_solve, t_matmul = _approx_scores_item_gram(index, A, c, self.Linv[:, :self.a, :self.a],
                                                                 self.z[:, :self.a], self.ok, self.s_hat)
-            return s_hat, t_factor + t_solve, t_matmul
-        t0 = time.perf_counter()
-        w = _solve_weights(index.RT[A], c, solver)  # RT[A] = R_anc[:, I_anc]ᵀ, (nq, a, k_q)
-        _sync(device)
-        t1 = time.perf_counter()
-        s_hat = torch.mm(w, index.R, out=self.s_hat)  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
-        _sync(device)
-        return s_hat, t1 - t0, time.perf_counter() - t1
+            t_solve += t_factor
+        else:
+            t0 = time.perf_counter()
+            w = _solve_weights(index.RT[A], c, solver)  # RT[A] = R_anc[:, I_anc]ᵀ, (nq, a, k_q)
+            _sync(device)
+            t1 = time.perf_counter()
+            s_hat = torch.mm(w, index.R, out=self.s_hat)  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
+            _sync(device)
+            t_solve, t_matmul = t1 - t0, time.perf_counter() - t1
+        if self.prior is not None:
+            t0 = time.perf_counter()
+            s_hat.mul_(1.0 - self.prior_weight).add_(self.prior, alpha=self.prior_weight)
+            _sync(device)
+            t_matmul += time.perf_counter() - t0
+        return s_hat, t_solve, t_matmul
 
 
 def _cholesky_solve(L: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -708,13 +725,14 @@ def _sample_batched(plan: _Plan, t: int, k_s: int, state: _AnchorState, qids: np
 
 
 def _run_batched_chunk(plan: _Plan, index: _DeviceIndex, counter: BudgetCounter, rows: np.ndarray,
-                       candidates: np.ndarray | None, qids: np.ndarray, trace_row: int | None, want_approx: bool,
-                       solver: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, list[RoundRecord]]:
+                       candidates: np.ndarray | None, prior: np.ndarray | None, qids: np.ndarray,
+                       trace_row: int | None, want_approx: bool, solver: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, list[RoundRecord]]:
     """ADACUR for the test rows ``rows`` at once; returns D, I, anchors, C_test, final ŝ, records."""
     device = index.R.device
     nq, n_items = rows.size, counter.n_items
     n_rounds = len(plan.sizes)
-    state = _AnchorState(index, nq, plan.n_anchor_items)
+    prior_t = None if prior is None else torch.from_numpy(prior.astype(np.float64)).to(device)
+    state = _AnchorState(index, nq, plan.n_anchor_items, prior_t, plan.prior_weight)
     exact = oracle_masked = None
     if plan.sampler in _ORACLES:
         exact_np = counter.M[rows].astype(np.float64)  # oracle access, not charged (§3.2)
@@ -825,6 +843,23 @@ def _check_candidates(candidates: object, n_queries: int, n_items: int, width: i
     return cand
 
 
+def _check_prior(prior_scores: object, prior_weight: float, n_queries: int, n_items: int, owner: str) -> np.ndarray | None:
+    """Check ŝ_prior against λ: a finite float (nq, n_items) array exactly when λ > 0."""
+    if prior_scores is None:
+        if prior_weight > 0:
+            raise ParameterError("prior_scores", f"a float array of shape ({n_queries}, {n_items}) since prior_weight > 0",
+                                 None, owner)
+        return None
+    if prior_weight == 0:
+        raise ParameterError("prior_scores", "None since prior_weight = 0 (they would be ignored)",
+                             "an array", owner)
+    prior = np.asarray(prior_scores)
+    if prior.shape != (n_queries, n_items) or not np.issubdtype(prior.dtype, np.floating) or not np.isfinite(prior).all():
+        raise ParameterError("prior_scores", f"a finite float array of shape ({n_queries}, {n_items})",
+                             f"{prior.dtype} array of shape {prior.shape}", owner)
+    return prior
+
+
 class AdaCur:
     """ADACUR k-NN search under a budget of B_CE cross-encoder calls per test query.
 
@@ -851,6 +886,10 @@ class AdaCur:
         ε in [0, 1], fraction of each oracle round drawn uniformly at random.
     seed : int, default 0
         Seed of every random choice (see :func:`keyed_uniforms`).
+    prior_weight : float, default 0.0
+        λ in [0, 1]: rounds after the first sample from (1 − λ)·ŝ + λ·ŝ_prior, where ŝ_prior are the
+        ``prior_scores`` given to :meth:`run` (e.g. a dual encoder's scores). This is [AXN] Eq. 7
+        written in score space; with R_anc = Vᵀ it is AXN itself (see :class:`xenbench.axn.Axn`).
     implementation : {"batched", "reference"}, default "batched"
         Batched torch code or the per-query numpy reference; they return the same anchors and lists.
     device : str or torch.device, optional
@@ -888,7 +927,7 @@ class AdaCur:
 
     def __init__(self, budget: int, *, n_anchor_items: int | None = None, n_rounds: int = 5,
                  sampler: str = "topk", first_round: str = "auto", temperature: float = 1.0,
-                 oracle_k_m: int = 0, oracle_epsilon: float = 0.0, seed: int = 0,
+                 oracle_k_m: int = 0, oracle_epsilon: float = 0.0, seed: int = 0, prior_weight: float = 0.0,
                  implementation: str = "batched", device: str | torch.device | None = None,
                  solver: str = "gram", batch_size: int | None = None) -> None:
         self.budget = budget
@@ -900,6 +939,7 @@ class AdaCur:
         self.oracle_k_m = oracle_k_m
         self.oracle_epsilon = oracle_epsilon
         self.seed = seed
+        self.prior_weight = prior_weight
         self.implementation = implementation
         self.device = device
         self.solver = solver
@@ -927,6 +967,9 @@ class AdaCur:
             raise ParameterError("oracle_epsilon", "a float in [0, 1]", eps, owner)
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ParameterError("seed", "a non-negative int", self.seed, owner)
+        lam = self.prior_weight
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+            raise ParameterError("prior_weight", "a float in [0, 1]", lam, owner)
         if self.implementation not in ("batched", "reference"):
             raise ParameterError("implementation", "one of ('batched', 'reference')", self.implementation, owner)
         if self.solver not in ("gram", "pinv"):
@@ -934,7 +977,7 @@ class AdaCur:
         if self.batch_size is not None:
             _check_int(self.batch_size, "batch_size", 1, 2**62, owner, "inf")
         return _Plan(budget, k_i, tuple(round_sizes(k_i, n_rounds)), self.sampler, first,
-                     float(self.temperature), k_m, float(eps), int(self.seed))
+                     float(self.temperature), k_m, float(eps), int(self.seed), float(lam))
 
     def _torch_device(self) -> torch.device:
         if self.device is None:
@@ -973,8 +1016,8 @@ class AdaCur:
         return self._device_cache[key]
 
     def run(self, scores: np.ndarray | BudgetCounter, *, candidates: np.ndarray | None = None,
-            query_ids: np.ndarray | None = None, trace_query: int | None = None,
-            return_approx: bool = False) -> AdaCurResult:
+            prior_scores: np.ndarray | None = None, query_ids: np.ndarray | None = None,
+            trace_query: int | None = None, return_approx: bool = False) -> AdaCurResult:
         """Run ADACUR for every test query and return everything it did.
 
         Parameters
@@ -986,6 +1029,9 @@ class AdaCur:
         candidates : int ndarray of shape (nq, >= k_s), optional
             Item rankings of a cheap retriever (DE, TF-IDF), best first; round 1 takes the first k_s
             (ADACUR_{DE+TopK}, §3). Overrides ``first_round``.
+        prior_scores : float ndarray of shape (nq, n_items), optional
+            ŝ_prior, mixed into every approximation with weight ``prior_weight``; required when
+            ``prior_weight > 0`` and refused otherwise. Free: they cost no CE calls.
         query_ids : int ndarray of shape (nq,), optional
             Keys of the per-query randomness; default ``arange(nq)``. Pass the global ids to get the
             same draws for a query whatever subset it is run in.
@@ -1015,19 +1061,21 @@ class AdaCur:
                                      f"{query_ids.dtype} array of shape {query_ids.shape}", owner)
         if trace_query is not None:
             trace_query = _check_int(trace_query, "trace_query", 0, nq - 1, owner, "nq - 1")
+        prior = _check_prior(prior_scores, plan.prior_weight, nq, self.n_items_, owner)
         if self.implementation == "reference":
-            return _run_reference(plan, self.R_anc_, counter, candidates, query_ids, trace_query, return_approx)
-        return self._run_batched(plan, counter, candidates, query_ids, trace_query, return_approx)
+            return _run_reference(plan, self.R_anc_, counter, candidates, prior, query_ids, trace_query, return_approx)
+        return self._run_batched(plan, counter, candidates, prior, query_ids, trace_query, return_approx)
 
     def _run_batched(self, plan: _Plan, counter: BudgetCounter, candidates: np.ndarray | None,
-                     query_ids: np.ndarray, trace_query: int | None, want_approx: bool) -> AdaCurResult:
+                     prior: np.ndarray | None, query_ids: np.ndarray, trace_query: int | None,
+                     want_approx: bool) -> AdaCurResult:
         device = self._torch_device()
         index = self._device_index(device)
         nq = counter.n_queries
         k_q = self.R_anc_.shape[0]
         k_i = plan.n_anchor_items
         # float64 working set per query: R_anc[:, I_anc]ᵀ, its Gram matrix, and a few (n_items,) rows.
-        per_query = 8 * (k_i * k_q + k_i * k_i + 4 * self.n_items_)
+        per_query = 8 * (k_i * k_q + k_i * k_i + 5 * self.n_items_)
         chunk = self.batch_size or max(1, _CHUNK_BYTES // per_query)
         parts = []
         for start in range(0, nq, chunk):
@@ -1035,6 +1083,7 @@ class AdaCur:
             trace_row = trace_query - start if trace_query is not None and start <= trace_query < start + rows.size else None
             parts.append(_run_batched_chunk(plan, index, counter, rows,
                                             None if candidates is None else candidates[rows],
+                                            None if prior is None else prior[rows],
                                             query_ids[rows], trace_row, want_approx, self.solver))
         logger.debug("AdaCur batched: %d queries in %d chunks on %s", nq, len(parts), device)
         D, I, anchors, c_test, approx, records = zip(*parts)
@@ -1042,8 +1091,8 @@ class AdaCur:
                             counter.calls.copy(), _merge_records(list(records)),
                             np.concatenate(approx) if want_approx else None)
 
-    def search(self, scores: np.ndarray | BudgetCounter, k: int, *,
-               candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, scores: np.ndarray | BudgetCounter, k: int, *, candidates: np.ndarray | None = None,
+               prior_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of every test query by exact score, within B_CE CE calls (faiss contract).
 
         Parameters
@@ -1054,6 +1103,8 @@ class AdaCur:
             ``1 <= k <= B_CE``.
         candidates : int ndarray of shape (nq, >= k_s), optional
             First-round items from a retriever (see :meth:`run`).
+        prior_scores : float ndarray of shape (nq, n_items), optional
+            ŝ_prior for ``prior_weight > 0`` (see :meth:`run`).
 
         Returns
         -------
@@ -1064,7 +1115,7 @@ class AdaCur:
         if not hasattr(self, "plan_"):
             raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(R_anc) first.")
         k = _check_int(k, "k", 1, self.plan_.budget, f"{type(self).__name__}.search", "budget")
-        result = self.run(scores, candidates=candidates)
+        result = self.run(scores, candidates=candidates, prior_scores=prior_scores)
         return result.D[:, :k], result.I[:, :k]
 
 

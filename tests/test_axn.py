@@ -1,0 +1,97 @@
+"""AXN (Alg. 1, Eq. 4-7): exact recovery on an exactly low-rank matrix, the λ = 1 limit equals
+retrieve-and-rerank, Eq. 7 against a hand-computed least-squares fit, batched = per-query."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xenbench.adacur import rerank_baseline
+from xenbench.axn import Axn, prior_scale
+from xenbench.cur import NotFittedError
+from xenbench.errors import ParameterError
+from xenbench.metrics import topk_recall
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+N_ITEMS, D = 200, 6
+
+
+@pytest.fixture(scope="module")
+def factors() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Item embeddings V, test query embeddings U, and a noisy parametric guess of U."""
+    rng = np.random.default_rng(0)
+    V = rng.standard_normal((N_ITEMS, D))
+    U = rng.standard_normal((25, D))
+    return V, U, U + 0.5 * rng.standard_normal(U.shape)
+
+
+def test_exactly_low_rank_scores_are_recovered_after_one_round(factors):
+    V, U, _ = factors
+    M = U @ V.T  # CE scores exactly u_q · v_i: round 1 (k_s = 8 >= d items) pins u_q down
+    result = Axn(budget=32, n_rounds=4).fit(V).run(M, return_approx=True)
+    np.testing.assert_allclose(result.approx_scores, M, atol=1e-5)
+    assert topk_recall(M, result.I, 24) == 1.0  # the 24 items of rounds 2-4 are the exact top-24
+
+
+def test_lambda_one_with_retriever_first_round_is_retrieve_and_rerank(factors):
+    V, U, U_param = factors
+    M = U @ V.T
+    prior_order = np.argsort(-(U_param @ V.T), axis=1, kind="stable")
+    D, I = Axn(budget=30, n_rounds=3, lam=1.0).fit(V).search(M, k=30, u_param=U_param, candidates=prior_order)
+    D_rr, I_rr = rerank_baseline(M, prior_order, 30)
+    np.testing.assert_array_equal(I, I_rr)
+    np.testing.assert_array_equal(D, D_rr)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3])
+def test_eq7_mixture_matches_a_hand_computed_least_squares_fit(factors, lam):
+    V, U, U_param = factors
+    M = U @ V.T + 0.3 * np.random.default_rng(1).standard_normal((U.shape[0], N_ITEMS))  # not low rank
+    axn = Axn(budget=20, n_rounds=2, lam=lam, implementation="reference").fit(V)
+    result = axn.run(M, u_param=U_param if lam else None, return_approx=True)
+    for q in range(U.shape[0]):
+        A = result.anchors[q]  # all 20 scored items (> d): an over-determined regression
+        u_lin = np.linalg.lstsq(V[A], M[q, A], rcond=None)[0]
+        u = (1 - lam) * u_lin + lam * U_param[q]
+        np.testing.assert_allclose(result.approx_scores[q], u @ V.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5])
+def test_batched_matches_reference(factors, lam):
+    V, U, U_param = factors
+    M = U @ V.T + 0.5 * np.random.default_rng(2).standard_normal((U.shape[0], N_ITEMS))
+    kwargs = dict(u_param=U_param if lam else None, return_approx=True)
+    ref = Axn(budget=30, n_rounds=5, lam=lam, implementation="reference").fit(V).run(M, **kwargs)
+    bat = Axn(budget=30, n_rounds=5, lam=lam, device="cpu").fit(V).run(M, **kwargs)
+    np.testing.assert_array_equal(bat.anchors, ref.anchors)
+    np.testing.assert_array_equal(bat.I, ref.I)
+    np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, atol=1e-5)
+    assert bat.calls.max() == ref.calls.max() == 30
+
+
+def test_prior_scale_recovers_the_scale_and_ignores_offsets():
+    rng = np.random.default_rng(3)
+    prior = rng.standard_normal((10, 50))
+    ce = 4.0 * prior + rng.standard_normal((10, 1)) * 100  # per-query offsets change no ranking
+    assert prior_scale(ce, prior) == pytest.approx(4.0)
+    with pytest.raises(ParameterError, match="prior_scores"):
+        prior_scale(ce, prior[:, :10])
+
+
+def test_parameter_errors(factors):
+    V, U, U_param = factors
+    M = U @ V.T
+    with pytest.raises(NotFittedError):
+        Axn(budget=10).run(M)
+    with pytest.raises(ParameterError, match="lam"):
+        Axn(budget=10, lam=1.5).fit(V)
+    with pytest.raises(ParameterError, match="V"):
+        Axn(budget=10).fit(V[:, 0])
+    with pytest.raises(ParameterError, match="u_param.*since lam > 0"):
+        Axn(budget=10, lam=0.5).fit(V).run(M)
+    with pytest.raises(ParameterError, match="u_param.*since lam = 0"):
+        Axn(budget=10).fit(V).run(M, u_param=U_param)
+    with pytest.raises(ParameterError, match="u_param"):
+        Axn(budget=10, lam=0.5).fit(V).run(M, u_param=U_param[:, :3])
+    with pytest.raises(ParameterError, match="budget"):
+        Axn(budget=N_ITEMS + 1).fit(V)
