@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from xenbench.adacur import rerank_baseline
-from xenbench.axn import Axn, prior_scale
+from xenbench import plots as xb_plots
+from xenbench.axn import Axn, at_lambda, lambda_sweep, prior_scale, select_lambda
 from xenbench.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_recall
@@ -95,3 +96,20 @@ def test_parameter_errors(factors):
         Axn(budget=10, lam=0.5).fit(V).run(M, u_param=U_param[:, :3])
     with pytest.raises(ParameterError, match="budget"):
         Axn(budget=N_ITEMS + 1).fit(V)
+
+
+def test_lambda_sweep_selection_and_test_scores(factors):
+    V, U, U_param = factors
+    M = U @ V.T  # exactly rank d: λ = 0 recovers the top items, λ = 1 only follows the noisy guess
+    sweep = lambda_sweep(M, V, U_param, [0.0, 0.5, 1.0], budgets=[24, 40], k_values=(1, 10, 30), n_rounds=4)
+    assert set(zip(sweep["budget"], sweep["k"])) == {(24, 1), (24, 10), (40, 1), (40, 10), (40, 30)}  # k <= B_CE
+    exact = sweep[sweep["lam"] == 0.0]
+    assert (exact[exact["k"] <= 18]["recall"] == 1.0).all()  # rounds 2-4 retrieve the exact top-18 (B_CE = 24)
+    assert (sweep[sweep["lam"] == 1.0]["recall"] < 1.0).any()
+    chosen = select_lambda(sweep)
+    assert (chosen["lam"] == 0.0).all()  # ties (recall 1.0 at several λ) go to the smaller λ
+    test = at_lambda(sweep, chosen)
+    assert len(test) == len(chosen) and (test["lam"] == 0.0).all()
+    fig = xb_plots.recall_vs_lambda_lines(sweep, chosen)
+    stars = [tr for tr in fig.data if tr.marker.symbol == "star"]
+    assert len(stars) == len(chosen) and len(fig.data) == 2 * len(chosen)  # a line per (B_CE, k) facet, a star each

@@ -23,15 +23,18 @@ References
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import pandas as pd
 import torch
 
 from xenbench.adacur import AdaCur, AdaCurResult
 from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
-from xenbench.metrics import BudgetCounter
+from xenbench.metrics import BudgetCounter, recall_under_budget
 
-__all__ = ["Axn", "prior_scale"]
+__all__ = ["Axn", "at_lambda", "lambda_sweep", "prior_scale", "select_lambda"]
 
 
 class Axn:
@@ -192,3 +195,74 @@ def prior_scale(ce_scores: np.ndarray, prior_scores: np.ndarray) -> float:
     if not spread[1] > 0:
         raise ParameterError("prior_scores", "scores that vary across items", "constant rows", "prior_scale")
     return float(spread[0] / spread[1])
+
+
+# ==============================================================================================
+# tuning λ on a dev split ([AXN] §3: "we tune λ on the dev set")
+# ==============================================================================================
+def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas: Sequence[float],
+                 budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100), *, n_rounds: int = 5,
+                 candidates: np.ndarray | None = None, method: str = "AXN", seed: int = 0) -> pd.DataFrame:
+    """Top-k-Recall of AXN for every λ and budget B_CE: one run of all queries per (λ, B_CE).
+
+    Parameters
+    ----------
+    M_test : ndarray of shape (nq, n_items)
+        Exact CE scores of the queries (every read is a counted CE call).
+    V : ndarray of shape (n_items, d)
+        Item embeddings.
+    u_param : ndarray of shape (nq, d)
+        Parametric query embeddings on the CE's scale (used for λ > 0).
+    lambdas : sequence of float
+        λ values in [0, 1].
+    budgets : sequence of int
+        B_CE values.
+    k_values : sequence of int
+        Sizes of the exact neighbourhood; pairs with k > B_CE are skipped.
+    n_rounds : int
+        R (capped at B_CE).
+    candidates : int ndarray of shape (nq, >= B_CE / R), optional
+        A retriever's ranking for round 1 (default: random items).
+    method : str
+        Label of the ``method`` column.
+    seed : int
+        Seed of the random first round.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, ``lam``, ``budget``, ``k``, ``recall`` (mean over queries), ``recall_se``
+        (its standard error) and ``n_test_queries``.
+    """
+    rows = []
+    for budget in budgets:
+        for lam in lambdas:
+            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device="cpu").fit(V)
+            result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates)
+            for k in (k for k in k_values if k <= budget):
+                r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
+                rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k),
+                             "recall": float(r.mean()),
+                             "recall_se": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0,
+                             "n_test_queries": int(r.size)})
+    return pd.DataFrame(rows)
+
+
+def select_lambda(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The λ with the highest recall per (method, budget, k) of a :func:`lambda_sweep` (ties: smaller λ).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, ``budget``, ``k``, ``lam``, ``recall``.
+    """
+    ordered = sweep.sort_values(["method", "budget", "k", "recall", "lam"], ascending=[True, True, True, False, True])
+    best = ordered.groupby(["method", "budget", "k"], sort=False).head(1)
+    return best[["method", "budget", "k", "lam", "recall"]].reset_index(drop=True)
+
+
+def at_lambda(sweep: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``sweep`` at the λ that ``chosen`` (from :func:`select_lambda`, usually on another
+    split) names for each (method, budget, k): the honest test score of a tuned λ."""
+    picked = chosen[["method", "budget", "k", "lam"]]
+    return sweep.merge(picked, on=["method", "budget", "k", "lam"], how="inner").reset_index(drop=True)

@@ -68,6 +68,7 @@ __all__ = [
     "Setup",
     "RoundTrace",
     "ce_seconds_per_call",
+    "de_embeddings",
     "describe_gain",
     "describe_latency",
     "gain_over",
@@ -799,6 +800,18 @@ def load_setup(store_path, dataset, *, n_anchor_queries: int, seed: int = 0, max
     M = store.to_numpy()[:, items]
     split = split_rows(M.shape[0], n_anchor_queries, seed, max_test=max_test)
     return Setup(M=M, split=split, dataset=ds, items=np.asarray(items), attrs=store.attrs)
+
+
+def de_embeddings(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
+    """Bundled DE embeddings (L2-normalized, float64): items V (n_items, d) and every query U (n_queries, d).
+
+    Their inner products are the ``de_scores`` of :func:`retriever_scores`; AXN uses V as its item
+    embeddings and U as u_param ([AXN] Eq. 7).
+    """
+    from xenbench.retrievers import DualEncoder
+
+    de = DualEncoder().fit([setup.dataset.items[i] for i in setup.items])
+    return de.item_embeddings_.astype(np.float64), de.embed_queries(setup.dataset.queries).astype(np.float64)
 
 
 def retriever_scores(setup: Setup) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from xenbench.plots._style import _style
+from xenbench.plots._style import _facet_titles, _style
 
 __all__ = [
     "latency_vs_rounds_bars",
@@ -167,11 +167,6 @@ def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_la
     )
     _style(fig, None, height)
     fig.update_layout(title_text=steps_layout[-1]["title.text"], yaxis_range=steps_layout[-1]["yaxis.range"])
-    return fig
-
-
-def _facet_titles(fig: go.Figure, name: str) -> go.Figure:
-    fig.for_each_annotation(lambda a: a.update(text=a.text.replace(f"{name}=", f"{name} = ")))
     return fig
 
 
