@@ -7,7 +7,8 @@ import pytest
 
 from xenbench.adacur import rerank_baseline
 from xenbench import plots as xb_plots
-from xenbench.axn import Axn, at_lambda, lambda_sweep, prior_scale, select_lambda
+from xenbench.axn import Axn, lambda_sweep, prior_scale
+from xenbench.experiments import at_lambda, select_lambda
 from xenbench.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_recall

@@ -34,7 +34,7 @@ from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, recall_under_budget
 
-__all__ = ["Axn", "at_lambda", "lambda_sweep", "prior_scale", "select_lambda"]
+__all__ = ["Axn", "lambda_sweep", "prior_scale"]
 
 
 class Axn:
@@ -246,23 +246,3 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
                              "recall_se": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0,
                              "n_test_queries": int(r.size)})
     return pd.DataFrame(rows)
-
-
-def select_lambda(sweep: pd.DataFrame) -> pd.DataFrame:
-    """The λ with the highest recall per (method, budget, k) of a :func:`lambda_sweep` (ties: smaller λ).
-
-    Returns
-    -------
-    DataFrame
-        Columns ``method``, ``budget``, ``k``, ``lam``, ``recall``.
-    """
-    ordered = sweep.sort_values(["method", "budget", "k", "recall", "lam"], ascending=[True, True, True, False, True])
-    best = ordered.groupby(["method", "budget", "k"], sort=False).head(1)
-    return best[["method", "budget", "k", "lam", "recall"]].reset_index(drop=True)
-
-
-def at_lambda(sweep: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
-    """Rows of ``sweep`` at the λ that ``chosen`` (from :func:`select_lambda`, usually on another
-    split) names for each (method, budget, k): the honest test score of a tuned λ."""
-    picked = chosen[["method", "budget", "k", "lam"]]
-    return sweep.merge(picked, on=["method", "budget", "k", "lam"], how="inner").reset_index(drop=True)

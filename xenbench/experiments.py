@@ -67,6 +67,7 @@ __all__ = [
     "QuerySplit",
     "Setup",
     "RoundTrace",
+    "at_lambda",
     "ce_seconds_per_call",
     "de_embeddings",
     "describe_gain",
@@ -79,6 +80,7 @@ __all__ = [
     "recall_vs_rounds",
     "retriever_scores",
     "round_trace",
+    "select_lambda",
     "split_rows",
     "standard_comparisons",
     "subsample",
@@ -800,6 +802,30 @@ def load_setup(store_path, dataset, *, n_anchor_queries: int, seed: int = 0, max
     M = store.to_numpy()[:, items]
     split = split_rows(M.shape[0], n_anchor_queries, seed, max_test=max_test)
     return Setup(M=M, split=split, dataset=ds, items=np.asarray(items), attrs=store.attrs)
+
+
+def select_lambda(sweep: pd.DataFrame, by: Sequence[str] = ("method", "budget", "k")) -> pd.DataFrame:
+    """The λ with the highest recall per group ``by`` of a λ sweep (ties: the smaller λ).
+
+    Works on :func:`xenbench.axn.lambda_sweep` (groups: method, budget, k) and
+    :func:`xenbench.pefa.lambda_sweep` (``by=("method", "k")``) outputs.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``by``, ``lam``, ``recall``.
+    """
+    by = list(by)
+    ordered = sweep.sort_values(by + ["recall", "lam"], ascending=[True] * len(by) + [False, True])
+    best = ordered.groupby(by, sort=False).head(1)
+    return best[by + ["lam", "recall"]].sort_values(by).reset_index(drop=True)
+
+
+def at_lambda(sweep: pd.DataFrame, chosen: pd.DataFrame, by: Sequence[str] = ("method", "budget", "k")) -> pd.DataFrame:
+    """Rows of ``sweep`` at the λ that ``chosen`` (from :func:`select_lambda`, usually on another
+    split) names for each group ``by``: the honest test score of a tuned λ."""
+    keys = list(by) + ["lam"]
+    return sweep.merge(chosen[keys], on=keys, how="inner").reset_index(drop=True)
 
 
 def de_embeddings(setup: Setup) -> tuple[np.ndarray, np.ndarray]:

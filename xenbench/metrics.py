@@ -30,6 +30,7 @@ __all__ = [
     "BudgetExceededError",
     "approximation_errors",
     "exact_topk",
+    "label_recall",
     "recall_under_budget",
     "topk_indices",
     "topk_recall",
@@ -180,6 +181,47 @@ def topk_recall(M_exact: np.ndarray, retrieved: np.ndarray, k: int, *,
     rows, cols = np.nonzero(retrieved >= 0)
     in_S[rows, retrieved[rows, cols]] = True
     recall = (in_T & in_S).sum(axis=1) / k
+    return recall if per_query else float(recall.mean())
+
+
+def label_recall(retrieved: np.ndarray, relevant, k: int, *, per_query: bool = False) -> float | np.ndarray:
+    """Recall@k against relevance labels: |top-k ∩ relevant| / |relevant| ([PEFA] §4 "Evaluation Protocols").
+
+    Queries without a relevant item are left out (their recall is undefined).
+
+    Parameters
+    ----------
+    retrieved : int ndarray of shape (nq, m)
+        Item rows, best first; ``-1`` pads. Only the first k count.
+    relevant : (sparse) array of shape (nq, n_items)
+        Non-zero where an item is relevant to a query.
+    k : int
+        ``1 <= k <= m``.
+    per_query : bool, default False
+        Return one value per query that has a relevant item instead of the mean.
+
+    Examples
+    --------
+    >>> label_recall(np.array([[3, 1, 0]]), np.array([[1, 0, 0, 1]]), k=2)  # item 3 of {0, 3} in the top 2
+    0.5
+    """
+    import scipy.sparse as sp
+
+    retrieved = np.asarray(retrieved)
+    rel = sp.csr_matrix(relevant)
+    if retrieved.ndim != 2 or retrieved.shape[0] != rel.shape[0] or not np.issubdtype(retrieved.dtype, np.integer):
+        raise ParameterError("retrieved", f"an int array with {rel.shape[0]} rows (one per query of relevant)",
+                             f"{retrieved.dtype} array of shape {retrieved.shape}", "label_recall")
+    k = _check_k(k, retrieved.shape[1], "label_recall", what="retrieved.shape[1]")
+    top = retrieved[:, :k]
+    n_rel = np.diff(rel.indptr)
+    rows = np.repeat(np.arange(top.shape[0]), k)
+    cols = top.reshape(-1)
+    valid = cols >= 0
+    hits = np.zeros(top.shape[0])
+    np.add.at(hits, rows[valid], np.asarray(rel[rows[valid], cols[valid]] != 0).reshape(-1))
+    has = n_rel > 0
+    recall = hits[has] / n_rel[has]
     return recall if per_query else float(recall.mean())
 
 
