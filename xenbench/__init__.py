@@ -9,8 +9,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "adacur", "axn", "cli", "crossencoder", "cur", "data", "errors", "experiments", "linking", "metrics", "notebook", "pefa",
-    "plots", "rank", "retrievers", "scoring", "stats", "store", "train", "widgets", "wordnet",
+    "adacur", "axn", "ccsa", "cli", "crossencoder", "cur", "data", "errors", "experiments", "linking", "metrics",
+    "notebook", "pefa", "plots", "rank", "retrievers", "scoring", "stats", "store", "train", "widgets", "wordnet",
 }
 
 
