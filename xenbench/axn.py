@@ -32,7 +32,7 @@ import torch
 from xenbench.adacur import AdaCur, AdaCurResult
 from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
-from xenbench.metrics import BudgetCounter, recall_under_budget
+from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
 
 __all__ = ["Axn", "lambda_sweep", "prior_scale"]
 
@@ -241,8 +241,7 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
             result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates)
             for k in (k for k in k_values if k <= budget):
                 r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
-                rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k),
-                             "recall": float(r.mean()),
-                             "recall_se": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0,
-                             "n_test_queries": int(r.size)})
+                recall, se = mean_se(r)
+                rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k), "recall": recall,
+                             "recall_se": se, "n_test_queries": int(r.size)})
     return pd.DataFrame(rows)

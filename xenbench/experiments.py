@@ -58,7 +58,7 @@ import pandas as pd
 from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline
 from xenbench.cur import AnnCur
 from xenbench.errors import ParameterError
-from xenbench.metrics import BudgetCounter, approximation_errors, recall_under_budget, topk_indices
+from xenbench.metrics import BudgetCounter, approximation_errors, mean_se, recall_under_budget, topk_indices
 
 __all__ = [
     "METHODS",
@@ -263,8 +263,8 @@ def _rows(method: str, budget: int, k_values: list[int], per_query: dict[int, np
     out = []
     for k in k_values:
         r = per_query[k]
-        out.append({"method": method, "budget": budget, "k": k, "recall": float(r.mean()),
-                    "recall_se": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0,
+        recall, se = mean_se(r)
+        out.append({"method": method, "budget": budget, "k": k, "recall": recall, "recall_se": se,
                     "n_anchor_items": k_i, "n_rounds": n_rounds, "n_test_queries": int(r.size)})
     return out
 

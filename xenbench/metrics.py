@@ -31,6 +31,7 @@ __all__ = [
     "approximation_errors",
     "exact_topk",
     "label_recall",
+    "mean_se",
     "recall_under_budget",
     "topk_indices",
     "topk_recall",
@@ -182,6 +183,17 @@ def topk_recall(M_exact: np.ndarray, retrieved: np.ndarray, k: int, *,
     in_S[rows, retrieved[rows, cols]] = True
     recall = (in_T & in_S).sum(axis=1) / k
     return recall if per_query else float(recall.mean())
+
+
+def mean_se(values: np.ndarray) -> tuple[float, float]:
+    """Mean of per-query values and its standard error (0.0 for a single value).
+
+    >>> mean_se(np.array([1.0, 3.0]))  # standard deviation √2, over √2
+    (2.0, 1.0)
+    """
+    values = np.asarray(values, dtype=np.float64)
+    se = float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
+    return float(values.mean()), se
 
 
 def label_recall(retrieved: np.ndarray, relevant, k: int, *, per_query: bool = False) -> float | np.ndarray:

@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
-from xenbench.metrics import label_recall
+from xenbench.metrics import label_recall, mean_se
 
 __all__ = ["PefaXL", "PefaXS", "label_coverage", "lambda_sweep", "relevance_matrix"]
 
@@ -247,7 +247,7 @@ def lambda_sweep(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix, Q_eva
             _, I = make(lam).fit(P, Q_train, Y_train).search(Q_eval, k_max)
             for k in k_values:
                 r = label_recall(I, Y_eval, k, per_query=True)
-                rows.append({"method": name, "lam": float(lam), "k": int(k), "recall": float(r.mean()),
-                             "recall_se": float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0,
+                recall, se = mean_se(r)
+                rows.append({"method": name, "lam": float(lam), "k": int(k), "recall": recall, "recall_se": se,
                              "n_test_queries": int(r.size)})
     return pd.DataFrame(rows)
