@@ -152,7 +152,6 @@ def test_bf16_is_close_but_not_exact(small_ce):
 
 
 def test_store_path_and_manifest(small_ce, tmp_path):
-    pytest.importorskip("zarr")
     mem = score_matrix(small_ce, QUERIES, ITEMS, batch_size=3, query_chunk=2, progress=False)
     store, timing = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", batch_size=3, query_chunk=2,
                                  progress=False, manifest={"dataset": "handmade", "seed": 7}, return_timing=True)
@@ -170,7 +169,6 @@ def test_store_path_and_manifest(small_ce, tmp_path):
 
 
 def test_resume_recomputes_torn_and_altered_blocks(small_ce, tmp_path):
-    pytest.importorskip("zarr")
     out = tmp_path / "s"
     full = score_matrix(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False).to_numpy()
     # Block 1: torn file, no marker (a kill mid-write). Block 2: altered after its marker was written.
@@ -186,7 +184,6 @@ def test_resume_recomputes_torn_and_altered_blocks(small_ce, tmp_path):
 
 
 def test_resume_refuses_another_job(small_ce, tmp_path):
-    pytest.importorskip("zarr")
     score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False)
     with pytest.raises(DataError, match=r"holds a score store of another job \(item_ids differs\)"):
         score_matrix(small_ce, QUERIES, ITEMS[:5], tmp_path / "s", progress=False)
@@ -212,7 +209,6 @@ score_matrix(ce, t.QUERIES, t.ITEMS, sys.argv[2], batch_size=2, query_chunk=1, p
 
 
 def test_kill_and_resume(small_ce, tmp_path):
-    pytest.importorskip("zarr")
     out = tmp_path / "s"
     log = tmp_path / "child.log"
     with open(log, "wb") as err:
@@ -253,7 +249,6 @@ def dataset() -> Dataset:
 
 
 def test_run_score_job(tmp_path, dataset):
-    pytest.importorskip("zarr")
     qids, iids = ["q3", "q0"], ["i2", "i0", "i9"]
     store = run_score_job("bundled-cls", dataset, qids, iids, tmp_path / "s", progress=False, seed=3)
     ce = build_cross_encoder(CEConfig(kind="cls"), seed=3)

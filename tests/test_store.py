@@ -10,8 +10,6 @@ import pytest
 from xenbench.errors import DataError, ParameterError
 from xenbench.store import STORE_FORMAT, ScoreStore
 
-pytest.importorskip("zarr")
-
 N_Q, N_I, Q_CHUNK = 10, 7, 3  # 4 row blocks, the last one short (rows 9:10)
 
 
