@@ -114,3 +114,14 @@ def test_lambda_sweep_selection_and_test_scores(factors):
     fig = xb_plots.recall_vs_lambda_lines(sweep, chosen)
     stars = [tr for tr in fig.data if tr.marker.symbol == "star"]
     assert len(stars) == len(chosen) and len(fig.data) == 2 * len(chosen)  # a line per (B_CE, k) facet, a star each
+
+
+def test_round_trace_follows_one_query(factors):
+    from xenbench.axn import round_trace
+
+    V, U, _ = factors
+    M = U @ V.T
+    trace = round_trace(M, V, 4, budget=32, n_rounds=4)
+    assert trace.n_rounds == 4 and trace.approx.shape == (4, N_ITEMS)
+    np.testing.assert_allclose(trace.approx[0], M[4], atol=1e-5)  # rank d: exact after round 1 (8 >= d items)
+    assert trace.summary(k_values=(1, 10))["top10_in_anchors"].iloc[-1] == 1.0

@@ -25,3 +25,28 @@ def test_round_explorer_redraws_the_static_figure_on_change() -> None:
     for got, want in zip(view.data, expected.data):
         np.testing.assert_array_equal(np.asarray(got.x, dtype=float), np.asarray(want.x, dtype=float))
         np.testing.assert_array_equal(np.asarray(got.y, dtype=float), np.asarray(want.y, dtype=float))
+
+
+def test_axn_explorer_redraws_the_static_figure_on_change() -> None:
+    from xenbench import axn
+
+    rng = np.random.default_rng(1)
+    V, U = rng.normal(size=(150, 6)), rng.normal(size=(20, 6))
+    M = U @ V.T + 0.3 * rng.normal(size=(20, 150))
+    u_param = U + 0.5 * rng.normal(size=U.shape)
+    order = np.argsort(-(u_param @ V.T), axis=1, kind="stable")
+    box = widgets.axn_explorer(M, V, [3, 7], budgets=[20, 30], lambdas=[0.0, 0.5, 1.0], u_param=u_param,
+                               candidates=order)
+    controls = [w for row in box.children[:2] for w in row.children]
+    lam = next(w for w in controls if getattr(w, "description", "") == "λ")
+    first = next(w for w in controls if getattr(w, "description", "") == "round 1")
+    view = box.children[-1]
+    assert len(view.data) == 0  # nothing is drawn before the first event
+
+    first.value = "retriever"
+    lam.value = 0.5
+    trace = axn.round_trace(M, V, 3, budget=20, lam=0.5, u_param=u_param[3], candidates=order[3])
+    expected = adacur_plots.round_scatter(trace)
+    assert len(view.data) == len(expected.data) > 0
+    for got, want in zip(view.data, expected.data):
+        np.testing.assert_array_equal(np.asarray(got.y, dtype=float), np.asarray(want.y, dtype=float))

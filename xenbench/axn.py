@@ -32,9 +32,10 @@ import torch
 from xenbench.adacur import AdaCur, AdaCurResult
 from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
+from xenbench.experiments import RoundTrace, trace_from_result
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
 
-__all__ = ["Axn", "lambda_sweep", "prior_scale"]
+__all__ = ["Axn", "lambda_sweep", "prior_scale", "round_trace"]
 
 
 class Axn:
@@ -245,3 +246,28 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
                 rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k), "recall": recall,
                              "recall_se": se, "n_test_queries": int(r.size)})
     return pd.DataFrame(rows)
+
+
+def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_rounds: int = 5, lam: float = 0.0,
+                u_param: np.ndarray | None = None, candidates: np.ndarray | None = None, seed: int = 0) -> RoundTrace:
+    """AXN for one query of M, keeping its approximate scores u · v_i after every round (for the
+    per-round scatter of :func:`xenbench.plots.adacur.round_scatter`; "anchors" are the scored items).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores; row ``query_row`` is the query.
+    V : ndarray of shape (n_items, d)
+        Item embeddings.
+    u_param : ndarray of shape (d,), optional
+        The query's parametric embedding (required when ``lam > 0``).
+    candidates : int ndarray of shape (>= B_CE / R,), optional
+        A retriever's ranking for this query (round 1 takes its first items).
+    budget, n_rounds, lam, seed
+        As in :class:`Axn`; the random first round is keyed by ``query_row``.
+    """
+    axn = Axn(budget, n_rounds=n_rounds, lam=lam, seed=seed, device="cpu").fit(V)
+    result = axn.run(M[[query_row]], u_param=None if u_param is None or lam == 0 else np.asarray(u_param)[None],
+                     candidates=None if candidates is None else np.asarray(candidates)[None],
+                     query_ids=np.array([query_row]), trace_query=0, return_approx=True)
+    return trace_from_result(result, query_row, M[query_row], budget, f"AXN, λ = {lam:g}")

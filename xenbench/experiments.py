@@ -84,6 +84,7 @@ __all__ = [
     "split_rows",
     "standard_comparisons",
     "subsample",
+    "trace_from_result",
 ]
 
 logger = logging.getLogger(__name__)
@@ -670,12 +671,19 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
                  seed=seed, device=device).fit(M[split.anchor])
     cand = None if candidates is None else np.asarray(candidates)[None, :]
     res = ada.run(M[[query_row]], candidates=cand, query_ids=np.array([query_row]), trace_query=0, return_approx=True)
-    anchor_records = [r for r in res.rounds if r.phase == "anchors"]
+    return trace_from_result(res, query_row, M[query_row], budget, sampler)
+
+
+def trace_from_result(result: Any, query_row: int, exact: np.ndarray, budget: int, sampler: str) -> RoundTrace:
+    """The :class:`RoundTrace` of a one-query :class:`~xenbench.adacur.AdaCurResult` run with
+    ``trace_query=0, return_approx=True`` (ADACUR here, AXN in :func:`xenbench.axn.round_trace`)."""
+    anchor_records = [r for r in result.rounds if r.phase == "anchors"]
     # RoundRecord t holds the ŝ that chose round t's anchors, i.e. ŝ after rounds 0..t-1.
-    approx = np.stack([r.approx_scores for r in anchor_records[1:]] + [res.approx_scores[0]]).astype(np.float64)
-    retrieved = [r.items[0] for r in res.rounds if r.phase == "retrieve"]
-    return RoundTrace(query_row, M[query_row].astype(np.float64), approx, [r.items[0] for r in anchor_records],
-                      retrieved[0] if retrieved else np.zeros(0, np.int64), budget, k_i or budget, sampler)
+    approx = np.stack([r.approx_scores for r in anchor_records[1:]] + [result.approx_scores[0]]).astype(np.float64)
+    retrieved = [r.items[0] for r in result.rounds if r.phase == "retrieve"]
+    return RoundTrace(int(query_row), np.asarray(exact, dtype=np.float64), approx, [r.items[0] for r in anchor_records],
+                      retrieved[0] if retrieved else np.zeros(0, np.int64), budget,
+                      int(result.anchors.shape[1]), sampler)
 
 
 def standard_comparisons(results: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -18,7 +18,7 @@ import numpy as np
 from xenbench import experiments
 from xenbench.plots import adacur as adacur_plots
 
-__all__ = ["round_explorer"]
+__all__ = ["axn_explorer", "round_explorer"]
 
 
 def _figure_view() -> tuple[Any, Callable[[Any], None]]:
@@ -36,6 +36,89 @@ def _figure_view() -> tuple[Any, Callable[[Any], None]]:
             view.add_traces(list(new.data))
             view.layout = new.layout
     return view, show
+
+
+def _query_picker(rows: Sequence[int], query_labels: Sequence[str] | None, value: int | None) -> Any:
+    import ipywidgets as widgets
+
+    def label(r: int) -> str:
+        text = f"row {r}"
+        if query_labels is not None:
+            q = str(query_labels[r])
+            text += ": " + (q if len(q) <= 70 else q[:67] + "...")
+        return text
+
+    return widgets.Dropdown(options=[(label(int(r)), int(r)) for r in rows],
+                            value=int(rows[0] if value is None else value), description="query",
+                            layout=widgets.Layout(width="480px"))
+
+
+def _redraw_on_change(controls: Sequence[Any], draw: Any, status: Any, figure: Callable[[], Any]) -> Any:
+    """Wire the controls and the draw button to redraw ``figure()`` in a FigureWidget; returns the view."""
+    view, show = _figure_view()
+
+    def update(_: Any = None) -> None:
+        try:
+            status.value = "<i>computing...</i>"
+            show(figure())
+            status.value = ""
+        except Exception as exc:  # a bad combination (e.g. more rounds than anchors): say so, keep the figure
+            status.value = f"<span style='color:#c00'>{type(exc).__name__}: {exc}</span>"
+
+    for control in controls:
+        control.observe(update, names="value")
+    draw.on_click(update)
+    return view
+
+
+def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: Sequence[int],
+                 lambdas: Sequence[float], u_param: np.ndarray, candidates: np.ndarray | None = None,
+                 n_rounds: int = 5, query_labels: Sequence[str] | None = None,
+                 item_labels: Sequence[str] | None = None, seed: int = 0, value: dict[str, Any] | None = None) -> Any:
+    """Controls (query, λ, budget, first round) over AXN's per-round scatter.
+
+    Each change calls :func:`xenbench.axn.round_trace` and :func:`xenbench.plots.adacur.round_scatter`,
+    as the notebook's static cell does.
+
+    Parameters
+    ----------
+    M, V
+        Exact CE scores (n_queries, n_items) and item embeddings (n_items, d).
+    rows : sequence of int
+        Rows of M offered by the query picker.
+    budgets, lambdas
+        Choices of B_CE and λ.
+    u_param : ndarray of shape (n_queries, d)
+        Parametric embedding of every row.
+    candidates : int ndarray of shape (n_queries, >= B_CE / R), optional
+        A retriever's ranking per row; offers a "retriever" first round.
+    value : dict, optional
+        Initial values: keys ``query_row``, ``lam``, ``budget``, ``first_round`` ("random" or "retriever").
+    """
+    import ipywidgets as widgets
+
+    from xenbench import axn
+
+    value = dict(value or {})
+    query = _query_picker(list(rows), query_labels, value.get("query_row"))
+    lam = widgets.SelectionSlider(options=[float(x) for x in lambdas], value=float(value.get("lam", lambdas[0])),
+                                  description="λ")
+    budget = widgets.Dropdown(options=[int(b) for b in budgets], value=int(value.get("budget", budgets[0])),
+                              description="B_CE")
+    first = widgets.Dropdown(options=["random"] + (["retriever"] if candidates is not None else []),
+                             value=value.get("first_round", "random"), description="round 1")
+    draw = widgets.Button(description="draw", tooltip="draw the figure for the values above", icon="refresh")
+    status = widgets.HTML("<i>Press draw or change a control to draw the figure.</i>")
+
+    def figure() -> Any:
+        row = query.value
+        trace = axn.round_trace(M, V, row, budget=budget.value, n_rounds=n_rounds, lam=lam.value, u_param=u_param[row],
+                                candidates=candidates[row] if first.value == "retriever" else None, seed=seed)
+        return adacur_plots.round_scatter(trace, item_labels=item_labels,
+                                          title=f"Row {row}: AXN, λ = {lam.value:g}, B_CE = {budget.value}")
+
+    view = _redraw_on_change([query, lam, budget, first], draw, status, figure)
+    return widgets.VBox([widgets.HBox([query, lam]), widgets.HBox([budget, first, draw]), status, view])
 
 
 def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Sequence[int],
@@ -74,18 +157,8 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
     import ipywidgets as widgets
 
     rows = list(split.test[:50] if query_rows is None else query_rows)
-
-    def label(r: int) -> str:
-        text = f"row {r}"
-        if query_labels is not None:
-            q = str(query_labels[r])
-            text += ": " + (q if len(q) <= 70 else q[:67] + "...")
-        return text
-
     value = dict(value or {})
-    query = widgets.Dropdown(options=[(label(int(r)), int(r)) for r in rows],
-                             value=int(value.get("query_row", rows[0])), description="query",
-                             layout=widgets.Layout(width="480px"))
+    query = _query_picker(rows, query_labels, value.get("query_row"))
     sampler = widgets.Dropdown(options=list(samplers), value=value.get("sampler", samplers[0]), description="sampler")
     budget = widgets.Dropdown(options=[int(b) for b in budgets], value=int(value.get("budget", budgets[0])),
                               description="B_CE")
@@ -103,18 +176,6 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
                                         sampler=sampler.value, anchor_fraction=split_choice.value, seed=seed)
         return adacur_plots.round_scatter(trace, item_labels=item_labels)
 
-    view, show = _figure_view()
-
-    def update(_: Any = None) -> None:
-        try:
-            status.value = "<i>computing...</i>"
-            show(figure())
-            status.value = ""
-        except Exception as exc:  # a bad combination (e.g. more rounds than anchors): say so, keep the figure
-            status.value = f"<span style='color:#c00'>{type(exc).__name__}: {exc}</span>"
-
-    for control in (query, sampler, budget, n_rounds, split_choice):
-        control.observe(update, names="value")
-    draw.on_click(update)
+    view = _redraw_on_change([query, sampler, budget, n_rounds, split_choice], draw, status, figure)
     return widgets.VBox([widgets.HBox([query, sampler]), widgets.HBox([budget, n_rounds, split_choice, draw]), status,
                          view])
