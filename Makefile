@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast bench clean-reports
+.PHONY: setup demo test test-fast bench findings clean-reports
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_scoring.py --ce models/cls-ce --n-queries 20 --n-items 100
 	$(BIN)/python benchmarks/bench_adacur.py --matrix data/scores/noun.cognition/cls-ce --n-test 501 --n-anchor-queries 500
+
+# Record the last `make demo` as the reference run and regenerate the README's findings from it.
+findings: setup
+	cp reports/*.default.results.json notebooks/results/
+	$(BIN)/xenbench findings --write
 
 clean-reports:
 	rm -rf reports

@@ -9,7 +9,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "adacur", "axn", "ccsa", "cli", "crossencoder", "cur", "data", "errors", "experiments", "linking", "metrics", "mf",
+    "adacur", "axn", "ccsa", "cli", "crossencoder", "cur", "data", "errors", "experiments", "findings", "linking", "metrics", "mf",
     "notebook", "pefa", "plots", "rank", "retrievers", "scoring", "stats", "store", "train", "widgets", "wordnet",
 }
 

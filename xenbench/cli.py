@@ -100,6 +100,24 @@ def _run(args: argparse.Namespace) -> None:
         print(out)
 
 
+def _findings(args: argparse.Namespace) -> None:
+    from xenbench import findings
+    from xenbench.notebook import REPO_ROOT
+
+    results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
+    readme = REPO_ROOT / "README.md"
+    if args.write:
+        changed = findings.update_readme(readme, results_dir)
+        print(f"{readme}: findings {'rewritten' if changed else 'already up to date'}")
+    elif args.check:
+        if findings.update_readme(readme, results_dir, write=False):
+            raise XenbenchError(f"{readme}: the findings section disagrees with {results_dir}; "
+                                "run `xenbench findings --write`")
+        print(f"{readme}: findings agree with {results_dir}")
+    else:
+        print(findings.readme_section(results_dir))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xenbench", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -154,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-html", action="store_true")
     r.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
     r.set_defaults(func=_run)
+
+    f = sub.add_parser("findings", help="conclusions generated from the committed results (README section)")
+    f.add_argument("--results-dir", default=None, help="folder of <name>.default.results.json (default notebooks/results)")
+    mode = f.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the README's generated findings section")
+    mode.add_argument("--check", action="store_true", help="exit 2 if the README's section is stale")
+    f.set_defaults(func=_findings)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
     e.add_argument("ce", help="cross-encoder folder")

@@ -1,0 +1,159 @@
+"""Conclusions are generated from results: the README agrees with the committed run, and each
+notebook's findings say what its numbers say."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from xenbench import findings
+from xenbench.cli import main
+from xenbench.errors import DataError, ParameterError
+from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, list_notebooks
+
+README = REPO_ROOT / "README.md"
+COMMITTED = sorted(findings.RESULTS_DIR.glob("*.default.results.json"))
+
+
+def _readme_block() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(findings.README_BEGIN) + len(findings.README_BEGIN)
+    return text[start : text.index(findings.README_END)].strip("\n")
+
+
+# --- claims: the README's findings are the committed results, rendered ------------------------------
+
+
+def test_readme_findings_agree_with_committed_results():
+    assert _readme_block() == findings.readme_section().strip("\n"), (
+        "README.md's findings disagree with notebooks/results/: run `xenbench findings --write`")
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_committed_results_are_default_runs_of_existing_notebooks(path):
+    doc = findings.load_results(path)
+    assert path.name == f"{doc['notebook']}.default.results.json"
+    assert doc["profile"] == "default"
+    assert doc["notebook"] in list_notebooks()
+    assert findings.lines(doc["notebook"], doc["results"])  # states something
+
+
+def test_every_readme_number_comes_from_a_results_file():
+    # Each number in the block appears in the text rendered from the committed JSON (same test, other angle:
+    # guards against a hand edit that happens to keep the block's first and last lines).
+    rendered = findings.readme_section()
+    for number in re.findall(r"\d+\.\d+", _readme_block()):
+        assert number in rendered
+
+
+def test_every_notebook_shows_generated_findings():
+    registered = findings.registered()
+    for name in list_notebooks():
+        nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+        code = [c.source for c in nb.cells if c.cell_type == "code"]
+        assert name in registered, f"{name} has no findings function"
+        assert any("xb.findings.show(" in src and "save_results" in src for src in code), name
+
+
+def test_closing_markdown_states_no_numbers():
+    # Typed conclusions drift from the results: the last markdown cells explain, the generated lines state.
+    for name in list_notebooks():
+        nb = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+        for cell in [c for c in nb.cells if c.cell_type == "markdown"][-3:]:
+            numbers = re.findall(r"(?<![\w.])\d*\.\d{2,}", cell.source)
+            assert len(numbers) < 3, f"{name}: closing markdown states numbers {numbers[:5]}"
+
+
+# --- the machinery ---------------------------------------------------------------------------------
+
+
+def _write(path: Path, doc) -> Path:
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_load_results_errors_name_the_file(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.json: no such results file"):
+        findings.load_results(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.json: not a results JSON"):
+        findings.load_results(bad)
+    with pytest.raises(DataError, match=r"list\.json: expected an object with 'notebook'"):
+        findings.load_results(_write(tmp_path / "list.json", [1, 2]))
+
+
+def test_unknown_notebook_is_refused():
+    with pytest.raises(ParameterError, match="'notebook' parameter of findings.lines"):
+        findings.lines("99_nothing", {})
+
+
+def _baselines(de1: float, tf1: float, n: int = 400) -> dict:
+    rows = []
+    for ds in ("a", "b"):
+        rows += [
+            {"dataset": ds, "retriever": "DE", "n_queries": n, "n_items": 50, "k": 1, "accuracy": de1},
+            {"dataset": ds, "retriever": "DE", "n_queries": n, "n_items": 50, "k": 8, "accuracy": 0.9},
+            {"dataset": ds, "retriever": "TF-IDF", "n_queries": n, "n_items": 50, "k": 1, "accuracy": tf1},
+            {"dataset": ds, "retriever": "TF-IDF", "n_queries": n, "n_items": 50, "k": 8, "accuracy": 0.7},
+        ]
+    return {"baselines": rows, "domain": {"name": "a", "items": 50, "queries": n, "unambiguous_share": 0.25}}
+
+
+def test_data_findings_follow_the_numbers():
+    text = "\n".join(findings.lines("00_data", _baselines(0.40, 0.20)))
+    # SE of each accuracy at n=400 is at most 0.025: a 0.20 gap is far beyond 2 SE
+    assert "DE vs TF-IDF at accuracy@1: DE higher on 2, lower on 0, level (within 2 binomial SE) on 0" in text
+    assert "mean difference +20.0 points" in text
+    assert "DE accuracy@1 0.400, accuracy@8 0.900" in text
+    assert "exceed accuracy 0.900" in text and "10.0% of queries" in text
+
+    flipped = "\n".join(findings.lines("00_data", _baselines(0.20, 0.40)))
+    assert "DE higher on 0, lower on 2" in flipped
+    level = "\n".join(findings.lines("00_data", _baselines(0.41, 0.40)))
+    assert "level (within 2 binomial SE) on 2 of 2" in level
+
+
+def test_score_findings_follow_the_numbers():
+    results = {
+        "throughput": [{"model": "cls", "n_pairs": 1000, "wall_s": 2.0, "pairs_per_s": 500.0, "device": "cpu",
+                        "precision": "fp32", "n_threads": 2}],
+        "agreement": [{"fresh": "cls", "store": "x", "n_pairs": 30, "max_abs_diff": 2e-5}],
+        "score_summary": [{"matrix": "emb", "mean_query_skew": 0.5, "mean_top1_z": 3.0},
+                          {"matrix": "cls", "mean_query_skew": 8.0, "mean_top1_z": 9.0}],
+    }
+    text = findings.lines("01_score_matrices", results)
+    assert text[0] == "cls: 1,000 pairs in 2.0 s = 500 pairs/s (cpu, fp32, 2 thread(s))."
+    assert "30 shared pairs: max |difference| 2.0e-05" in text[1]
+    assert text[2].index("cls 8.00") < text[2].index("emb 0.50")  # most skewed first
+    assert "not checked" in findings.lines("01_score_matrices", {**results, "agreement": []})[1]
+
+
+def test_update_readme_rewrites_only_the_block(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    _write(results / "00_data.default.results.json",
+           {"notebook": "00_data", "profile": "default", "results": _baselines(0.4, 0.2)})
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{findings.README_BEGIN}\nold\n{findings.README_END}\nafter\n", encoding="utf-8")
+    assert findings.update_readme(readme, results, write=False)  # stale
+    assert "old" in readme.read_text(encoding="utf-8")  # a check writes nothing
+    assert findings.update_readme(readme, results)
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{findings.README_END}\nafter\n")
+    assert "**00_data**" in text and "DE higher on 2" in text and "\nold\n" not in text
+    assert not findings.update_readme(readme, results)  # idempotent
+
+    readme.write_text("no block\n", encoding="utf-8")
+    with pytest.raises(DataError, match="README.md: no generated findings block"):
+        findings.update_readme(readme, results)
+
+
+def test_cli_findings_check(capsys):
+    assert main(["findings", "--check"]) == 0
+    assert "findings agree" in capsys.readouterr().out
+    assert main(["findings"]) == 0
+    assert capsys.readouterr().out.strip() == findings.readme_section().strip()

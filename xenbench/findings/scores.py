@@ -1,0 +1,29 @@
+"""Findings of notebook 01 (computing score matrices, agreement with the bundled ones, score shape)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from xenbench.findings import register
+
+
+@register("01_score_matrices")
+def findings(results: Mapping[str, Any]) -> list[str]:
+    """Throughput of the fresh run, agreement with the bundled stores, per-query skew of each matrix."""
+    out = []
+    for t in results.get("throughput", []):
+        out.append(f"{t['model']}: {t['n_pairs']:,} pairs in {t['wall_s']:.1f} s = {t['pairs_per_s']:.0f} pairs/s "
+                   f"({t['device']}, {t['precision']}, {t['n_threads']} thread(s)).")
+    agreement = results.get("agreement") or []
+    if agreement:
+        worst = max(a["max_abs_diff"] for a in agreement)
+        n = sum(a["n_pairs"] for a in agreement)
+        out.append(f"Fresh scores agree with the bundled matrices on {n:,} shared pairs: max |difference| {worst:.1e}.")
+    else:
+        out.append("No bundled matrix shares pairs with this run, so agreement was not checked.")
+    summary = sorted(results.get("score_summary", []), key=lambda s: -s["mean_query_skew"])
+    if summary:
+        out.append("Per-query skewness of the zero-mean scores (mean over queries), most skewed first: " + ", ".join(
+            f"{s['matrix']} {s['mean_query_skew']:.2f} (top score {s['mean_top1_z']:.1f} std above the mean)"
+            for s in summary) + ".")
+    return out
