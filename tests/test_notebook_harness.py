@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -279,18 +280,61 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
 
 
 @pytest.mark.notebook
-def test_failed_run_keeps_only_a_failed_notebook(tmp_path, reports_dir, notebook_kwargs):
+def test_failed_run_keeps_the_previous_report(tmp_path, reports_dir, notebook_kwargs):
     path = write_tiny(tmp_path / "nbs", body=['raise RuntimeError("boom in cell")'])
     reports_dir.mkdir()
-    for stale in ("tiny.default.ipynb", "tiny.default.html", "tiny.default.results.json"):
-        (reports_dir / stale).write_text("from an earlier run")
+    earlier = ("tiny.default.ipynb", "tiny.default.html", "tiny.default.results.json")
+    for name in earlier:
+        (reports_dir / name).write_text("from an earlier good run")
 
     with pytest.raises(pm.PapermillExecutionError, match="boom in cell"):
         xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
 
-    assert [p.name for p in reports_dir.iterdir()] == ["tiny.default.failed.ipynb"]
+    assert sorted(p.name for p in reports_dir.iterdir()) == sorted([*earlier, "tiny.default.failed.ipynb"])
+    assert all((reports_dir / n).read_text() == "from an earlier good run" for n in earlier)
     failed = nbformat.read(reports_dir / "tiny.default.failed.ipynb", as_version=4)
     assert any(o.get("ename") == "RuntimeError" for c in failed.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.notebook
+def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, reports_dir, notebook_kwargs):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    slow = write_tiny(tmp_path / "nbs", body=["import time; time.sleep(600)"])
+    reports_dir.mkdir()
+    for name in ("tiny.default.ipynb", "tiny.default.html", "tiny.default.results.json", "tiny.default.failed.ipynb"):
+        (reports_dir / name).write_text("earlier")
+    code = (f"import xenbench.notebook as x; x.run_notebook({str(slow)!r}, out_dir={str(reports_dir)!r}, "
+            f"kernel={notebook_kwargs['kernel']!r}, progress_bar=False)")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.time() + 120
+    while not list(reports_dir.glob(".tiny.default.*.staging/tiny.default.ipynb")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the kernel is inside the sleeping cell
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    visible = sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("."))
+    assert visible == ["tiny.default.failed.ipynb", "tiny.default.html", "tiny.default.ipynb",
+                       "tiny.default.results.json"]
+    assert all((reports_dir / n).read_text() == "earlier" for n in visible)
+
+    # The next successful run replaces the whole set, drops the stale failed notebook and the killed run's staging.
+    good = write_tiny(tmp_path / "nbs2")
+    xnb.run_notebook(good, out_dir=reports_dir, **notebook_kwargs)
+    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.default.html", "tiny.default.ipynb",
+                                                              "tiny.default.results.json"]
+    assert (reports_dir / "tiny.default.results.json").read_text() != "earlier"
+
+
+def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
+    monkeypatch.delenv(xnb.REPORTS_ENV, raising=False)
+    lab = xnb.save_results("tiny", "default", {"n": 1}, out_dir=tmp_path)
+    assert lab.name == "tiny.default.lab.results.json"
+    monkeypatch.setenv(xnb.REPORTS_ENV, str(tmp_path))
+    assert xnb.save_results("tiny", "default", {"n": 1}).name == "tiny.default.results.json"
 
 
 @pytest.mark.notebook

@@ -25,8 +25,10 @@ same clear error.
 
 Outputs of ``run_notebook("00_data", profile="ci")`` in ``out_dir``: ``00_data.ci.ipynb`` (executed),
 ``00_data.ci.html`` (offline report, plotly.js embedded) and, written by the notebook's last cell,
-``00_data.ci.results.json`` (see :func:`save_results`). A failed run leaves ``00_data.ci.failed.ipynb``
-instead and none of the three.
+``00_data.ci.results.json`` (see :func:`save_results`). A run writes into a hidden staging folder and
+replaces the previous report only when it has succeeded: a failed or killed run leaves the previous good
+report in place (a failed one adds ``00_data.ci.failed.ipynb``). A notebook run by hand in JupyterLab
+writes ``<name>.<profile>.lab.results.json``, never the file of a ``xenbench run``.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -498,6 +501,13 @@ def reports_dir() -> Path:
     return Path(env) if env else REPO_ROOT / "reports"
 
 
+def _results_name(name: str, profile: str) -> str:
+    # Outside run_notebook (a kernel in JupyterLab) the file gets its own name, so an interactive session never
+    # overwrites the results of a `xenbench run`.
+    lab = "" if os.environ.get(REPORTS_ENV) else ".lab"
+    return f"{name}.{profile}{lab}.results.json"
+
+
 def _jsonable(obj: Any) -> Any:
     # numpy and pandas scalars/arrays without importing them here
     if hasattr(obj, "tolist"):
@@ -528,7 +538,8 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
     Returns
     -------
     Path
-        The file written: ``{"notebook", "profile", "written_at", "results"}``.
+        The file written, ``<name>.<profile>.results.json`` (``<name>.<profile>.lab.results.json`` outside
+        :func:`run_notebook`), holding ``{"notebook", "profile", "written_at", "results"}``.
     """
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ParameterError("name", "a notebook name such as '00_data'", name, "save_results")
@@ -545,7 +556,7 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         "results": dict(results),
     }
     text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"
-    path = folder / f"{name}.{profile}.results.json"
+    path = folder / _results_name(name, profile)
     write_text_atomic(path, text)
     return path
 
@@ -568,6 +579,19 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+def _pid_alive(pid: str) -> bool:
+    """Whether a process of this id runs on this machine (an unparsable id counts as gone)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _in_ci() -> bool:
@@ -631,9 +655,11 @@ def run_notebook(
     Hugging Face progress bars off unless ``$HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise. (The
     kernel inherits this process's environment, which is set for the duration of the run: do not
     call ``run_notebook`` from several threads at once.)
-    The notebook is executed into a hidden temporary file and renamed when it has succeeded, so a
-    ``<name>.<profile>.ipynb`` is always complete. Outputs of the same name and profile left by an
-    earlier run are removed when the run starts, so the folder never mixes two runs.
+    The notebook runs in a hidden staging folder inside ``out_dir`` (its results JSON and HTML too); only
+    when everything has succeeded are the executed notebook, the HTML and the results JSON renamed over the
+    previous run's, so a failed or killed run never destroys a good report and the folder never mixes two
+    runs. A failure adds ``<name>.<profile>.failed.ipynb`` beside the previous report; a later success
+    removes it.
     """
     import nbformat
     import papermill as pm
@@ -655,36 +681,44 @@ def run_notebook(
     stem = f"{spec.name}.{profile}"
     final, failed = out / f"{stem}.ipynb", out / f"{stem}.failed.ipynb"
     report, results = out / f"{stem}.html", out / f"{stem}.results.json"
-    tmp = out / f".{stem}.{uuid.uuid4().hex[:12]}.tmp.ipynb"
+    for old in out.glob(f".{stem}.*.staging"):  # left by a killed run (its pid is gone)
+        if not _pid_alive(old.name[len(stem) + 2 :].split(".", 1)[0]):
+            shutil.rmtree(old, ignore_errors=True)
+    stage = out / f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.staging"
+    stage.mkdir()
+    staged = {final: stage / final.name, report: stage / report.name, results: stage / results.name}
     if progress_bar is None:
         progress_bar = not _in_ci()
-
-    for stale in (final, failed, report, results):  # outputs of an earlier run: never mix two runs
-        stale.unlink(missing_ok=True)
 
     log.info("running %s (profile %s) with %s", path.name, profile, values)
     start = time.perf_counter()
     try:
         # Progress bars of Hugging Face loaders only clutter a report (they are frozen widgets in HTML).
         quiet = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        with _environ(**{REPORTS_ENV: str(out), "HF_HUB_DISABLE_PROGRESS_BARS": quiet}):
+        with _environ(**{REPORTS_ENV: str(stage), "HF_HUB_DISABLE_PROGRESS_BARS": quiet}):
             nb = pm.execute_notebook(
-                path, tmp, parameters=values, kernel_name=kernel, cwd=path.parent,
+                path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=log_output,
             )
+        log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
+        if html:
+            from nbconvert import HTMLExporter
+
+            body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(nb))
+            write_text_atomic(staged[report], body)
     except BaseException as exc:
-        if tmp.exists():
-            os.replace(tmp, failed)
+        if staged[final].exists():
+            os.replace(staged[final], failed)
             if hasattr(exc, "add_note"):
-                exc.add_note(f"The partly executed notebook is kept in {failed}")
-        results.unlink(missing_ok=True)  # in case a cell saved results before a later one failed
+                exc.add_note(f"The partly executed notebook is kept in {failed}; the previous report is untouched")
+        shutil.rmtree(stage, ignore_errors=True)
         raise
-    log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
-
-    os.replace(tmp, final)
-    if html:
-        from nbconvert import HTMLExporter
-
-        body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(nb))
-        write_text_atomic(report, body)
+    # Success: every output is complete; replace the previous run's set (a name this run lacks is removed).
+    for dest, src in staged.items():
+        if src.exists():
+            os.replace(src, dest)
+        else:
+            dest.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)
+    shutil.rmtree(stage, ignore_errors=True)
     return final
