@@ -6,6 +6,7 @@ the same batching agree to 1e-6.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -324,3 +325,73 @@ def test_import_without_zarr():
             "else:\n    raise SystemExit('no ImportError')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_resume_identity_includes_batch_size_and_chunking(small_ce, tmp_path):
+    out = tmp_path / "s"
+    score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=3, query_chunk=2, progress=False)
+    # batch composition changes the float bits: another batch size would mix bit-different blocks
+    with pytest.raises(DataError, match=r"another job \(batch_size differs\): store 3, this run 4; pass the same "
+                                        r"--batch-size"):
+        score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=4, progress=False)
+    with pytest.raises(DataError, match=r"was chunked in blocks of 2 queries, not 3"):
+        score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=3, query_chunk=3, progress=False)
+    _, timing = score_matrix(small_ce, QUERIES, ITEMS, out, progress=False, return_timing=True)  # adopts 3
+    assert timing.n_pairs == 0 and timing.batch_size == 3
+
+
+def _spawn(out, tmp_path, name: str) -> subprocess.Popen:
+    with open(tmp_path / f"{name}.log", "wb") as err:
+        return subprocess.Popen([sys.executable, "-c", _CHILD, str(HERE), str(out)], stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+
+
+def _holds(lock, pid: int) -> bool:
+    try:
+        return json.loads(lock.read_text())["pid"] == pid
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _wait_for(lock, child, timeout: float = 120.0) -> None:
+    """Until ``child`` holds the writer lock (a stale lock of an earlier kill does not count)."""
+    deadline = time.monotonic() + timeout
+    while not _holds(lock, child.pid):
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            pytest.fail(f"the scoring subprocess never took its lock (rc {child.poll()})")
+        time.sleep(0.01)
+
+
+def test_killed_five_times_at_random_points_gives_the_uninterrupted_bits(small_ce, tmp_path):
+    out, lock = tmp_path / "s", tmp_path / ".s.lock"
+    rng = np.random.default_rng(5)
+    for attempt in range(5):
+        child = _spawn(out, tmp_path, f"child{attempt}")
+        _wait_for(lock, child)  # scoring has started (a stale lock of the previous kill was taken over)
+        time.sleep(float(rng.uniform(0.0, 0.6)))  # somewhere inside a block: blocks take ~0.5 s
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        if child.returncode != -signal.SIGKILL:  # finished before the kill: nothing left to interrupt
+            break
+    assert lock.exists() or child.returncode == 0  # SIGKILL leaves the lock; the next writer takes it over
+    store = score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
+    reference = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "ref", batch_size=2, query_chunk=1, progress=False)
+    assert np.array_equal(store.to_numpy(), reference.to_numpy())  # bit-identical, not merely close
+    assert store.verify() == [] and not lock.exists()
+    assert not list(out.rglob("*.partial")) and not list(out.rglob("*.tmp"))
+
+
+def test_a_second_writer_is_refused_up_front(small_ce, tmp_path):
+    out = tmp_path / "s"
+    child = _spawn(out, tmp_path, "writer")
+    try:
+        _wait_for(tmp_path / ".s.lock", child)
+        # the same job, and another CE into the same fresh folder: both refused before touching anything
+        for ce in (small_ce, tiny_ce("emb")):
+            with pytest.raises(DataError, match=rf"s: is being written by process {child.pid} on .*wait for that job"):
+                score_matrix(ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
+        assert child.poll() is None  # the first writer is undisturbed
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()

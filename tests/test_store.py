@@ -106,7 +106,7 @@ def test_block_changed_after_marker_is_never_read_as_valid(tmp_path):
 
 
 def test_attrs_round_trip(tmp_path):
-    attrs = {"model": "bundled-cls", "query_ids": ["q1", "q2"], "nested": {"seed": 3, "domain": "noun.food"},
+    attrs = {"model": "bundled-cls", "tags": ["q1", "q2"], "nested": {"seed": 3, "domain": "noun.food"},
              "unicode": "café ✓", "wall_s": 0.0}
     store = ScoreStore.create(tmp_path / "s", N_Q, N_I, chunks=(Q_CHUNK, None), attrs=attrs)
     store.update_attrs({"wall_s": 1.5})
@@ -145,3 +145,67 @@ def test_errors(tmp_path):
         ScoreStore.open(tmp_path)
     fresh = ScoreStore.create(tmp_path / "s", 2, 2, overwrite=True)
     assert fresh.shape == (2, 2) and fresh.done_chunks() == []
+
+
+# --- manifest integrity and the writer lock -----------------------------------------------------------
+
+
+def _ids(n: int, prefix: str) -> list[str]:
+    return [f"{prefix}{k}" for k in range(n)]
+
+
+def test_ids_must_match_the_shape_at_creation(tmp_path):
+    with pytest.raises(ParameterError, match=r"query_ids and item_ids of lengths \(10, 7\).*Got \(9, 7\)"):
+        ScoreStore.create(tmp_path / "s", N_Q, N_I, attrs={"query_ids": _ids(9, "q"), "item_ids": _ids(N_I, "i")})
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.update(item_ids=a["item_ids"][::-1]), "do not match the ids_sha256 recorded at creation"),
+    (lambda a: a.update(query_ids=a["query_ids"][:-1]), "lists 9 query ids and 7 item ids for a 10 x 7 matrix"),
+    (lambda a: a.pop("ids_sha256"), "has ids but no ids_sha256"),
+    (lambda a: a.update(dtype="float16"), "dtype is 'float16'"),
+])
+def test_an_edited_manifest_is_refused(tmp_path, edit, message):
+    import json
+
+    path = tmp_path / "s"
+    store = ScoreStore.create(path, N_Q, N_I, chunks=(Q_CHUNK, None),
+                              attrs={"query_ids": _ids(N_Q, "q"), "item_ids": _ids(N_I, "i")})
+    store.write_chunk(0, np.zeros((Q_CHUNK, N_I)))
+    assert ScoreStore.open(path).verify() == []
+    meta_path = path / "zarr.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    edit(meta["attributes"])
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        ScoreStore.open(path)
+    with pytest.raises(DataError, match=message):
+        store.verify()  # an open handle re-reads the manifest
+
+
+def test_writer_lock_refuses_a_second_writer_and_takes_over_a_stale_lock(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from xenbench.store import writer_lock
+
+    path = tmp_path / "s"
+    with writer_lock(path) as lock:
+        assert lock == tmp_path / ".s.lock" and json.loads(lock.read_text())["pid"] == os.getpid()
+        with pytest.raises(DataError, match=r"s: is being written by process \d+ on .* \(lock .s.lock\)"):
+            with writer_lock(path):
+                pass
+    assert not lock.exists()  # released
+
+    # A lock left by a process that died (SIGKILL: no cleanup) is stale on this host and taken over.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(json.dumps({"pid": int(dead.stdout), "host": __import__("socket").gethostname(),
+                                "started": "then"}))
+    with writer_lock(path):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    lock.write_text(json.dumps({"pid": 1, "host": "another-host", "started": "then"}))
+    with pytest.raises(DataError, match="by process 1 on another-host"):
+        with writer_lock(path):
+            pass

@@ -73,7 +73,8 @@ def _score(args: argparse.Namespace) -> None:
         from xenbench.scoring import run_score_job
 
         store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
-                              device=args.device, precision=args.precision, seed=args.seed)
+                              device=args.device, precision=args.precision, chunk_pairs=args.chunk_pairs,
+                              seed=args.seed)
     print(store)
 
 
@@ -158,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-items", type=int, default=None, help="seeded sample of items (default all)")
     s.add_argument("--query-ids", default=None, help="file with one query id per line")
     s.add_argument("--item-ids", default=None, help="file with one item id per line")
-    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--batch-size", type=int, default=None,
+                   help="pairs per forward pass (default: the store's when resuming, else by device)")
+    s.add_argument("--chunk-pairs", type=int, default=None,
+                   help="pairs per resumable block (default about 65,536; smaller loses less work to a kill)")
     s.add_argument("--device", default="auto")
     s.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     s.add_argument("--seed", type=int, default=0)

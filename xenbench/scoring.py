@@ -36,7 +36,7 @@ from xenbench import __version__
 from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
-from xenbench.store import ScoreStore
+from xenbench.store import ScoreStore, writer_lock
 
 __all__ = [
     "PairAssembler",
@@ -310,8 +310,9 @@ def score_matrix(
         a time (the matrix is never held whole), and if a store from an interrupted run of the *same* job
         exists, score only its missing chunks (done chunks are checked against their SHA-256 first).
     batch_size
-        Pairs per forward pass, taken from the length-sorted pairs of a query chunk; ``None``: by device
-        (:data:`DEFAULT_BATCH_SIZE`).
+        Pairs per forward pass, taken from the length-sorted pairs of a query chunk; ``None``: the existing
+        store's (a resume), else by device (:data:`DEFAULT_BATCH_SIZE`). It is part of a store's identity: the
+        batch composition changes the float bits.
     device
         See :func:`resolve_device`.
     precision
@@ -338,21 +339,37 @@ def score_matrix(
     ParameterError
         Empty or ill-typed ``queries``/``items``, bad ``batch_size``/``query_chunk``/``precision``/``device``.
     DataError
-        ``out`` holds a store of another job (other ids, texts, model or precision).
+        ``out`` holds a store of another job (other ids, texts, weights, model config, precision, batch size or
+        device kind: each changes the float bits), or another process is writing it (:func:`writer_lock`).
     """
     owner = "score_matrix"
     _check_common(ce, queries, items, batch_size, precision, owner)
     _check_int("query_chunk", query_chunk, owner, allow_none=True)
     dev = resolve_device(device)
+    if batch_size is None and out is not None and (Path(out) / "zarr.json").is_file():
+        batch_size = ScoreStore.open(out).attrs.get("batch_size")  # a resume keeps the store's batches (same bits)
     batch_size = batch_size or DEFAULT_BATCH_SIZE.get(dev.type, 64)
     n_q, n_i = len(queries), len(items)
+    explicit_chunk = query_chunk is not None
     if query_chunk is None:
         query_chunk = max(1, min(n_q, math.ceil(TARGET_CHUNK_PAIRS / n_i)))
     t_start = time.perf_counter()
 
+    # One writer per store: a second job into the same `out` is refused before it touches anything.
+    with contextlib.nullcontext() if out is None else writer_lock(out):
+        return _score_matrix(ce, queries, items, out, batch_size, dev, precision, progress, query_chunk,
+                             explicit_chunk, manifest, return_timing, t_start)
+
+
+def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
+                  out: str | os.PathLike[str] | None, batch_size: int, dev: torch.device, precision: Precision,
+                  progress: bool, query_chunk: int, explicit_chunk: bool, manifest: Mapping[str, Any] | None,
+                  return_timing: bool, t_start: float) -> ScoreStore | np.ndarray | tuple[ScoreStore | np.ndarray, ScoreTiming]:
+    n_q, n_i = len(queries), len(items)
     store = None
     if out is not None:
-        store = _open_or_create(Path(out), ce, queries, items, precision, query_chunk, manifest)
+        store = _open_or_create(Path(out), ce, queries, items, precision, query_chunk, manifest,
+                                batch_size=batch_size, device_type=dev.type, explicit_chunk=explicit_chunk)
         query_chunk = store.chunks[0]
         todo = store.missing_chunks()
         if len(todo) < store.n_chunks:
@@ -406,27 +423,40 @@ def score_matrix(
     return (result, timing) if return_timing else result
 
 
-# Manifest keys that identify a job: resuming into a store whose values differ would mix two matrices.
-_IDENTITY_KEYS = ("query_ids", "item_ids", "texts_sha256", "model_sha256", "precision", "kind")
+# Manifest keys that identify a job: every argument that changes the float bits of a block. Resuming into a
+# store whose values differ would mix two matrices (e.g. batch 64 and 256 give different bits).
+_IDENTITY_KEYS = ("query_ids", "item_ids", "texts_sha256", "model_sha256", "model_config", "precision", "kind",
+                  "batch_size", "device_type")
+_HOW_TO_MATCH = {"batch_size": "pass the same --batch-size", "device_type": "resume on the same kind of device",
+                 "precision": "pass the same --precision"}
 
 
 def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
-                    precision: str, query_chunk: int, manifest: Mapping[str, Any] | None) -> ScoreStore:
+                    precision: str, query_chunk: int, manifest: Mapping[str, Any] | None, *, batch_size: int,
+                    device_type: str, explicit_chunk: bool = False) -> ScoreStore:
     identity = {
         "query_ids": [q.id for q in queries],
         "item_ids": [it.id for it in items],
         "texts_sha256": _texts_fingerprint(queries, items),
         "model_sha256": model_fingerprint(ce),
+        "model_config": json.loads(ce.config.to_json()),  # max lengths, layout, head
         "precision": precision,
         "kind": "dense",
+        "batch_size": int(batch_size),
+        "device_type": device_type,
     }
     if path.exists():
         store = ScoreStore.open(path, mode="r+")
         attrs = store.attrs
         for key in _IDENTITY_KEYS:
             if attrs.get(key) != identity[key]:
-                raise DataError(path, f"holds a score store of another job ({key} differs): delete it or choose"
-                                      " another output path")
+                values = "" if key in ("query_ids", "item_ids", "model_config") else (
+                    f": store {attrs.get(key)!r}, this run {identity[key]!r}")
+                hint = _HOW_TO_MATCH.get(key, "delete it or choose another output path")
+                raise DataError(path, f"holds a score store of another job ({key} differs){values}; {hint}")
+        if explicit_chunk and store.chunks[0] != query_chunk:
+            raise DataError(path, f"was chunked in blocks of {store.chunks[0]} queries, not {query_chunk}: a resume "
+                                  "keeps the store's chunking (omit the chunk size, or start a new store)")
         for k in store.done_chunks():  # a block altered after its marker was written is recomputed
             try:
                 store.read_chunk(k, verify=True)
@@ -437,7 +467,6 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
     attrs = {
         **dict(manifest or {}),
         **identity,
-        "model_config": json.loads(ce.config.to_json()),
         "xenbench_version": __version__,
         "torch_version": torch.__version__,
         "dtype": "float32",
@@ -524,6 +553,7 @@ def run_score_job(
     precision: Precision = "fp32",
     progress: bool = True,
     query_chunk: int | None = None,
+    chunk_pairs: int | None = None,
     seed: int = 0,
 ) -> ScoreStore:
     """Score a dataset's queries × items into a store at ``out`` (``xenbench score``); resumes if interrupted.
@@ -541,6 +571,9 @@ def run_score_job(
         Store folder.
     batch_size, device, precision, progress, query_chunk
         As in :func:`score_matrix`.
+    chunk_pairs
+        Pairs per resumable block instead of ``query_chunk``: blocks of ``ceil(chunk_pairs / n_items)``
+        queries (a finer chunk loses less work to a kill; ``xenbench score --chunk-pairs``).
     seed
         Seed of a bundled CE's fresh head; recorded in the manifest.
 
@@ -574,6 +607,11 @@ def run_score_job(
         model, name = build_cross_encoder(CEConfig(kind=_BUNDLED[ce]), seed=seed), ce  # type: ignore[arg-type]
     else:
         model, name = load_cross_encoder(ce), str(Path(ce).resolve())
+    if chunk_pairs is not None:
+        if query_chunk is not None:
+            raise ParameterError("chunk_pairs", "None when query_chunk is given (choose one)", chunk_pairs, owner)
+        _check_int("chunk_pairs", chunk_pairs, owner)
+        query_chunk = max(1, math.ceil(chunk_pairs / len(items)))
     domain = dataset.name.split(":", 1)[1] if ":" in dataset.name else dataset.name
     manifest = {"model": name, "dataset": dataset.name, "domain": domain, "seed": seed}
     return score_matrix(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,

@@ -23,19 +23,29 @@ when its marker exists; the marker is written after the block's chunk files are 
 itself through a fsynced temporary file and ``os.replace``; it records the SHA-256 of the block, and every
 read checks it, so a chunk file torn or altered after the fact raises :class:`~xenbench.errors.DataError`
 instead of returning wrong scores. Leftover temporary files are removed when a store is opened for
-writing. One writer at a time: there is no lock.
+writing.
+
+Integrity of the manifest: a store whose attributes list ``query_ids``/``item_ids`` also records
+``ids_sha256`` (:func:`ids_fingerprint`) at creation; :meth:`ScoreStore.open` and :meth:`ScoreStore.verify`
+check that the id lists match the array's shape and that hash, so an edited manifest is refused.
+
+One writer at a time: :func:`writer_lock` holds ``.<name>.lock`` beside the store (pid, host, start time)
+for the duration of a write; a second writer is refused with one line naming the holder, and a lock left by
+a dead process on this host is taken over.
 
 zarr is imported lazily, so ``import xenbench.store`` works without it (the GPU machines lack it).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
+import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,7 +54,7 @@ import numpy as np
 from xenbench._io import write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["ScoreStore", "STORE_FORMAT"]
+__all__ = ["ScoreStore", "STORE_FORMAT", "ids_fingerprint", "writer_lock"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +75,69 @@ def _zarr():
             "ScoreStore needs zarr>=3 (pip install 'zarr>=3'); score_matrix(..., out=None) works without it."
         ) from err
     return zarr
+
+
+def ids_fingerprint(query_ids: Sequence[str], item_ids: Sequence[str]) -> str:
+    """SHA-256 of the row and column id lists, in order (recorded as ``attrs["ids_sha256"]``)."""
+    return hashlib.sha256(json.dumps([list(query_ids), list(item_ids)]).encode("utf-8")).hexdigest()
+
+
+def _lock_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def writer_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold the exclusive writer lock of the store at ``path`` (which need not exist yet).
+
+    The lock is the file ``.<name>.lock`` beside ``path``, created with O_EXCL and holding the owner's pid,
+    host and start time. A lock of a process that no longer runs on this host is stale and taken over.
+
+    Raises
+    ------
+    DataError
+        Another live process (or another host) holds the lock.
+    """
+    path = Path(path)
+    lock = _lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = json.loads(lock.read_text(encoding="utf-8"))
+                pid, host = int(owner["pid"]), str(owner["host"])
+            except FileNotFoundError:
+                continue  # released meanwhile
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+                raise DataError(lock, "unreadable writer lock: delete it if no job is writing this store") from None
+            if host == me["host"] and not _pid_alive(pid):
+                logger.warning("taking over the stale lock %s of process %d, which is gone", lock, pid)
+                lock.unlink(missing_ok=True)
+                continue
+            raise DataError(path, f"is being written by process {pid} on {host} since {owner.get('started')} "
+                                  f"(lock {lock.name}): wait for that job, or delete the lock if it is gone") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(me, handle)
+        break
+    else:  # pragma: no cover - three races in a row
+        raise DataError(path, f"could not take the writer lock {lock.name}")
+    try:
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def _block_digest(values: np.ndarray) -> str:
@@ -171,6 +244,12 @@ class ScoreStore:
         from zarr.storage import LocalStore
 
         meta = {**dict(attrs or {}), "format": STORE_FORMAT, "dtype": "float32"}
+        if "query_ids" in meta or "item_ids" in meta:
+            q_ids, i_ids = list(meta.get("query_ids") or []), list(meta.get("item_ids") or [])
+            if (len(q_ids), len(i_ids)) != (int(n_queries), int(n_items)):
+                raise ParameterError("attrs", f"query_ids and item_ids of lengths ({n_queries}, {n_items}) "
+                                     "(the matrix shape)", (len(q_ids), len(i_ids)), owner)
+            meta["ids_sha256"] = ids_fingerprint(q_ids, i_ids)
         try:
             json.dumps(meta)
         except TypeError as err:
@@ -210,9 +289,38 @@ class ScoreStore:
             raise DataError(path, f"attrs['format'] is {group.attrs.get('format')!r}, expected {STORE_FORMAT!r}")
         array = group[_ARRAY]
         store = cls(path, group, array, writable=mode == "r+")
+        store.check_manifest()
         if store.writable:
             store._remove_leftovers()
         return store
+
+    def check_manifest(self) -> None:
+        """Check the manifest against the array: dtype, id lists vs shape, and the ids' recorded SHA-256.
+
+        Raises
+        ------
+        DataError
+            Naming the store and the field that disagrees.
+        """
+        try:  # from disk, not the open handle's cached copy: verify() must see an edit made after open()
+            attrs = json.loads((self.path / "zarr.json").read_text(encoding="utf-8")).get("attributes", {})
+        except (OSError, ValueError) as err:
+            raise DataError(self.path / "zarr.json", f"unreadable manifest ({err})") from None
+        if attrs.get("dtype", "float32") != "float32" or str(self._array.dtype) != "float32":
+            raise DataError(self.path, f"dtype is {attrs.get('dtype')!r} / {self._array.dtype}, expected float32")
+        if "query_ids" not in attrs and "item_ids" not in attrs:
+            return
+        q_ids, i_ids = attrs.get("query_ids") or [], attrs.get("item_ids") or []
+        if (len(q_ids), len(i_ids)) != self.shape:
+            raise DataError(self.path, f"the manifest lists {len(q_ids)} query ids and {len(i_ids)} item ids for a "
+                                       f"{self.shape[0]} x {self.shape[1]} matrix: the manifest was edited or is torn")
+        recorded = attrs.get("ids_sha256")
+        if recorded is None:
+            raise DataError(self.path, "the manifest has ids but no ids_sha256 (written by an older xenbench?): "
+                                       "re-create the store, or record it with ids_fingerprint()")
+        if ids_fingerprint(q_ids, i_ids) != recorded:
+            raise DataError(self.path, "query_ids/item_ids do not match the ids_sha256 recorded at creation: the "
+                                       "manifest was edited (rows or columns would be mislabelled)")
 
     def _remove_leftovers(self) -> None:
         # A killed writer leaves zarr's "<key>.<uuid>.partial" (of a chunk, or of zarr.json during an attrs
@@ -371,7 +479,11 @@ class ScoreStore:
             raise DataError(self.path, f"rows {start}:{stop} cannot be decoded ({err}): a chunk file is torn") from err
 
     def verify(self) -> list[int]:
-        """Done blocks whose data does not match their marker (each read once); empty if all is well."""
+        """Check the manifest (:meth:`check_manifest`, raises) and every done block's digest.
+
+        Returns the done blocks whose data does not match their marker (each read once); empty if all is well.
+        """
+        self.check_manifest()
         bad = []
         for k in self.done_chunks():
             try:
