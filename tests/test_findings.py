@@ -126,10 +126,10 @@ def test_score_findings_follow_the_numbers():
                           {"matrix": "cls", "mean_query_skew": 8.0, "mean_top1_z": 9.0}],
     }
     text = findings.lines("01_score_matrices", results)
-    assert text[0] == "cls: 1,000 pairs in 2.0 s = 500 pairs/s (cpu, fp32, 2 thread(s))."
-    assert "30 shared pairs: max |difference| 2.0e-05" in text[1]
-    assert text[2].index("cls 8.00") < text[2].index("emb 0.50")  # most skewed first
-    assert "not checked" in findings.lines("01_score_matrices", {**results, "agreement": []})[1]
+    assert "30 shared pairs: max |difference| 2.0e-05" in text[0]
+    assert text[1].index("cls 8.00") < text[1].index("emb 0.50")  # most skewed first
+    assert "not checked" in findings.lines("01_score_matrices", {**results, "agreement": []})[0]
+    assert not any("pairs/s" in line for line in text)  # speed depends on the machine's load: make bench
 
 
 def test_update_readme_rewrites_only_the_block(tmp_path):

@@ -9,11 +9,12 @@ from xenbench.findings import register
 
 @register("01_score_matrices")
 def findings(results: Mapping[str, Any]) -> list[str]:
-    """Throughput of the fresh run, agreement with the bundled stores, per-query skew of each matrix."""
+    """Agreement of fresh scores with the bundled stores, per-query skew of each matrix.
+
+    Throughput is left to the notebook's table and ``make bench``: it depends on the machine and its load, not on
+    the science.
+    """
     out = []
-    for t in results.get("throughput", []):
-        out.append(f"{t['model']}: {t['n_pairs']:,} pairs in {t['wall_s']:.1f} s = {t['pairs_per_s']:.0f} pairs/s "
-                   f"({t['device']}, {t['precision']}, {t['n_threads']} thread(s)).")
     agreement = results.get("agreement") or []
     if agreement:
         worst = max(a["max_abs_diff"] for a in agreement)
