@@ -76,14 +76,18 @@ DOCS = [
 ]
 
 
-def mention(mid, start, end, label="L1", context="c1", corpus="w"):
+_TOKENS = {d["document_id"]: d["text"].split() for d in DOCS} | {"x1": ["x"]}
+
+
+def mention(mid, start, end, label="L1", context="c1", corpus="w", text=None):
+    surface = " ".join(_TOKENS.get(context, [])[start : end + 1]) if text is None else text
     return {
         "mention_id": mid,
         "context_document_id": context,
         "corpus": corpus,
         "start_index": start,
         "end_index": end,
-        "text": "",
+        "text": surface,  # ZESHEL's mention surface: the span's tokens
         "label_document_id": label,
         "category": "LOW_OVERLAP",
     }
@@ -446,6 +450,14 @@ def test_zeshel_missing_files_and_world(tmp_path):
         load_zeshel(root, "nowhere")
     (root / "mentions" / "val.json").unlink()
     with pytest.raises(DataError, match=pinned("mentions/val.json", None, "no such file")):
+        load_zeshel(root, "w", splits=["train", "val"])  # a split asked for by name must exist
+    # By default every mention file that exists is read: a folder with only mentions/test.json loads.
+    (root / "mentions" / "train.json").unlink()
+    only_test = load_zeshel(root, "w")
+    assert only_test.splits == {"test": ["m3"]} and only_test.query_ids == ["m3"]
+    assert load_dataset(f"zeshel:{root}:w@test").query_ids == ["m3"]
+    (root / "mentions" / "test.json").unlink()
+    with pytest.raises(DataError, match=pinned("z/mentions", None, "no mention files: expected mentions/<split>.json (e.g. test.json)")):
         load_zeshel(root, "w")
     with pytest.raises(DataError, match=pinned("z2/mentions", None, "no mention of world 'w' in ['train.json']")):
         load_zeshel(make_zeshel(tmp_path / "z2", train=[]), "w", splits=["train"])

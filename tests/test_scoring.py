@@ -251,12 +251,13 @@ def dataset() -> Dataset:
 
 def test_run_score_job(tmp_path, dataset):
     qids, iids = ["q3", "q0"], ["i2", "i0", "i9"]
-    store = run_score_job("bundled-cls", dataset, qids, iids, tmp_path / "s", progress=False, seed=3)
+    with pytest.warns(UserWarning, match="untrained-cls: the head is random"):
+        store = run_score_job("untrained-cls", dataset, qids, iids, tmp_path / "s", progress=False, seed=3)
     ce = build_cross_encoder(CEConfig(kind="cls"), seed=3)
     want = score_matrix(ce, [QUERIES[3], QUERIES[0]], [ITEMS[2], ITEMS[0], ITEMS[9]], progress=False)
     np.testing.assert_allclose(store.to_numpy(), want, rtol=0, atol=1e-6)
     attrs = store.attrs
-    assert attrs["model"] == "bundled-cls" and attrs["seed"] == 3
+    assert attrs["model"] == "untrained-cls" and attrs["seed"] == 3
     assert attrs["dataset"] == "wordnet-el:handmade" and attrs["domain"] == "handmade"
     assert attrs["query_ids"] == qids and attrs["item_ids"] == iids
 
@@ -264,13 +265,13 @@ def test_run_score_job(tmp_path, dataset):
 def test_run_score_job_bad_input(tmp_path, dataset):
     with pytest.raises(ParameterError, match=r"'query_ids' parameter of run_score_job must be ids of dataset "
                                              r"'wordnet-el:handmade' \(2 of 3 are unknown\). Got \['nope', 'q9'\]"):
-        run_score_job("bundled-cls", dataset, ["q1", "nope", "q9"], None, tmp_path / "s")
+        run_score_job("untrained-cls", dataset, ["q1", "nope", "q9"], None, tmp_path / "s")
     with pytest.raises(ParameterError, match=r"'item_ids' parameter of run_score_job must be distinct ids"):
-        run_score_job("bundled-cls", dataset, None, ["i1", "i2", "i1"], tmp_path / "s")
+        run_score_job("untrained-cls", dataset, None, ["i1", "i2", "i1"], tmp_path / "s")
     with pytest.raises(ParameterError, match="'item_ids' parameter of run_score_job must be a sequence of ids"):
-        run_score_job("bundled-cls", dataset, None, "i1", tmp_path / "s")
-    with pytest.raises(ParameterError, match=r"'ce' parameter of run_score_job must be one of \['bundled-cls'"):
-        run_score_job("bundled-xl", dataset, None, None, tmp_path / "s")
+        run_score_job("untrained-cls", dataset, None, "i1", tmp_path / "s")
+    with pytest.raises(ParameterError, match=r"'ce' parameter of run_score_job must be one of \['untrained-cls'"):
+        run_score_job("bundled-cls", dataset, None, None, tmp_path / "s")  # the old, misleading name
     with pytest.raises(DataError, match="no such file or folder"):
         run_score_job(tmp_path / "no-model", dataset, None, None, tmp_path / "s")
 

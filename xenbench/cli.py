@@ -63,8 +63,8 @@ def _score(args: argparse.Namespace) -> None:
     from xenbench.data import load_dataset
 
     ds = load_dataset(args.dataset)
-    q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed)
-    i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed)
+    q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
+    i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
     if args.model in ("de", "tfidf"):
         from xenbench.retrievers import retriever_score_store
 
@@ -78,11 +78,34 @@ def _score(args: argparse.Namespace) -> None:
     print(store)
 
 
-def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int) -> list[str] | None:
+def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int, what: str, dataset: str) -> list[str] | None:
     """Ids from a file (one per line), or a seeded sample of ``n`` in dataset order, or all (None)."""
+    from xenbench.errors import DataError, ParameterError
+
+    if path and n is not None:
+        raise ParameterError(f"--n-{what}", f"left out when --{what[:-1]}-ids is given (choose one)", n, "xenbench score")
     if path:
-        return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
-    if n is None or n >= len(all_ids):
+        ids, first = [], {}
+        try:
+            lines = Path(path).read_bytes().decode("utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise DataError(path, f"not valid UTF-8 ({err.reason} at byte {err.start})") from None
+        for lineno, line in enumerate(lines, start=1):
+            if line.strip():
+                if line.strip() in first:
+                    raise DataError(path, f"duplicate id {line.strip()!r} (first on line {first[line.strip()]}); "
+                                          "each id is one row/column of the matrix", lineno)
+                first[line.strip()] = lineno
+                ids.append(line.strip())
+        if not ids:
+            raise DataError(path, "no ids: expected one id per line")
+        return ids
+    if n is None:
+        return None
+    if n < 1 or n > len(all_ids):
+        raise ParameterError(f"--n-{what}", f"an int in [1, {len(all_ids)}] (the {what} of {dataset})", n,
+                             "xenbench score")
+    if n == len(all_ids):
         return None
     import numpy as np
 
@@ -91,10 +114,11 @@ def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int) -> list
 
 
 def _run(args: argparse.Namespace) -> None:
-    from xenbench.notebook import REPO_ROOT, list_notebooks, parse_cli_params, run_notebook
+    from xenbench.notebook import REPO_ROOT, list_notebooks, notebook_path, parse_cli_params, run_notebook
 
     names = list_notebooks() if args.notebook == "all" else [args.notebook]
     for name in names:
+        notebook_path(name)  # an unknown name fails here, listing the notebooks
         params = parse_cli_params(name, args.param)
         out = run_notebook(name, profile=args.profile, params=params, out_dir=Path(args.out or REPO_ROOT / "reports"),
                            html=not args.no_html, log_output=args.log_output)
@@ -152,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_train_ce)
 
     s = sub.add_parser("score", help="dense query x item score matrix into a resumable on-disk store")
-    s.add_argument("model", help="a CE folder (models/cls-ce), bundled-cls/bundled-emb, or de / tfidf")
+    s.add_argument("model", help="a CE folder (models/cls-ce), de / tfidf, or untrained-cls / untrained-emb "
+                                 "(a random head: for testing the pipeline only)")
     s.add_argument("dataset", help="wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>")
     s.add_argument("--out", required=True, help="store folder (an interrupted run resumes there)")
     s.add_argument("--n-queries", type=int, default=None, help="seeded sample of queries (default all)")
@@ -194,13 +219,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _split_params(argv: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Take ``-p NAME VALUE`` triples out of ``argv`` before argparse, which would read a VALUE such as
+    ``-0.5,0.5`` as an option."""
+    rest, params, k = [], [], 0
+    while k < len(argv):
+        if argv[k] in ("-p", "--param") and len(argv) - k >= 3:
+            params.append([argv[k + 1], argv[k + 2]])
+            k += 3
+        else:
+            rest.append(argv[k])
+            k += 1
+    return rest, params
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, params = _split_params(argv)
     args = build_parser().parse_args(argv)
+    if params:
+        if args.cmd != "run":
+            build_parser().error("-p/--param belongs to `xenbench run`")
+        args.param = params
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
     except XenbenchError as err:
         print(f"xenbench: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # an unwritable or impossible output path, a full disk: one line, not a traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"xenbench: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     return 0
 

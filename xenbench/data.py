@@ -285,20 +285,30 @@ def _require_dir(path: Path) -> Path:
     return path
 
 
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, text)`` of a UTF-8 text file; a line that is not UTF-8 fails naming file and line."""
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                                      "save the file as UTF-8", lineno) from None
+
+
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSON Lines file, streaming."""
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():  # tolerate blank lines, e.g. a trailing empty one
-                continue
-            try:
-                # Strip the newline so an error at the end of the line reports this line's column.
-                obj = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                raise DataError(path, f"not valid JSON ({exc.msg} at column {exc.colno})", lineno) from None
-            if not isinstance(obj, dict):
-                raise DataError(path, f"expected a JSON object, got {_json_type(obj)}", lineno)
-            yield lineno, obj
+    for lineno, line in _iter_lines(path):
+        if not line.strip():  # tolerate blank lines, e.g. a trailing empty one
+            continue
+        try:
+            # Strip the newline so an error at the end of the line reports this line's column.
+            obj = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as exc:
+            raise DataError(path, f"not valid JSON ({exc.msg} at column {exc.colno})", lineno) from None
+        if not isinstance(obj, dict):
+            raise DataError(path, f"expected a JSON object, got {_json_type(obj)}", lineno)
+        yield lineno, obj
 
 
 def _json_type(value: Any) -> str:
@@ -365,10 +375,17 @@ def _read_beir_corpus(path: Path) -> list[Item]:
         seen.add(item_id, lineno)
         # "title" may be absent: several BEIR-style corpora only have text.
         title = _get_str(obj, "title", path, lineno, default="")
-        items.append(Item(item_id, title, _get_str(obj, "text", path, lineno)))
+        items.append(Item(item_id, title, _nonempty_text(title, _get_str(obj, "text", path, lineno), path, lineno)))
     if not items:
         raise DataError(path, "empty corpus: no items")
     return items
+
+
+def _nonempty_text(title: str, text: str, path: Path, lineno: int) -> str:
+    # An item with neither is scored on its separator tokens alone: a silent, meaningless row of the matrix.
+    if not title.strip() and not text.strip():
+        raise DataError(path, "item has an empty title and an empty text (nothing to score)", lineno)
+    return text
 
 
 def _read_beir_queries(path: Path) -> list[Query]:
@@ -379,6 +396,8 @@ def _read_beir_queries(path: Path) -> list[Query]:
         seen.add(query_id, lineno)
         text = _get_str(obj, "text", path, lineno)
         queries.append(Query(query_id, text, _get_mention(obj, text, path, lineno)))
+    if not queries:
+        raise DataError(path, "no queries: the file is empty")
     return queries
 
 
@@ -406,34 +425,34 @@ def _get_mention(obj: dict[str, Any], text: str, path: Path, lineno: int) -> tup
 def _read_qrels(path: Path, query_ids: Mapping[str, int], item_ids: Mapping[str, int]) -> dict[str, list[str]]:
     """Positive judgements of one qrels file: query id -> item ids, in order of first appearance."""
     positives: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8") as handle:
-        header = handle.readline().rstrip("\r\n")
-        if tuple(header.split("\t")) != QRELS_HEADER:
-            raise DataError(path, f"bad header {header!r}, expected 'query-id<TAB>corpus-id<TAB>score'", 1)
-        for lineno, line in enumerate(handle, start=2):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            cols = line.split("\t")
-            if len(cols) != 3:
-                raise DataError(
-                    path, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(cols)}", lineno
-                )
-            qid, cid, raw_score = cols
-            try:
-                score = float(raw_score)
-            except ValueError:
-                score = math.nan
-            if not math.isfinite(score):
-                raise DataError(path, f"score {raw_score!r} is not a number", lineno)
-            if qid not in query_ids:
-                raise DataError(path, f"unknown query id {qid!r} (not in queries.jsonl)", lineno)
-            if cid not in item_ids:
-                raise DataError(path, f"unknown corpus id {cid!r} (not in corpus.jsonl)", lineno)
-            if score > 0:  # BEIR convention: 0 (or negative) marks a judged non-relevant pair
-                golds = positives.setdefault(qid, [])
-                if cid not in golds:
-                    golds.append(cid)
+    lines = _iter_lines(path)
+    header = next(lines, (1, ""))[1].rstrip("\r\n")
+    if tuple(header.split("\t")) != QRELS_HEADER:
+        raise DataError(path, f"bad header {header!r}, expected 'query-id<TAB>corpus-id<TAB>score'", 1)
+    for lineno, line in lines:
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 3:
+            raise DataError(
+                path, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(cols)}", lineno
+            )
+        qid, cid, raw_score = cols
+        try:
+            score = float(raw_score)
+        except ValueError:
+            score = math.nan
+        if not math.isfinite(score):
+            raise DataError(path, f"score {raw_score!r} is not a number", lineno)
+        if qid not in query_ids:
+            raise DataError(path, f"unknown query id {qid!r} (not in queries.jsonl)", lineno)
+        if cid not in item_ids:
+            raise DataError(path, f"unknown corpus id {cid!r} (not in corpus.jsonl)", lineno)
+        if score > 0:  # BEIR convention: 0 (or negative) marks a judged non-relevant pair
+            golds = positives.setdefault(qid, [])
+            if cid not in golds:
+                golds.append(cid)
     return positives
 
 
@@ -576,7 +595,7 @@ def _read_zeshel_documents(path: Path) -> dict[str, Item]:
         doc_id = _get_id(obj, "document_id", path, lineno)
         seen.add(doc_id, lineno)
         title = _get_str(obj, "title", path, lineno)
-        documents[doc_id] = Item(doc_id, title, _get_str(obj, "text", path, lineno))
+        documents[doc_id] = Item(doc_id, title, _nonempty_text(title, _get_str(obj, "text", path, lineno), path, lineno))
     if not documents:
         raise DataError(path, "empty corpus: no documents")
     return documents
@@ -596,7 +615,7 @@ def load_zeshel(
     root: str | os.PathLike[str],
     world: str,
     *,
-    splits: Iterable[str] = ("train", "val", "test"),
+    splits: Iterable[str] | None = None,
     context_tokens: int = 32,
 ) -> Dataset:
     """Load one world of ZESHEL (Logeswaran et al., 2019) as a dataset of mention queries.
@@ -610,7 +629,9 @@ def load_zeshel(
     world
         The world (``corpus`` value) to load, e.g. ``"yugioh"``; other worlds' mentions are skipped.
     splits
-        Mention files to read; each becomes a split of the same name.
+        Mention files to read (``mentions/<split>.json``); each becomes a split of the same name. ``None``:
+        every ``mentions/*.json`` that exists (train, val, test first), so a folder with only
+        ``mentions/test.json`` loads.
     context_tokens
         Whitespace tokens kept on each side of the mention.
 
@@ -636,9 +657,17 @@ def load_zeshel(
         raise ParameterError("context_tokens", "an integer >= 0", context_tokens, owner)
     if isinstance(splits, str):  # "test" would otherwise read splits "t", "e", "s", "t"
         raise ParameterError("splits", "an iterable of split names", splits, owner)
-    splits = list(splits)
 
     base = _require_dir(Path(root))
+    if splits is None:
+        found = sorted(p.stem for p in (base / "mentions").glob("*.json") if p.is_file())
+        order = {"train": 0, "val": 1, "test": 2}
+        splits = sorted(found, key=lambda x: (order.get(x, 3), x))
+        if not splits:
+            raise DataError(base / "mentions", "no mention files: expected mentions/<split>.json (e.g. test.json)")
+    splits = list(splits)
+    if not splits or not all(isinstance(x, str) and x and "/" not in x for x in splits):
+        raise ParameterError("splits", "split names such as ['test'] (files mentions/<split>.json)", splits, owner)
     doc_path = base / "documents" / f"{world}.json"
     if not doc_path.is_file():
         worlds = sorted(p.stem for p in (base / "documents").glob("*.json"))
@@ -676,6 +705,11 @@ def load_zeshel(
                     f" with {len(tokens)} tokens (need 0 <= start_index <= end_index < {len(tokens)})",
                     lineno,
                 )
+            surface = obj.get("text")
+            if surface is not None and " ".join(str(surface).split()).lower() != " ".join(tokens[start : end + 1]).lower():
+                raise DataError(path, f"mention text {surface!r} disagrees with its span [{start}, {end}] in context "
+                                      f"document {context_id!r}, which reads {' '.join(tokens[start : end + 1])!r}",
+                                lineno)
             text, span = _mention_window(tokens, start, end, context_tokens)
             queries.append(Query(mention_id, text, span))
             gold[mention_id] = [label_id]
@@ -727,7 +761,7 @@ def load_wordnet_el(domain: str, root: str | os.PathLike[str] | None = None) -> 
     return load_beir(base / domain, name=f"wordnet-el:{domain}")
 
 
-_SPEC_FORMS = "'wordnet-el:<domain>', 'beir:<folder>' or 'zeshel:<root>:<world>'"
+_SPEC_FORMS = "'wordnet-el:<domain>', 'beir:<folder>' or 'zeshel:<root>:<world>[@<split>,...]'"
 
 
 def load_dataset(spec: str) -> Dataset:
@@ -737,7 +771,8 @@ def load_dataset(spec: str) -> Dataset:
     ----------
     spec
         ``"wordnet-el:<domain>"`` (bundled, e.g. ``"wordnet-el:noun.cognition"``),
-        ``"beir:<folder>"`` or ``"zeshel:<root>:<world>"`` (the world follows the last colon).
+        ``"beir:<folder>"`` or ``"zeshel:<root>:<world>"`` (the world follows the last colon; every
+        mention file found is read) or ``"zeshel:<root>:<world>@test,val"`` (only those splits).
 
     Returns
     -------
@@ -758,6 +793,7 @@ def load_dataset(spec: str) -> Dataset:
             return load_beir(rest)
         if kind == "zeshel":
             root, sep, world = rest.rpartition(":")
-            if sep and root and world:
-                return load_zeshel(root, world)
+            world, at, names = world.partition("@")
+            if sep and root and world and (names or not at):
+                return load_zeshel(root, world, splits=names.split(",") if at else None)
     raise ParameterError("spec", _SPEC_FORMS, spec, "load_dataset")

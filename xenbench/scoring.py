@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -538,7 +539,9 @@ def score_pairs_sparse(
     return (scores, timing) if return_timing else scores
 
 
-_BUNDLED = {"bundled-cls": "cls", "bundled-emb": "emb"}
+# A CE with a randomly initialised head on the bundled backbone: only for testing the pipeline. The name says so,
+# and using it warns: its scores are meaningless.
+_UNTRAINED = {"untrained-cls": "cls", "untrained-emb": "emb"}
 
 
 def run_score_job(
@@ -561,7 +564,8 @@ def run_score_job(
     Parameters
     ----------
     ce
-        ``"bundled-cls"`` / ``"bundled-emb"`` (a fresh CE on the bundled MiniLM, head seeded with ``seed``),
+        ``"untrained-cls"`` / ``"untrained-emb"`` (the bundled MiniLM with a random head seeded with ``seed``:
+        for testing the pipeline only, it warns),
         a path for :func:`~xenbench.crossencoder.load_cross_encoder`, or a CrossEncoder.
     dataset
         A :class:`Dataset` or a spec for :func:`xenbench.data.load_dataset` (``"wordnet-el:noun.food"``).
@@ -575,7 +579,7 @@ def run_score_job(
         Pairs per resumable block instead of ``query_chunk``: blocks of ``ceil(chunk_pairs / n_items)``
         queries (a finer chunk loses less work to a kill; ``xenbench score --chunk-pairs``).
     seed
-        Seed of a bundled CE's fresh head; recorded in the manifest.
+        Seed of an untrained CE's random head; recorded in the manifest.
 
     Returns
     -------
@@ -601,10 +605,13 @@ def run_score_job(
 
     if isinstance(ce, CrossEncoder):
         model, name = ce, f"<in-memory {ce.config.kind} CE on {ce.config.backbone}>"
-    elif isinstance(ce, str) and ce.startswith("bundled"):
-        if ce not in _BUNDLED:
-            raise ParameterError("ce", f"one of {sorted(_BUNDLED)} or a path", ce, owner)
-        model, name = build_cross_encoder(CEConfig(kind=_BUNDLED[ce]), seed=seed), ce  # type: ignore[arg-type]
+    elif isinstance(ce, str) and ce.startswith(("untrained", "bundled-")):
+        if ce not in _UNTRAINED:
+            raise ParameterError("ce", f"one of {sorted(_UNTRAINED)} (an untrained head, for testing only), or a CE "
+                                 "folder such as models/cls-ce", ce, owner)
+        warnings.warn(f"{ce}: the head is random (seed {seed}), so its scores carry no meaning; use a trained CE "
+                      "folder such as models/cls-ce for experiments", UserWarning, stacklevel=2)
+        model, name = build_cross_encoder(CEConfig(kind=_UNTRAINED[ce]), seed=seed), ce  # type: ignore[arg-type]
     else:
         model, name = load_cross_encoder(ce), str(Path(ce).resolve())
     if chunk_pairs is not None:
