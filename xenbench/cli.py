@@ -83,7 +83,8 @@ def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int, what: s
     from xenbench.errors import DataError, ParameterError
 
     if path and n is not None:
-        raise ParameterError(f"--n-{what}", f"left out when --{what[:-1]}-ids is given (choose one)", n, "xenbench score")
+        flag = {"queries": "--query-ids", "items": "--item-ids"}[what]
+        raise ParameterError(f"--n-{what}", f"left out when {flag} is given (choose one)", n, "xenbench score")
     if path:
         ids, first = [], {}
         try:

@@ -10,8 +10,9 @@ Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``noteb
         help: candidates per query
       max_queries: {type: int, min: 1, nullable: true}     # None allowed
       eval_domains: {type: list, items: str, choices: [noun.cognition, noun.food]}  # choices per element
+      lambdas: {type: list, items: float, min: 1, item_min: 0, item_max: 1}    # bounds per element
     profiles:
-      default: {n_candidates: 64, max_queries: null, eval_domains: [noun.cognition]}
+      default: {n_candidates: 64, max_queries: null, eval_domains: [noun.cognition], lambdas: [0.0, 0.5]}
       ci: {max_queries: 100}      # other profiles override `default`
 
 ``default`` lists every parameter with the value of the notebook's ``parameters`` cell (a test checks
@@ -83,7 +84,7 @@ REPORTS_ENV = "XENBENCH_REPORTS"
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,),
                                        "list": (list, tuple)}
 _ITEM_TYPES = ("int", "float", "str", "bool")
-_SPEC_KEYS = {"type", "min", "max", "choices", "items", "nullable", "help"}
+_SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "help"}
 # Profile names become parts of file names: keep them plain.
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
@@ -103,6 +104,8 @@ class ParamSpec:
     max: float | None = None
     choices: tuple[Any, ...] | None = None
     items: str | None = None  # element type of a list
+    item_min: float | None = None  # bounds of each element of a numeric list
+    item_max: float | None = None
     nullable: bool = False
     help: str = ""
 
@@ -115,6 +118,9 @@ class ParamSpec:
                 what += f" with {size}"
             if self.choices is not None:
                 what += f", each one of {list(self.choices)}"
+            each = _bounds_phrase(self.item_min, self.item_max)
+            if each:
+                what += f", each {each}"
         elif self.choices is not None:
             what = f"one of {list(self.choices)}"
         elif self.type == "bool":
@@ -138,6 +144,9 @@ class ParamSpec:
         if value is None and self.nullable:
             return None
         ok, cleaned = _check_value(value, self.type, self.min, self.max, self.choices, self.items)
+        if ok and self.type == "list" and (self.item_min is not None or self.item_max is not None):
+            ok = all((self.item_min is None or v >= self.item_min) and (self.item_max is None or v <= self.item_max)
+                     for v in cleaned)
         if not ok:
             raise ParameterError(self.name, self.expected() + self._hint(value), value, owner)
         return cleaned
@@ -317,7 +326,10 @@ def _parse_param(path: Path, name: Any, spec: Any) -> ParamSpec:
     items = spec.get("items")
     if items is not None and (kind != "list" or items not in _ITEM_TYPES):
         raise DataError(path, f"{where}: 'items' is only for lists and must be one of {list(_ITEM_TYPES)}")
-    for key in ("min", "max"):
+    for key in ("item_min", "item_max"):
+        if spec.get(key) is not None and (kind != "list" or items not in ("int", "float")):
+            raise DataError(path, f"{where}: {key!r} bounds the elements of an int or float list only")
+    for key in ("min", "max", "item_min", "item_max"):
         bound = spec.get(key)
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
             raise DataError(path, f"{where}: {key!r} must be a number")
@@ -331,6 +343,7 @@ def _parse_param(path: Path, name: Any, spec: Any) -> ParamSpec:
     return ParamSpec(
         name=name, type=kind, min=spec.get("min"), max=spec.get("max"),
         choices=tuple(choices) if choices is not None else None, items=items,
+        item_min=spec.get("item_min"), item_max=spec.get("item_max"),
         nullable=spec.get("nullable", False), help=spec.get("help", ""),
     )
 

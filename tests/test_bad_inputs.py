@@ -1,0 +1,219 @@
+"""Malformed inputs, table-driven: each gives one clear line on stderr naming the file, line or parameter,
+a non-zero exit, and leaves nothing behind.
+
+Every case runs the command line in-process (``xenbench.cli.main``): the error is what a user sees.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from xenbench.cli import main
+
+# --- a tiny BEIR folder and a tiny ZESHEL root, written fresh for every case ---------------------------
+
+CORPUS = [{"_id": f"d{k}", "title": f"title {k}", "text": f"text of item {k}"} for k in range(4)]
+QUERIES = [{"_id": f"q{k}", "text": f"query number {k}"} for k in range(3)]
+QRELS = "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k}\t1\n" for k in range(3))
+
+
+def _jsonl(rows) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def beir(root: Path, corpus=None, queries=None, qrels=None) -> Path:
+    folder = root / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(_jsonl(CORPUS) if corpus is None else corpus, encoding="utf-8")
+    (folder / "queries.jsonl").write_text(_jsonl(QUERIES) if queries is None else queries, encoding="utf-8")
+    if qrels is not False:
+        (folder / "qrels" / "test.tsv").write_text(QRELS if qrels is None else qrels, encoding="utf-8")
+    return folder
+
+
+DOCS = [{"document_id": "c1", "title": "Ctx", "text": "a b c d e"},
+        {"document_id": "L1", "title": "Bee", "text": "the letter b"}]
+
+
+def mention(**over) -> dict:
+    base = {"mention_id": "m1", "context_document_id": "c1", "corpus": "w", "start_index": 1, "end_index": 2,
+            "text": "b c", "label_document_id": "L1"}
+    return {**base, **over}
+
+
+def zeshel(root: Path, mentions=None, split="test") -> Path:
+    folder = root / "zeshel"
+    (folder / "documents").mkdir(parents=True)
+    (folder / "mentions").mkdir()
+    (folder / "documents" / "w.json").write_text(_jsonl(DOCS), encoding="utf-8")
+    if mentions is not False:
+        (folder / "mentions" / f"{split}.json").write_text(_jsonl(mentions or [mention()]), encoding="utf-8")
+    return folder
+
+
+def _bytes(folder: Path, name: str, data: bytes) -> Path:
+    (folder / name).write_bytes(data)
+    return folder
+
+
+@dataclass
+class Case:
+    id: str
+    args: Callable[[Path], list[str]]  # the command line, given the case's folder
+    match: str  # regex the single stderr line must match
+
+
+def score_beir(**files) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["score", "de", f"beir:{beir(tmp, **files)}", "--out", str(tmp / "out")]
+
+
+def score_zeshel(spec_tail: str = ":w", **kw) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["score", "de", f"zeshel:{zeshel(tmp, **kw)}{spec_tail}", "--out", str(tmp / "out")]
+
+
+def score_args(*extra: str, ids: dict[str, str] | None = None) -> Callable[[Path], list[str]]:
+    def build(tmp: Path) -> list[str]:
+        args = ["score", "de", f"beir:{beir(tmp)}", "--out", str(tmp / "out"), *extra]
+        for flag, text in (ids or {}).items():
+            (tmp / f"{flag}.txt").write_text(text, encoding="utf-8")
+            args += [f"--{flag}", str(tmp / f"{flag}.txt")]
+        return args
+    return build
+
+
+def raw(*args: str) -> Callable[[Path], list[str]]:
+    return lambda tmp: [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+def _unlinked(folder: Path, name: str) -> Path:
+    (folder / name).unlink()
+    return folder
+
+
+BAD_QUERY = b'{"_id": "q\xff", "text": "x"}\n'
+BAD_QRELS = QRELS.encode() + b"q0\td\xe90\t1\n"
+BAD_UTF8 = json.dumps({"_id": "d0", "title": "t", "text": "x"}).encode() + b"\n" + b'{"_id": "d1", "text": "caf\xe9"}\n'
+
+CASES = [
+    # --- BEIR corpus.jsonl
+    Case("corpus-not-utf8", lambda t: ["score", "de", f"beir:{_bytes(beir(t), 'corpus.jsonl', BAD_UTF8)}",
+                                       "--out", str(t / "out")], r"corpus\.jsonl:2: not valid UTF-8 \(byte 0xe9"),
+    Case("corpus-bad-json", score_beir(corpus='{"_id": "d0", "text": "x"}\n{"_id": \n'),
+         r"corpus\.jsonl:2: not valid JSON"),
+    Case("corpus-array-line", score_beir(corpus="[1, 2]\n"), r"corpus\.jsonl:1: expected a JSON object, got array"),
+    Case("corpus-missing-id", score_beir(corpus='{"text": "x"}\n'), r"corpus\.jsonl:1: missing field '_id'"),
+    Case("corpus-bool-id", score_beir(corpus='{"_id": true, "text": "x"}\n'),
+         r"corpus\.jsonl:1: field '_id' must be a string or an integer, got boolean"),
+    Case("corpus-duplicate-id", score_beir(corpus=_jsonl([CORPUS[0], CORPUS[0]])),
+         r"corpus\.jsonl:2: duplicate _id 'd0' \(first seen on line 1\)"),
+    Case("corpus-empty-item", score_beir(corpus=_jsonl([CORPUS[0], {"_id": "d9", "title": " ", "text": ""}])),
+         r"corpus\.jsonl:2: item has an empty title and an empty text"),
+    Case("corpus-empty-file", score_beir(corpus=""), r"corpus\.jsonl: empty corpus: no items"),
+    Case("corpus-text-not-string", score_beir(corpus='{"_id": "d0", "text": 5}\n'),
+         r"corpus\.jsonl:1: field 'text' must be a string, got integer"),
+    Case("corpus-missing", lambda t: ["score", "de", f"beir:{_unlinked(beir(t), 'corpus.jsonl')}", "--out",
+                                      str(t / "out")], r"corpus\.jsonl: no such file"),
+    # --- BEIR queries.jsonl
+    Case("queries-empty-file", score_beir(queries=""), r"queries\.jsonl: no queries: the file is empty"),
+    Case("queries-not-utf8", lambda t: ["score", "de", f"beir:{_bytes(beir(t), 'queries.jsonl', BAD_QUERY)}",
+                                        "--out", str(t / "out")], r"queries\.jsonl:1: not valid UTF-8 \(byte 0xff"),
+    Case("queries-mention-out-of-range", score_beir(queries='{"_id": "q0", "text": "abc", "mention": [1, 9]}\n'),
+         r"queries\.jsonl:1: mention span \[1, 9\] out of range for text of length 3"),
+    Case("queries-mention-bad-type", score_beir(queries='{"_id": "q0", "text": "abc", "mention": "1-2"}\n'),
+         r"queries\.jsonl:1: field 'mention' must be \[start, end\] with two integers"),
+    Case("queries-duplicate-id", score_beir(queries=_jsonl([QUERIES[0], QUERIES[0]])),
+         r"queries\.jsonl:2: duplicate _id 'q0'"),
+    # --- BEIR qrels
+    Case("qrels-bad-header", score_beir(qrels="qid\tdid\tscore\n"), r"test\.tsv:1: bad header 'qid\\tdid\\tscore'"),
+    Case("qrels-two-columns", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td0\n"),
+         r"test\.tsv:2: expected 3 tab-separated columns"),
+    Case("qrels-score-not-number", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td0\thigh\n"),
+         r"test\.tsv:2: score 'high' is not a number"),
+    Case("qrels-unknown-query", score_beir(qrels="query-id\tcorpus-id\tscore\nq7\td0\t1\n"),
+         r"test\.tsv:2: unknown query id 'q7' \(not in queries\.jsonl\)"),
+    Case("qrels-unknown-item", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td7\t1\n"),
+         r"test\.tsv:2: unknown corpus id 'd7' \(not in corpus\.jsonl\)"),
+    Case("qrels-none", score_beir(qrels=False), r"qrels: no qrels files: expected at least one <split>\.tsv"),
+    Case("qrels-not-utf8", lambda t: ["score", "de", f"beir:{_bytes(beir(t) / 'qrels', 'test.tsv', BAD_QRELS).parent}",
+                                      "--out", str(t / "out")], r"test\.tsv:5: not valid UTF-8"),
+    Case("beir-folder-missing", raw("score", "de", "beir:{tmp}/nowhere", "--out", "{tmp}/out"),
+         r"nowhere: no such folder"),
+    # --- ZESHEL
+    Case("zeshel-mention-text-vs-span", score_zeshel(mentions=[mention(text="d e")]),
+         r"test\.json:1: mention text 'd e' disagrees with its span \[1, 2\] in context document 'c1', which reads 'b c'"),
+    Case("zeshel-span-out-of-range", score_zeshel(mentions=[mention(start_index=3, end_index=7, text="x")]),
+         r"test\.json:1: mention token span \[3, 7\] out of range for context document 'c1' with 5 tokens"),
+    Case("zeshel-unknown-world", score_zeshel(":nowhere"), r"nowhere\.json: no such file \(unknown world 'nowhere'"),
+    Case("zeshel-no-mention-files", score_zeshel(mentions=False),
+         r"mentions: no mention files: expected mentions/<split>\.json"),
+    Case("zeshel-missing-split", score_zeshel(":w@val"), r"mentions/val\.json: no such file"),
+    Case("zeshel-label-not-in-world", score_zeshel(mentions=[mention(label_document_id="zz")]),
+         r"test\.json:1: label_document_id 'zz' is not a document of world 'w'"),
+    Case("zeshel-no-mention-of-world", score_zeshel(mentions=[mention(corpus="other")]),
+         r"mentions: no mention of world 'w' in \['test\.json'\]"),
+    # --- dataset specs
+    Case("spec-unknown-kind", raw("score", "de", "msmarco:x", "--out", "{tmp}/out"),
+         r"'spec' parameter of load_dataset must be 'wordnet-el:<domain>', 'beir:<folder>' or 'zeshel:"),
+    Case("spec-unknown-domain", raw("score", "de", "wordnet-el:noun.nothing", "--out", "{tmp}/out"),
+         r"'domain' parameter of load_wordnet_el must be one of \['noun\.Tops'"),
+    # --- score: samples and id files
+    Case("n-queries-negative", score_args("--n-queries", "-3"),
+         r"'--n-queries' parameter of xenbench score must be an int in \[1, 3\] \(the queries of beir\)\. Got -3"),
+    Case("n-queries-zero", score_args("--n-queries", "0"), r"'--n-queries' parameter .* Got 0 instead"),
+    Case("n-items-too-many", score_args("--n-items", "1000"),
+         r"'--n-items' parameter of xenbench score must be an int in \[1, 4\] \(the items of beir\)\. Got 1000"),
+    Case("query-ids-duplicate", score_args(ids={"query-ids": "q0\nq1\nq0\n"}),
+         r"query-ids\.txt:3: duplicate id 'q0' \(first on line 1\)"),
+    Case("query-ids-unknown", score_args(ids={"query-ids": "q0\nq9\n"}),
+         r"'query_id' parameter of Dataset.query must be a query id of dataset 'beir'. Got 'q9'"),
+    Case("item-ids-empty-file", score_args(ids={"item-ids": "\n\n"}), r"item-ids\.txt: no ids: expected one id per line"),
+    Case("ids-and-sample", score_args("--n-queries", "2", ids={"query-ids": "q0\n"}),
+         r"'--n-queries' parameter of xenbench score must be left out when --query-ids is given"),
+    Case("out-parent-is-a-file", lambda t: ["score", "de", f"beir:{beir(t)}", "--out",
+                                            str((t / "afile").write_text("x") and t / "afile" / "out")],
+         r"afile.*: Not a directory"),
+    Case("batch-size-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
+                                       "--batch-size", "0"], r"'batch_size' parameter of score_matrix must be an int >= 1"),
+    Case("chunk-pairs-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
+                                        "--chunk-pairs", "0"], r"'chunk_pairs' parameter of run_score_job must be an int >= 1"),
+    Case("old-bundled-name", lambda t: ["score", "bundled-cls", f"beir:{beir(t)}", "--out", str(t / "out")],
+         r"'ce' parameter of run_score_job must be one of \['untrained-cls', 'untrained-emb'\]"),
+    Case("model-folder-missing", lambda t: ["score", str(t / "no-model"), f"beir:{beir(t)}", "--out", str(t / "out")],
+         r"no-model: no such file or folder: expected a xenbench CE folder"),
+    Case("model-folder-not-a-ce", lambda t: ["score", str((t / "empty").mkdir() or t / "empty"), f"beir:{beir(t)}",
+                                             "--out", str(t / "out")], r"empty: not a cross-encoder"),
+    # --- notebooks
+    Case("notebook-unknown", raw("run", "99_nothing"), r"'notebook' parameter of run_notebook must be one of \['00_data'"),
+    Case("notebook-unknown-profile", raw("run", "00_data", "--profile", "huge"), r"'profile' parameter of notebook 00_data must be one of \['ci', 'default'\]. Got 'huge'"),
+    Case("notebook-unknown-param", raw("run", "00_data", "-p", "n_candidate", "64"), r"n_candidate"),
+    Case("notebook-param-out-of-range", raw("run", "00_data", "-p", "n_candidates", "0"),
+         r"'n_candidates' parameter of notebook 00_data must be an int"),
+    Case("notebook-param-wrong-type", raw("run", "00_data", "-p", "seed", "abc"), r"'seed' parameter of notebook 00_data"),
+    Case("findings-stale-readme-dir", raw("findings", "--check", "--results-dir", "{tmp}/none"), r"the findings section disagrees with .*none; run `xenbench findings --write`"),
+]
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_the_table_covers_enough_cases():
+    assert len(CASES) >= 45 and len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.filterwarnings("ignore:untrained-cls:UserWarning")
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_fails_with_one_clear_line(case, tmp_path, capsys):
+    args = case.args(tmp_path)
+    before = _tree(tmp_path)
+    rc = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, f"exit code {rc}, stderr {err}"
+    errors = [line for line in err if line.startswith("xenbench: error: ")]
+    assert len(errors) == 1, err  # one line, no traceback
+    assert re.search(case.match, errors[0]), errors[0]
+    assert not any("Traceback" in line for line in err)
+    assert _tree(tmp_path) == before, "a failed command left files behind"
