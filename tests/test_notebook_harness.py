@@ -263,7 +263,9 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     executed = xnb.run_notebook(tiny, profile="ci", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
     assert executed == (reports_dir / "tiny.ci.ipynb").resolve()
-    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.ci.html", "tiny.ci.ipynb", "tiny.ci.results.json"]
+    shared = f"plotly-{plotly_version()}.min.js"
+    assert sorted(p.name for p in reports_dir.iterdir()) == [shared, "tiny.ci.html", "tiny.ci.ipynb",
+                                                              "tiny.ci.results.json"]
     nb = nbformat.read(executed, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1
@@ -276,7 +278,24 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
 
     html = (reports_dir / "tiny.ci.html").read_text(encoding="utf-8")
     assert html.count('class="plotly-graph-div"') == 1  # the figure's div ...
-    assert "plotly.js v" in html and "Plotly.newPlot" in html  # ... and plotly.js itself, offline
+    assert "Plotly.newPlot" in html and f'<script type="text/javascript" src="{shared}"></script>' in html
+    assert "plotly.js v" not in html  # the 4.6 MB bundle is the shared file beside the report, not inline ...
+    assert (reports_dir / shared).read_text(encoding="utf-8").lstrip().startswith("/**")  # ... and it is plotly.js
+    assert not re.search(r'src="https?://', html)  # nothing fetched from a CDN: the report works offline
+    assert len(html) < 2 * 2**20
+
+    contained = xnb.run_notebook(tiny, profile="ci", out_dir=reports_dir / "one", self_contained=True,
+                                 **notebook_kwargs)
+    single = contained.with_suffix(".html").read_text(encoding="utf-8")
+    assert "plotly.js v" in single and not (reports_dir / "one" / shared).exists()
+
+
+def plotly_version() -> str:
+    """The version in the header of the plotly.js bundle that the plotly package ships."""
+    import plotly
+
+    head = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")[:200]
+    return re.search(r"plotly\.js v([0-9][\w.-]*)", head).group(1)
 
 
 @pytest.mark.notebook
@@ -324,8 +343,8 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     # The next successful run replaces the whole set, drops the stale failed notebook and the killed run's staging.
     good = write_tiny(tmp_path / "nbs2")
     xnb.run_notebook(good, out_dir=reports_dir, **notebook_kwargs)
-    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.default.html", "tiny.default.ipynb",
-                                                              "tiny.default.results.json"]
+    assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("plotly-")) == [
+        "tiny.default.html", "tiny.default.ipynb", "tiny.default.results.json"]
     assert (reports_dir / "tiny.default.results.json").read_text() != "earlier"
 
 

@@ -5,6 +5,7 @@ Run as their own group: ``pytest -m notebook`` (or deselect them with ``-m "not 
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import nbformat
@@ -34,6 +35,9 @@ def test_notebook_runs_with_ci_profile(name, reports_dir, notebook_kwargs):
 
     html = (reports_dir / f"{name}.ci.html").read_text(encoding="utf-8")
     assert 'class="plotly-graph-div"' in html  # at least one figure survived the export
-    assert "plotly.js v" in html  # with plotly.js embedded: the report works offline
+    shared = re.search(r'<script type="text/javascript" src="(plotly-[\w.-]+\.min\.js)"></script>', html)
+    assert shared and (reports_dir / shared.group(1)).is_file()  # plotly.js beside the report: works offline
+    assert not re.search(r'src="https?://', html)  # and nothing is fetched from a CDN
+    assert len(html.encode("utf-8")) < 2 * 2**20
     leftovers = [p.name for p in reports_dir.iterdir() if p.name.startswith(".") or ".failed." in p.name]
     assert not leftovers  # no temporary or failed notebook beside a successful run

@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace) -> None:
         notebook_path(name)  # an unknown name fails here, listing the notebooks
         params = parse_cli_params(name, args.param)
         out = run_notebook(name, profile=args.profile, params=params, out_dir=Path(args.out or REPO_ROOT / "reports"),
-                           html=not args.no_html, log_output=args.log_output)
+                           html=not args.no_html, self_contained=args.self_contained, log_output=args.log_output)
         print(out)
 
 
@@ -200,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", default="default", help="parameter profile from notebooks/<name>.yaml")
     r.add_argument("--out", default=None, help="output folder (default: <repo>/reports)")
     r.add_argument("--no-html", action="store_true")
+    r.add_argument("--self-contained", action="store_true",
+                   help="embed plotly.js in each HTML report (default: one shared plotly-<version>.min.js beside them)")
     r.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
     r.set_defaults(func=_run)
 

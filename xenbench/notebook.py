@@ -61,6 +61,7 @@ __all__ = [
     "list_notebooks",
     "notebook_path",
     "load_spec",
+    "light_html",
     "profile_values",
     "validate_params",
     "parse_cli_params",
@@ -594,6 +595,41 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[key] = old
 
 
+_CDN_SCRIPT = re.compile(r'<script[^>]*\bsrc="https?://[^"]*(?:mathjax|require\.js|requirejs)[^"]*"[^>]*>\s*</script>',
+                         re.IGNORECASE)
+_PLOTLY_INLINE = re.compile(r'<script(?: type="text/javascript")?>\s*/\*\*\s*\* plotly\.js v([0-9][\w.-]*)\b.*?</script>',
+                            re.DOTALL)
+
+
+def _without_widget_state(nb: Any) -> Any:
+    # A live widget's saved state (for the explorers: the whole plotly bundle, ~5 MB) renders nothing offline.
+    nb.get("metadata", {}).pop("widgets", None)
+    return nb
+
+
+def light_html(body: str, out_dir: Path, *, self_contained: bool = False) -> str:
+    """Make an nbconvert HTML report light and offline.
+
+    Drops ``<script src>`` tags that fetch MathJax or require.js from a CDN (no report typesets LaTeX, and
+    plotly's inline bundle does not need require.js); unless ``self_contained``, replaces the inline plotly.js
+    bundle by ``<script src="plotly-<version>.min.js">`` and writes that file once into ``out_dir``.
+    """
+    body = _CDN_SCRIPT.sub("", body)
+    if self_contained:
+        return body
+    match = _PLOTLY_INLINE.search(body)
+    if match is None:
+        return body
+    name = f"plotly-{match.group(1)}.min.js"
+    shared = out_dir / name
+    if not shared.is_file():
+        import plotly
+
+        bundle = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+        write_text_atomic(shared, bundle.read_text(encoding="utf-8"))
+    return body[: match.start()] + f'<script type="text/javascript" src="{name}"></script>' + body[match.end() :]
+
+
 def _pid_alive(pid: str) -> bool:
     """Whether a process of this id runs on this machine (an unparsable id counts as gone)."""
     if not pid.isdigit():
@@ -620,6 +656,7 @@ def run_notebook(
     timeout: int = 1200,
     kernel: str = "python3",
     html: bool = True,
+    self_contained: bool = False,
     progress_bar: bool | None = None,
     log_output: bool = False,
 ) -> Path:
@@ -641,7 +678,11 @@ def run_notebook(
     kernel
         Jupyter kernel name.
     html
-        Also export ``<name>.<profile>.html``.
+        Also export ``<name>.<profile>.html``: offline, no CDN (MathJax and require.js are dropped: no report
+        uses them), no saved widget state; plotly.js is one shared ``plotly-<version>.min.js`` beside the
+        reports (see :func:`light_html`).
+    self_contained
+        Embed plotly.js in the HTML instead (one file to mail around, about 4.6 MB larger).
     progress_bar
         papermill's progress bar; default on, except under CI (``$CI`` set).
     log_output
@@ -714,11 +755,13 @@ def run_notebook(
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=log_output,
             )
         log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
+        nb = _without_widget_state(nb)
+        nbformat.write(nbformat.from_dict(nb), staged[final])
         if html:
             from nbconvert import HTMLExporter
 
             body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(nb))
-            write_text_atomic(staged[report], body)
+            write_text_atomic(staged[report], light_html(body, out, self_contained=self_contained))
     except BaseException as exc:
         if staged[final].exists():
             os.replace(staged[final], failed)
