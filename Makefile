@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast bench findings clean-reports
+.PHONY: setup demo test test-fast test-browser bench findings clean-reports
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# HTML reports in a real browser: needs Debian's chromium (apt-get install chromium) or $XENBENCH_CHROMIUM.
+test-browser: setup
+	$(BIN)/python -m pip install -q -c .ci/constraints.txt -e ".[browser]"
+	$(BIN)/python -m pytest -m browser tests/test_browser.py
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not notebook"
