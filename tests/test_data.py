@@ -167,7 +167,8 @@ def test_subset_keeps_gold_consistent(tmp_path):
     assert sub.query_ids == ["q1", "q3", "4"]  # dataset order, not argument order
     assert sub.item_ids == ["2", "d3"]
     assert sub.gold == {"4": ["2"]}  # q1's only gold d1 is gone, so q1 has no gold left
-    assert sub.splits == {"test": ["4"], "train": ["q1"]}
+    assert sub.splits == {"test": ["4"], "train": []}  # q1 is no longer judged: it leaves its split
+    assert load_beir(save_beir(sub, tmp_path / "sub"), name=sub.name) == sub  # so the subset can be saved
     assert ds.subset() == ds
     with pytest.raises(ParameterError, match="zz"):
         ds.subset(item_ids=["d1", "zz"])

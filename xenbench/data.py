@@ -233,8 +233,8 @@ class Dataset:
         Returns
         -------
         Dataset
-            Gold lists only kept items (a query left with none loses its gold entry); splits list
-            only kept queries.
+            Gold lists only kept items (a query left with none loses its gold entry and leaves every
+            split); splits list only kept queries. The result can always be written by :func:`save_beir`.
 
         Raises
         ------
@@ -252,7 +252,11 @@ class Dataset:
             kept = [g for g in golds if keep_i is None or g in keep_i]
             if kept:
                 gold[qid] = kept
-        splits = {name: [q for q in ids if keep_q is None or q in keep_q] for name, ids in self.splits.items()}
+        # A query whose gold items were all dropped stays a query but leaves its splits: a split (a qrels file)
+        # lists judged queries only, so save_beir can write the subset.
+        lost = {qid for qid in self.gold if qid not in gold}
+        splits = {name: [q for q in ids if (keep_q is None or q in keep_q) and q not in lost]
+                  for name, ids in self.splits.items()}
         return Dataset(self.name, items, queries, gold, splits)
 
     @staticmethod
