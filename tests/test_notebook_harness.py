@@ -408,3 +408,26 @@ def test_readme_format_example_in_module_docstring_parses(tmp_path):
     (tmp_path / "doc.yaml").write_text(textwrap.dedent(doc), encoding="utf-8")
     spec = xnb.load_spec(tmp_path / "doc.yaml")
     assert xnb.profile_values(spec, "ci")["max_queries"] == 100
+
+
+def test_run_stem_names_other_data_and_models():
+    assert xnb.run_stem("00_data", "ci", xnb.profile_values("00_data", "ci")) == "00_data.ci"
+    values = {**xnb.profile_values("00_data", "ci"), "dataset": "beir:/data/scifact/"}
+    assert xnb.run_stem("00_data", "ci", values) == "00_data.ci.beir-scifact"
+    values = {**xnb.profile_values("01_score_matrices", "default"), "ces": ["../models/cls-ce", "/x/my ce"]}
+    assert xnb.run_stem("01_score_matrices", "default", values) == "01_score_matrices.default.cls-ce-my-ce"
+
+
+@pytest.mark.notebook
+def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir, notebook_kwargs):
+    yaml_text = TINY_YAML.replace("params:\n", "params:\n  dataset: {type: str}\n", 1).replace(
+        "  default: {", "  default: {dataset: 'wordnet-el:x', ", 1)
+    path = write_tiny(tmp_path / "nbs", yaml_text=yaml_text)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].source += '\ndataset = "wordnet-el:x"'
+    nbformat.write(nb, path)
+    xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
+    xnb.run_notebook(path, out_dir=reports_dir, params={"dataset": "beir:/d/mine"}, **notebook_kwargs)
+    names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
+    assert names == ["tiny.default.beir-mine.ipynb", "tiny.default.beir-mine.results.json",
+                     "tiny.default.ipynb", "tiny.default.results.json"]

@@ -70,6 +70,8 @@ __all__ = [
     "reports_dir",
     "save_results",
     "run_notebook",
+    "run_stem",
+    "IDENTITY_PARAMS",
 ]
 
 log = logging.getLogger(__name__)
@@ -601,6 +603,30 @@ _PLOTLY_INLINE = re.compile(r'<script(?: type="text/javascript")?>\s*/\*\*\s*\* 
                             re.DOTALL)
 
 
+#: Parameters that say *what* a notebook ran on; a run that changes one gets its own report names.
+IDENTITY_PARAMS = ("dataset", "ce", "ces", "model", "scores_dir", "eval_datasets")
+
+
+def _slug(value: Any) -> str:
+    parts = value if isinstance(value, (list, tuple)) else [value]
+    # "beir:/data/scifact" -> "beir-scifact"; "../models/cls-ce" -> "cls-ce"
+    words = []
+    for v in parts:
+        kind, _, rest = str(v).partition(":") if ":" in str(v) else ("", "", str(v))
+        base = Path(rest.rstrip("/")).name or rest
+        words.append("-".join(w for w in (kind, base) if w))
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "+".join(words)).strip("-.")[:80] or "x"
+
+
+def run_stem(spec: NotebookSpec | str, profile: str, values: Mapping[str, Any]) -> str:
+    """File stem of a run's outputs: ``<name>.<profile>``, plus the dataset/model when they differ from the
+    profile's (e.g. ``00_data.ci.beir-scifact``), so a run on other data never overwrites the bundled run's."""
+    spec = _as_spec(spec)
+    base = profile_values(spec, profile)
+    tags = [_slug(values[k]) for k in IDENTITY_PARAMS if k in spec.params and k in values and values[k] != base[k]]
+    return ".".join([spec.name, profile, *tags])
+
+
 def _without_widget_state(nb: Any) -> Any:
     # A live widget's saved state (for the explorers: the whole plotly bundle, ~5 MB) renders nothing offline.
     nb.get("metadata", {}).pop("widgets", None)
@@ -691,7 +717,8 @@ def run_notebook(
     Returns
     -------
     Path
-        ``out_dir/<name>.<profile>.ipynb``, the executed notebook.
+        ``out_dir/<stem>.ipynb``, the executed notebook; ``<stem>`` is ``<name>.<profile>``, plus the
+        dataset/model when they differ from the profile's (:func:`run_stem`).
 
     Raises
     ------
@@ -732,7 +759,7 @@ def run_notebook(
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{spec.name}.{profile}"
+    stem = run_stem(spec, profile, values)
     final, failed = out / f"{stem}.ipynb", out / f"{stem}.failed.ipynb"
     report, results = out / f"{stem}.html", out / f"{stem}.results.json"
     for old in out.glob(f".{stem}.*.staging"):  # left by a killed run (its pid is gone)
@@ -740,7 +767,9 @@ def run_notebook(
             shutil.rmtree(old, ignore_errors=True)
     stage = out / f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.staging"
     stage.mkdir()
-    staged = {final: stage / final.name, report: stage / report.name, results: stage / results.name}
+    # The kernel's save_results names its file <name>.<profile>.results.json; it is renamed to the stem below.
+    staged = {final: stage / final.name, report: stage / report.name,
+              results: stage / f"{spec.name}.{profile}.results.json"}
     if progress_bar is None:
         progress_bar = not _in_ci()
 
