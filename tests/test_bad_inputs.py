@@ -90,6 +90,43 @@ def raw(*args: str) -> Callable[[Path], list[str]]:
     return lambda tmp: [a.replace("{tmp}", str(tmp)) for a in args]
 
 
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+def model_copy(tmp: Path, damage: Callable[[Path], None]) -> Path:
+    """A copy of the bundled [CLS]-CE folder, damaged by ``damage(folder)``."""
+    import shutil
+
+    folder = tmp / "ce"
+    shutil.copytree(MODELS / "cls-ce", folder)
+    damage(folder)
+    return folder
+
+
+def _zero_middle(folder: Path) -> None:  # 64 KiB of zeros in the middle: still parses, scores differ
+    path = folder / "trained.safetensors"
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 65536] = bytes(65536)
+    path.write_bytes(bytes(data))
+
+
+def _random_bytes(folder: Path) -> None:
+    import numpy as np
+
+    path = folder / "trained.safetensors"
+    path.write_bytes(np.random.default_rng(0).bytes(path.stat().st_size))
+
+
+def _truncate(folder: Path) -> None:
+    path = folder / "trained.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def score_model(damage: Callable[[Path], None]) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["score", str(model_copy(tmp, damage)), f"beir:{beir(tmp)}", "--out", str(tmp / "out")]
+
+
 def _unlinked(folder: Path, name: str) -> Path:
     (folder / name).unlink()
     return folder
@@ -187,6 +224,21 @@ CASES = [
          r"no-model: no such file or folder: expected a xenbench CE folder"),
     Case("model-folder-not-a-ce", lambda t: ["score", str((t / "empty").mkdir() or t / "empty"), f"beir:{beir(t)}",
                                              "--out", str(t / "out")], r"empty: not a cross-encoder"),
+    # --- model folders: weights are verified against checksums.json before they become tensors
+    Case("weights-zeroed-64k", score_model(_zero_middle),
+         r"ce/trained\.safetensors: is corrupted or was replaced: its SHA-256 differs"),
+    Case("weights-random-bytes", score_model(_random_bytes), r"ce/trained\.safetensors: is corrupted or was replaced"),
+    Case("weights-truncated", score_model(_truncate), r"ce/trained\.safetensors: is corrupted or was replaced"),
+    Case("weights-empty", score_model(lambda f: (f / "trained.safetensors").write_bytes(b"")),
+         r"ce/trained\.safetensors: is corrupted or was replaced"),
+    Case("weights-missing", score_model(lambda f: (f / "trained.safetensors").unlink()),
+         r"ce/trained\.safetensors: missing: the folder has a config but no trained weights"),
+    Case("config-broken-json", score_model(lambda f: (f / "xenbench_ce.json").write_text("{ not json")),
+         r"ce/xenbench_ce\.json: not a valid xenbench CE config \(JSONDecodeError"),
+    Case("checksums-missing", score_model(lambda f: (f / "checksums.json").unlink()),
+         r"ce/checksums\.json: missing: the weights cannot be verified"),
+    Case("checksums-broken", score_model(lambda f: (f / "checksums.json").write_text("[]")),
+         r"ce/checksums\.json: unreadable checksums"),
     # --- notebooks
     Case("notebook-unknown", raw("run", "99_nothing"), r"'notebook' parameter of run_notebook must be one of \['00_data'"),
     Case("notebook-unknown-profile", raw("run", "00_data", "--profile", "huge"), r"'profile' parameter of notebook 00_data must be one of \['ci', 'default'\]. Got 'huge'"),

@@ -7,8 +7,9 @@ Two families (ANNCUR §2.6):
 * **[EMB]-CE** -- score = dot product of a contextualized query embedding and a contextualized item
   embedding, both read off the *same* joint encoding. Three pooling layouts:
 
-  ``"markers"``  ZESHEL release: query = mean of the states at ``[unused0]`` and ``[unused1]`` (around the
-                 mention), item = state at ``[unused2]`` (between title and description); raw dot.
+  ``"markers"``  ZESHEL release / ANNCUR §2.6: query = mean of the states at ``[unused0]`` and ``[unused1]``
+                 (around the mention), item = state at ``[unused2]`` (between title and description); raw dot,
+                 no normalization, no projection. The markers are registered as special tokens.
   ``"cls-sep"``  MS-MARCO release: query = last state at [CLS], item = last state at the first [SEP]; raw dot.
   ``"mean"``     xenbench's trained [EMB]-CE: mean of the query segment's states and of the item segment's
                  states (the pooling all-MiniLM-L6-v2 was pre-trained with), score = scale · cosine.
@@ -32,6 +33,7 @@ from torch import nn
 from transformers import logging as hf_logging
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
+from xenbench import integrity
 from xenbench.data import Item, Query
 from xenbench.errors import DataError, ParameterError
 
@@ -245,6 +247,7 @@ class CrossEncoder(nn.Module):
         tmp.replace(folder / WEIGHTS_NAME)
         (folder / (CONFIG_NAME + ".tmp")).write_text(self.config.to_json())
         (folder / (CONFIG_NAME + ".tmp")).replace(folder / CONFIG_NAME)
+        integrity.record(folder, [WEIGHTS_NAME, CONFIG_NAME], _backbone_path(self.config.backbone), self.config.backbone)
         return folder
 
 
@@ -302,11 +305,28 @@ def _backbone_path(backbone: str) -> Path:
     return bundled_backbone() if backbone == "bundled" else Path(backbone)
 
 
+MARKERS = ("[unused0]", "[unused1]", "[unused2]")
+
+
+def register_markers(tokenizer) -> None:
+    """Register ``[unused0..2]`` as special tokens so that the text ``"[unused0]"`` is one token, not
+    ``[ unused ##0 ]``. The vocabulary does not grow (the tokens exist); :class:`PairEncoder` inserts the ids
+    directly, so this matters for any text that spells a marker out (e.g. the authors' preprocessed data)."""
+    vocab = tokenizer.get_vocab()
+    missing = [m for m in MARKERS if m not in vocab]
+    if missing:
+        raise ParameterError("backbone", "a tokenizer whose vocabulary has [unused0..2]", missing, "register_markers")
+    known = list(getattr(tokenizer, "additional_special_tokens", []) or [])
+    tokenizer.add_special_tokens({"additional_special_tokens": known + [m for m in MARKERS if m not in known]})
+
+
 def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
     """A fresh cross-encoder on ``config.backbone``; a new [CLS] head is initialized from ``seed``."""
     path = _backbone_path(config.backbone)
     hf_logging.set_verbosity_error()  # the "newly initialized head" report is expected here
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if config.pooling == "markers":
+        register_markers(tokenizer)
     torch.manual_seed(seed)
     if config.kind == "cls":
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
@@ -337,9 +357,19 @@ def _load(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder
     if path.is_file() and path.suffix == ".ckpt":
         return _load_lightning(path, kind, base)
     if (path / CONFIG_NAME).is_file():
-        config = CEConfig.from_json((path / CONFIG_NAME).read_text())
+        try:
+            config = CEConfig.from_json((path / CONFIG_NAME).read_text(encoding="utf-8"))
+        except (ValueError, TypeError, KeyError) as err:  # malformed JSON or fields
+            raise DataError(path / CONFIG_NAME, f"not a valid xenbench CE config ({type(err).__name__}: {err})") from None
+        if not (path / WEIGHTS_NAME).is_file():
+            raise DataError(path / WEIGHTS_NAME, "missing: the folder has a config but no trained weights")
+        # Before the bytes become tensors: a corrupted file must fail here, not score silently.
+        integrity.verify(path, _backbone_path(config.backbone))
         ce = build_cross_encoder(config)
-        trained = load_file(str(path / WEIGHTS_NAME))
+        try:
+            trained = load_file(str(path / WEIGHTS_NAME))
+        except Exception as err:  # safetensors raises its own error type for truncated or foreign files
+            raise DataError(path / WEIGHTS_NAME, f"not a readable safetensors file ({err})") from None
         missing = set(config.trained) - set(trained)
         if missing:
             raise DataError(path / WEIGHTS_NAME, f"missing trained tensors {sorted(missing)[:3]}")
