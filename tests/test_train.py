@@ -19,9 +19,20 @@ def _tiny_data() -> train.TrainingData:
     return train.TrainingData([ds], examples)
 
 
-def _cfg(kind: str) -> train.TrainConfig:
+def _cfg(kind: str, pooling: str = "mean") -> train.TrainConfig:
     return train.TrainConfig(kind=kind, domains=["tiny"], n_negatives=2, queries_per_step=2, epochs=1,
-                             trainable_layers=1, checkpoint_every=2, lr=1e-3, seed=5)
+                             trainable_layers=1, checkpoint_every=2, lr=1e-3, seed=5, pooling=pooling)
+
+
+def _mean_loss(ce, data: train.TrainingData) -> float:
+    """Softmax cross-entropy over (gold + negatives) of every training example, dropout off."""
+    ds = data.datasets[0]
+    ce.eval()
+    losses = []
+    for _, q, rows in data.examples:
+        s = ce.score_pairs([ds.queries[q]] * len(rows), [ds.items[r] for r in rows])
+        losses.append(torch.nn.functional.cross_entropy(s[None, :], torch.zeros(1, dtype=torch.long)).item())
+    return float(np.mean(losses))
 
 
 def _trained(path) -> dict[str, torch.Tensor]:
@@ -29,10 +40,10 @@ def _trained(path) -> dict[str, torch.Tensor]:
     return {n: p for n, p in ce.model.state_dict().items() if n in set(ce.config.trained)}
 
 
-@pytest.mark.parametrize("kind", ["cls", "emb"])
-def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch, kind) -> None:
+@pytest.mark.parametrize(("kind", "pooling"), [("cls", "mean"), ("emb", "mean"), ("emb", "markers")])
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch, kind, pooling) -> None:
     data = _tiny_data()
-    train.train_cross_encoder(_cfg(kind), tmp_path / "straight", data=data, device="cpu")
+    train.train_cross_encoder(_cfg(kind, pooling), tmp_path / "straight", data=data, device="cpu")
 
     real_save = train._save_state
 
@@ -43,10 +54,10 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch,
 
     monkeypatch.setattr(train, "_save_state", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train.train_cross_encoder(_cfg(kind), tmp_path / "resumed", data=data, device="cpu")
+        train.train_cross_encoder(_cfg(kind, pooling), tmp_path / "resumed", data=data, device="cpu")
     assert (tmp_path / "resumed" / train.STATE_NAME).is_file()
     monkeypatch.setattr(train, "_save_state", real_save)
-    train.train_cross_encoder(_cfg(kind), tmp_path / "resumed", data=data, device="cpu")
+    train.train_cross_encoder(_cfg(kind, pooling), tmp_path / "resumed", data=data, device="cpu")
 
     a, b = _trained(tmp_path / "straight"), _trained(tmp_path / "resumed")
     assert a.keys() == b.keys() and a
@@ -85,3 +96,45 @@ def test_parameter_errors(tmp_path) -> None:
     cfg.trainable_layers = 9
     with pytest.raises(ParameterError, match=r"'trainable_layers' parameter of TrainConfig must be an int in \[0, 6\]"):
         train.train_cross_encoder(cfg, tmp_path, data=_tiny_data(), device="cpu")
+
+
+def test_marker_layout_trains_a_raw_dot_of_marker_states(tmp_path) -> None:
+    """ANNCUR §2.6 [EMB]-CE: s = <(h[unused0] + h[unused1]) / 2, h[unused2]>, unnormalized; the loss falls."""
+    data = _tiny_data()
+    cfg = _cfg("emb", "markers")
+    cfg.epochs, cfg.checkpoint_every = 6, 100
+    before = _mean_loss(train.build_cross_encoder(train.CEConfig(kind="emb", pooling="markers", scale=None)), data)
+    ce = train.train_cross_encoder(cfg, tmp_path / "m", data=data, device="cpu")
+    assert ce.config.pooling == "markers" and ce.config.scale is None
+    assert all(n.startswith("encoder.layer.5.") for n in ce.config.trained)
+    after = _mean_loss(ce, data)
+    assert after < before - 0.1, (before, after)
+    # The saved model scores exactly the raw dot of the marker states (checked by hand on one pair).
+    loaded = load_cross_encoder(tmp_path / "m")
+    ds = data.datasets[0]
+    pe = loaded.pairs
+    batch = pe.collate(pe.encode_queries(ds.queries[:1]), pe.encode_items(ds.items[:1]))
+    with torch.inference_mode():
+        h = loaded.model(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}).last_hidden_state[0]
+        ids = batch["input_ids"][0].tolist()
+        q = (h[ids.index(pe.m_start)] + h[ids.index(pe.m_end)]) / 2
+        expected = (q * h[ids.index(pe.t_sep)]).sum()
+        torch.testing.assert_close(loaded(batch)[0], expected)
+    # The markers are registered: the text "[unused0]" is one token.
+    assert pe.tokenizer("[unused0]", add_special_tokens=False)["input_ids"] == [pe.m_start]
+
+
+def test_runs_saved_before_the_pooling_key_still_match(tmp_path) -> None:
+    cfg = _cfg("emb")
+    saved = train._jsonable(train.asdict(cfg))
+    del saved["pooling"]
+    assert train._same_config(saved, cfg)
+    assert not train._same_config(saved, _cfg("emb", "markers"))
+    assert not train._same_config(None, cfg)
+
+
+def test_marker_pooling_parameter_errors(tmp_path) -> None:
+    with pytest.raises(ParameterError, match="'pooling' parameter of TrainConfig must be 'mean' or 'markers'"):
+        train.train_cross_encoder(_cfg("emb", "max"), tmp_path, data=_tiny_data(), device="cpu")
+    with pytest.raises(ParameterError, match="'pooling' parameter of TrainConfig"):
+        train.train_cross_encoder(_cfg("cls", "markers"), tmp_path, data=_tiny_data(), device="cpu")

@@ -29,7 +29,8 @@ def _train_ce(args: argparse.Namespace) -> None:
     cfg = train.TrainConfig(
         kind=args.kind, domains=domains, n_negatives=args.negatives, queries_per_step=args.queries_per_step,
         epochs=args.epochs, max_queries=args.max_queries, lr=args.lr, head_lr=args.head_lr,
-        trainable_layers=args.trainable_layers, seed=args.seed,
+        trainable_layers=args.trainable_layers, seed=args.seed, pooling=args.pooling,
+        checkpoint_every=args.checkpoint_every,
     )
     ce = train.train_cross_encoder(cfg, args.out, device=args.device)
     if args.eval_domains or args.dev_domains:
@@ -173,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--head-lr", type=float, default=1e-3)
     t.add_argument("--trainable-layers", type=int, default=6)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--pooling", choices=["mean", "markers"], default="mean",
+                   help="[EMB]-CE layout: mean (20 * cosine of segment means) or markers (ANNCUR's raw dot of the"
+                        " [unused0]/[unused1] mean and [unused2])")
+    t.add_argument("--checkpoint-every", type=int, default=200, help="steps between resume states")
     t.add_argument("--device", default="auto")
     t.set_defaults(func=_train_ce)
 

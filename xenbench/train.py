@@ -5,6 +5,13 @@ encoder inside the query's own domain (a ZESHEL "world"). Loss = softmax cross-e
 (1 + n_negatives) CE scores, gold at position 0. [CLS]-CE and [EMB]-CE get the *same* queries, negatives,
 order and optimizer; only the scoring head differs.
 
+An [EMB]-CE trains in one of two layouts (``TrainConfig.pooling``, see :mod:`xenbench.crossencoder`):
+
+* ``"mean"`` (xenbench's bundled ``models/emb-ce``): s(q, i) = scale · cos(mean of the query segment's
+  states, mean of the item segment's states);
+* ``"markers"`` (ANNCUR §2.6 / the authors' ZESHEL [EMB]-CE): s(q, i) = ⟨(h[unused0] + h[unused1]) / 2,
+  h[unused2]⟩, a raw dot product of final-layer states, no normalization and no projection (``scale`` unused).
+
 Only the top ``trainable_layers`` transformer layers (+ the [CLS] head) are trained; the rest stays the
 bundled backbone, so a checkpoint stores just the trained tensors. Training is resumable: a state file is
 written every ``checkpoint_every`` steps and picked up on restart with the same config.
@@ -39,6 +46,7 @@ class TrainConfig:
     """Hyper-parameters of :func:`train_cross_encoder` (all seeded, all saved with the checkpoint)."""
 
     kind: str = "emb"
+    pooling: str = "mean"
     domains: list[str] = field(default_factory=list)
     n_negatives: int = 15
     queries_per_step: int = 8
@@ -104,11 +112,18 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     out.mkdir(parents=True, exist_ok=True)
     if not cfg.domains:
         raise ParameterError("domains", "a non-empty list of WordNet-EL training domains", cfg.domains, "TrainConfig")
+    if cfg.pooling not in ("mean", "markers"):
+        raise ParameterError("pooling", "'mean' or 'markers'", cfg.pooling, "TrainConfig")
+    if cfg.pooling == "markers" and cfg.kind != "emb":
+        raise ParameterError("pooling", "'mean' for kind='cls' (markers is an [EMB]-CE layout)", cfg.pooling, "TrainConfig")
+    if cfg.pooling == "markers" and not cfg.input_format.markers:
+        raise ParameterError("input_format.markers", "True for pooling='markers'", False, "TrainConfig")
     done = out / "xenbench_ce.json"
-    if done.is_file() and json.loads(done.read_text()).get("notes", {}).get("train_config") == _jsonable(asdict(cfg)):
+    if done.is_file() and _same_config(json.loads(done.read_text()).get("notes", {}).get("train_config"), cfg):
         log.info("%s already holds a finished run of this config", out)
         return load_cross_encoder(out, device=device)
-    config = CEConfig(kind=cfg.kind, pooling="mean", scale=cfg.scale if cfg.kind == "emb" else None,
+    config = CEConfig(kind=cfg.kind, pooling=cfg.pooling if cfg.kind == "emb" else "mean",
+                      scale=cfg.scale if cfg.kind == "emb" and cfg.pooling == "mean" else None,
                       input_format=cfg.input_format)
     ce = build_cross_encoder(config, seed=cfg.seed)
     names = trainable_parameter_names(ce, cfg.trainable_layers)
@@ -140,7 +155,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     state_path = out / STATE_NAME
     if state_path.is_file():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
-        if state["train_config"] != asdict(cfg):
+        if not _same_config(_jsonable(state["train_config"]), cfg):
             raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
         ce.model.load_state_dict(state["model"], strict=False)
         opt.load_state_dict(state["optimizer"])
@@ -195,6 +210,15 @@ def _save_state(path: Path, ce, opt, sched, step, losses, wall, cfg) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def _same_config(saved: dict | None, cfg: TrainConfig) -> bool:
+    """Whether a saved ``train_config`` is ``cfg``; keys added to :class:`TrainConfig` since (e.g. ``pooling``)
+    count as their defaults, so runs saved before a key existed still match."""
+    if saved is None:
+        return False
+    defaults = _jsonable(asdict(TrainConfig()))
+    return {**defaults, **saved} == _jsonable(asdict(cfg))
 
 
 def _jsonable(obj):
