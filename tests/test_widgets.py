@@ -15,7 +15,14 @@ def test_round_explorer_redraws_the_static_figure_on_change() -> None:
     controls = [w for row in box.children[:2] for w in row.children]
     sampler = next(w for w in controls if getattr(w, "description", "") == "sampler")
     view = box.children[-1]
-    assert len(view.data) == 0  # nothing is drawn before the first event
+    initial = adacur_plots.round_scatter(experiments.round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4,
+                                                                 sampler="topk", seed=0))
+    assert len(view.data) == len(initial.data) > 0  # drawn for its initial values when built ...
+    assert box.snapshot.to_json() == initial.to_json()  # ... and that figure is the report's static snapshot
+    bundle = box._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "Static snapshot" in bundle["text/html"]
+    split_choice = next(w for w in controls if getattr(w, "description", "") == "anchors")
+    assert split_choice.label == "No-Split"  # not a blank entry
 
     sampler.value = "random"
     query = next(w for w in controls if getattr(w, "description", "") == "query").value
@@ -41,12 +48,14 @@ def test_axn_explorer_redraws_the_static_figure_on_change() -> None:
     lam = next(w for w in controls if getattr(w, "description", "") == "λ")
     first = next(w for w in controls if getattr(w, "description", "") == "round 1")
     view = box.children[-1]
-    assert len(view.data) == 0  # nothing is drawn before the first event
+    assert len(view.data) > 0  # drawn for its initial values when built
+    assert view.layout.yaxis.title.text == "AXN retrieval score u_qᵀv_i"
+    assert not view.data[0].visible  # no "ŝ = exact" diagonal: AXN's scores are on another scale
 
     first.value = "retriever"
     lam.value = 0.5
     trace = axn.round_trace(M, V, 3, budget=20, lam=0.5, u_param=u_param[3], candidates=order[3])
-    expected = adacur_plots.round_scatter(trace)
+    expected = adacur_plots.round_scatter(trace, diagonal=False)
     assert len(view.data) == len(expected.data) > 0
     for got, want in zip(view.data, expected.data):
         np.testing.assert_array_equal(np.asarray(got.y, dtype=float), np.asarray(want.y, dtype=float))

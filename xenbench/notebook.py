@@ -627,9 +627,21 @@ def run_stem(spec: NotebookSpec | str, profile: str, values: Mapping[str, Any]) 
     return ".".join([spec.name, profile, *tags])
 
 
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
 def _without_widget_state(nb: Any) -> Any:
-    # A live widget's saved state (for the explorers: the whole plotly bundle, ~5 MB) renders nothing offline.
+    """Drop saved widget state; an output that also has a static ``text/html`` form keeps only that form.
+
+    A live widget's saved state (for the explorers: the whole plotly bundle, ~5 MB) renders nothing offline;
+    :class:`xenbench.widgets.Explorer` outputs carry a static snapshot of their figure instead.
+    """
     nb.get("metadata", {}).pop("widgets", None)
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if _WIDGET_VIEW in data and "text/html" in data:
+                del data[_WIDGET_VIEW]
     return nb
 
 

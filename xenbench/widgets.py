@@ -5,8 +5,9 @@ the values of its controls and shows the figure they return, so what a reader ex
 what the static cells compute. ipywidgets and plotly's ``FigureWidget`` (which needs ``anywidget``)
 are imported only when a widget is built.
 
-Under papermill the controls are displayed but receive no events; the static figures carry the
-report.
+An explorer is drawn for its initial values when it is built. Under papermill the controls receive no
+events, and an HTML report cannot run them: each explorer therefore also carries a static snapshot of its
+initial figure (``text/html`` beside the live widget view; reports keep only the snapshot).
 """
 from __future__ import annotations
 
@@ -18,24 +19,44 @@ import numpy as np
 from xenbench import experiments
 from xenbench.plots import adacur as adacur_plots
 
-__all__ = ["axn_explorer", "round_explorer"]
+__all__ = ["Explorer", "axn_explorer", "round_explorer"]
+
+_LIVE_NOTE = ("<p><i>Static snapshot of the explorer's initial figure: open the notebook in JupyterLab to change "
+              "the controls.</i></p>")
+
+
+class Explorer:
+    """Controls over a live figure, displayed as the widget in JupyterLab and as a static snapshot elsewhere.
+
+    Attributes
+    ----------
+    widget : ipywidgets.VBox
+        Rows of controls, a status line, and the ``go.FigureWidget`` (last child).
+    snapshot : plotly.graph_objects.Figure
+        The figure for the initial values (what the widget shows before any change).
+    """
+
+    def __init__(self, widget: Any, snapshot: Any) -> None:
+        self.widget, self.snapshot = widget, snapshot
+
+    @property
+    def children(self) -> tuple[Any, ...]:
+        return self.widget.children
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/html"] = _LIVE_NOTE + self.snapshot.to_html(full_html=False, include_plotlyjs=False)
+        return bundle
+
 
 
 def _figure_view() -> tuple[Any, Callable[[Any], None]]:
-    """An empty ``go.FigureWidget`` and a function that redraws a figure in it.
-
-    Nothing is drawn until the first call, so building the widget under papermill costs nothing.
-    """
+    """An empty ``go.FigureWidget`` and a function that redraws a figure in it."""
     import plotly.graph_objects as go
 
     view = go.FigureWidget()
 
-    def show(new: Any) -> None:
-        with view.batch_update():
-            view.data = ()
-            view.add_traces(list(new.data))
-            view.layout = new.layout
-    return view, show
+    return view, lambda new: _figure_view_show(view, new)
 
 
 def _query_picker(rows: Sequence[int], query_labels: Sequence[str] | None, value: int | None) -> Any:
@@ -51,6 +72,25 @@ def _query_picker(rows: Sequence[int], query_labels: Sequence[str] | None, value
     return widgets.Dropdown(options=[(label(int(r)), int(r)) for r in rows],
                             value=int(rows[0] if value is None else value), description="query",
                             layout=widgets.Layout(width="480px"))
+
+
+def _explorer(rows: Sequence[Sequence[Any]], draw: Any, status: Any, figure: Callable[[], Any]) -> Explorer:
+    """Controls in ``rows`` (then ``draw``) over a FigureWidget drawn now with ``figure()`` and redrawn on change."""
+    import ipywidgets as widgets
+
+    controls = [c for row in rows for c in row]
+    view = _redraw_on_change(controls, draw, status, figure)
+    snapshot = figure()
+    _figure_view_show(view, snapshot)
+    box = widgets.VBox([*(widgets.HBox(list(row)) for row in rows[:-1]), widgets.HBox([*rows[-1], draw]), status, view])
+    return Explorer(box, snapshot)
+
+
+def _figure_view_show(view: Any, new: Any) -> None:
+    with view.batch_update():
+        view.data = ()
+        view.add_traces(list(new.data))
+        view.layout = new.layout
 
 
 def _redraw_on_change(controls: Sequence[Any], draw: Any, status: Any, figure: Callable[[], Any]) -> Any:
@@ -107,18 +147,18 @@ def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: 
                               description="B_CE")
     first = widgets.Dropdown(options=["random"] + (["retriever"] if candidates is not None else []),
                              value=value.get("first_round", "random"), description="round 1")
-    draw = widgets.Button(description="draw", tooltip="draw the figure for the values above", icon="refresh")
-    status = widgets.HTML("<i>Press draw or change a control to draw the figure.</i>")
+    draw = widgets.Button(description="draw", tooltip="redraw the figure for the values above", icon="refresh")
+    status = widgets.HTML("")
 
     def figure() -> Any:
         row = query.value
         trace = axn.round_trace(M, V, row, budget=budget.value, n_rounds=n_rounds, lam=lam.value, u_param=u_param[row],
                                 candidates=candidates[row] if first.value == "retriever" else None, seed=seed)
-        return adacur_plots.round_scatter(trace, item_labels=item_labels,
+        return adacur_plots.round_scatter(trace, item_labels=item_labels, y_title="AXN retrieval score u_qᵀv_i",
+                                          diagonal=False,
                                           title=f"Row {row}: AXN, λ = {lam.value:g}, B_CE = {budget.value}")
 
-    view = _redraw_on_change([query, lam, budget, first], draw, status, figure)
-    return widgets.VBox([widgets.HBox([query, lam]), widgets.HBox([budget, first, draw]), status, view])
+    return _explorer([[query, lam], [budget, first]], draw, status, figure)
 
 
 def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Sequence[int],
@@ -151,8 +191,8 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
 
     Returns
     -------
-    ipywidgets.VBox
-        The controls above the figure.
+    Explorer
+        The controls above the figure, drawn for the initial values; a static snapshot for reports.
     """
     import ipywidgets as widgets
 
@@ -164,18 +204,18 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
                               description="B_CE")
     n_rounds = widgets.Dropdown(options=[int(r) for r in rounds], value=int(value.get("n_rounds", rounds[-1])),
                                 description="rounds")
+    # A Dropdown shows a blank for the value None: No-Split gets a key of its own.
+    fractions = {("none" if f is None else f"{f:g}"): f for f in anchor_fractions}
+    start = value.get("anchor_fraction", anchor_fractions[0])
     split_choice = widgets.Dropdown(
-        options=[("No-Split" if f is None else f"k_i = {f:.0%} of B_CE", f) for f in anchor_fractions],
-        value=value.get("anchor_fraction", anchor_fractions[0]), description="anchors")
-    draw = widgets.Button(description="draw", tooltip="draw the figure for the values above", icon="refresh")
-    status = widgets.HTML("<i>Press draw or change a control to draw the figure (section 2 shows the default "
-                          "configuration as a static figure).</i>")
+        options=[("No-Split" if f is None else f"k_i = {f:.0%} of B_CE", key) for key, f in fractions.items()],
+        value="none" if start is None else f"{start:g}", description="anchors")
+    draw = widgets.Button(description="draw", tooltip="redraw the figure for the values above", icon="refresh")
+    status = widgets.HTML("")
 
     def figure() -> Any:
         trace = experiments.round_trace(M, split, query.value, budget=budget.value, n_rounds=n_rounds.value,
-                                        sampler=sampler.value, anchor_fraction=split_choice.value, seed=seed)
+                                        sampler=sampler.value, anchor_fraction=fractions[split_choice.value], seed=seed)
         return adacur_plots.round_scatter(trace, item_labels=item_labels)
 
-    view = _redraw_on_change([query, sampler, budget, n_rounds, split_choice], draw, status, figure)
-    return widgets.VBox([widgets.HBox([query, sampler]), widgets.HBox([budget, n_rounds, split_choice, draw]), status,
-                         view])
+    return _explorer([[query, sampler], [budget, n_rounds, split_choice]], draw, status, figure)

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from xenbench.plots._style import _facet_titles, _style
+from xenbench.plots._style import METHOD_COLORS, _facet_titles, _style, method_color
 
 __all__ = [
     "latency_vs_rounds_bars",
@@ -24,17 +24,6 @@ __all__ = [
     "round_scatter",
 ]
 
-# Fixed colours per method label (xenbench.experiments.METHODS), so every figure agrees.
-METHOD_COLORS = {
-    "ANNCUR": "#7f7f7f",
-    "ANNCUR DE": "#8c564b",
-    "ADACUR TopK": "#1f77b4",
-    "ADACUR SoftMax": "#17becf",
-    "ADACUR TopK No-Split": "#d62728",
-    "ADACUR DE+TopK No-Split": "#9467bd",
-    "DE re-rank": "#2ca02c",
-    "TF-IDF re-rank": "#bcbd22",
-}
 _DASHED = {"DE re-rank", "TF-IDF re-rank", "ANNCUR", "ANNCUR DE"}
 _STEP_COLORS = {"CE calls": "#4c72b0", "pinv": "#dd8452", "matmul": "#55a868", "sampling": "#c44e52"}
 # Bands of approximate rank (Fig. 6: "colour bands indicate ordering of items wrt approximate scores").
@@ -60,7 +49,8 @@ def _band_labels(edges: Sequence[int], n_items: int) -> list[tuple[int, int, str
 
 
 def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_labels: Sequence[str] | None = None,
-                  title: str | None = None, height: int | None = 560, marker_size: int = 5) -> go.Figure:
+                  title: str | None = None, height: int | None = 560, marker_size: int = 5,
+                  y_title: str = "approximate score ŝ (CUR)", diagonal: bool = True) -> go.Figure:
     """Exact (x) vs approximate (y) scores of all items for one query, one slider step per round (Fig. 6/8).
 
     Items are coloured by bands of their approximate rank (``bands`` are the upper ranks of the
@@ -79,6 +69,10 @@ def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_la
         Hover label of every item (e.g. titles).
     title : str, optional
         Default names the query and the configuration; the round is appended per step.
+    y_title, diagonal
+        What the y values are, and whether they estimate the exact score (then the ŝ = exact diagonal is
+        drawn and both axes share a range). AXN's retrieval scores u_qᵀv_i are on another scale: pass
+        ``y_title="AXN retrieval score u·v", diagonal=False``.
 
     Returns
     -------
@@ -104,7 +98,8 @@ def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_la
     band_colors = list(warm[:len(band_bounds) - 1]) + [_BAND_COLORS[-1]]  # the last band (the rest) grey
     lo_x, hi_x = exact.min(), exact.max()
     fig.add_trace(go.Scatter(x=[lo_x, hi_x], y=[lo_x, hi_x], mode="lines", name="ŝ = exact",
-                             line=dict(color="black", dash="dash", width=1), hoverinfo="skip", visible=True))
+                             line=dict(color="black", dash="dash", width=1), hoverinfo="skip", visible=diagonal,
+                             showlegend=diagonal))
     for t in range(n_rounds):
         s = approx[t]
         approx_rank = _ranks(s)
@@ -139,7 +134,8 @@ def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_la
             idx = np.flatnonzero(mask)
             fig.add_trace(go.Scatter(
                 x=exact[idx], y=s[idx], mode="markers+text" if k == 1 else "markers", name=name,
-                text=["top-1"] * idx.size if k == 1 else None, textposition="top left", hovertext=labels[idx],
+                text=["top-1"] * idx.size if k == 1 else None, textposition="top left", cliponaxis=False,
+                hovertext=labels[idx],
                 customdata=custom[idx], hovertemplate=hover,
                 marker=dict(symbol=symbol, size=size, color="black", line=dict(width=1.5, color="black")),
                 legendgroup=name, visible=t == n_rounds - 1))
@@ -152,18 +148,19 @@ def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_la
         steps_layout.append({
             "title.text": f"{base_title}<br><sup>round {t + 1}/{n_rounds}: {n_anchors} anchors; exact top-1 has ŝ rank "
                           f"{approx_rank[top1]}; {top10_anchors} of the exact top-{k10} are anchors</sup>",
-            "yaxis.range": [float(min(s.min(), lo_x) - pad), float(max(s.max(), hi_x) + pad)],
+            "yaxis.range": [float(min(s.min(), lo_x) - pad), float(max(s.max(), hi_x) + pad)] if diagonal
+            else [float(s.min() - pad), float(s.max() + pad)],
         })
     steps, start = [], 1
     for t in range(n_rounds):
-        visible = [True] + [False] * (len(fig.data) - 1)
+        visible = [diagonal] + [False] * (len(fig.data) - 1)
         for j in range(start, start + per_round[t]):
             visible[j] = True
         start += per_round[t]
         steps.append(dict(method="update", label=str(t + 1), args=[{"visible": visible}, steps_layout[t]]))
     fig.update_layout(
         sliders=[dict(active=n_rounds - 1, steps=steps, currentvalue=dict(prefix="round "), pad=dict(t=50))],
-        xaxis_title="exact CE score f(q, i)", yaxis_title="approximate score ŝ (CUR)",
+        xaxis_title="exact CE score f(q, i)", yaxis_title=y_title,
     )
     _style(fig, None, height)
     fig.update_layout(title_text=steps_layout[-1]["title.text"], yaxis_range=steps_layout[-1]["yaxis.range"])
@@ -186,8 +183,10 @@ def recall_vs_budget_lines(results: pd.DataFrame, *, title: str | None = "Top-k-
         set(results["method"]) - set(METHOD_COLORS))
     fig = px.line(results.sort_values("budget"), x="budget", y="recall", color="method", facet_col="k", markers=True,
                   error_y="recall_se" if error_bars and "recall_se" in results else None, log_x=log_x,
-                  category_orders={"method": methods}, color_discrete_map=METHOD_COLORS,
-                  hover_data=[c for c in ("n_anchor_items", "n_test_queries") if c in results])
+                  category_orders={"method": methods}, color_discrete_map={m: method_color(m) for m in methods})
+    se = "recall_se" in results and error_bars
+    fig.update_traces(hovertemplate="%{fullData.name}<br>B_CE = %{x}<br>recall %{y:.3f}"
+                      + (" ± %{error_y.array:.3f}" if se else "") + "<extra></extra>")
     for tr in fig.data:
         if tr.name in _DASHED:
             tr.line.dash = "dash" if tr.name.startswith("ANNCUR") else "dot"

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from xenbench.plots._style import _facet_titles, _style
+from xenbench.plots._style import _facet_titles, _style, method_color
 
 __all__ = ["recall_vs_lambda_lines"]
 
@@ -28,8 +28,12 @@ def recall_vs_lambda_lines(sweep: pd.DataFrame, chosen: pd.DataFrame | None = No
         :func:`xenbench.experiments.select_lambda` output: its λ per line and k is marked with a star.
     """
     df = sweep.sort_values([c for c in ("method", "budget", "lam") if c in sweep]).assign(line=_line)
+    lines = list(dict.fromkeys(df["line"]))
     fig = px.line(df, x="lam", y="recall", color="line", facet_col="k", markers=True, error_y="recall_se",
-                  hover_data=["n_test_queries"], labels={"line": ""})
+                  labels={"line": ""}, category_orders={"line": lines},
+                  color_discrete_map={name: method_color(name) for name in lines})
+    fig.update_traces(hovertemplate="%{fullData.name}<br>λ = %{x:.2f}<br>recall %{y:.3f} ± %{error_y.array:.3f}"
+                                    "<extra></extra>")
     if chosen is not None:
         colors = {tr.name: tr.line.color for tr in fig.data}
         ks = sorted(df["k"].unique())
@@ -37,7 +41,7 @@ def recall_vs_lambda_lines(sweep: pd.DataFrame, chosen: pd.DataFrame | None = No
             fig.add_trace(go.Scatter(x=[r["lam"]], y=[r["recall"]], mode="markers", showlegend=False,
                                      marker={"symbol": "star", "size": 14, "color": colors.get(name),
                                              "line": {"width": 1, "color": "black"}},
-                                     hovertemplate=f"{name}<br>chosen λ = %{{x}}<br>recall %{{y:.3f}}<extra></extra>"),
+                                     hovertemplate=f"{name}<br>chosen λ = %{{x:.2f}}<br>recall %{{y:.3f}}<extra></extra>"),
                           row=1, col=ks.index(r["k"]) + 1)
     fig.update_xaxes(title_text="λ", range=[-0.03, 1.03])
     fig.update_yaxes(range=[0, 1.02], matches="y")
