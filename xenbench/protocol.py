@@ -1,0 +1,281 @@
+"""An honest evaluation protocol: settings chosen on dev queries, test results over seeds × splits, paired tests.
+
+The papers ([ANNCUR] §3.2, [ADACUR] §3.1, Fig. 2) report each method at its "best possible" anchor /
+re-rank split k_i per budget B_CE, read off the evaluation queries, with one draw of anchor items. This
+module is the small set of pieces that replaces that by:
+
+1. :func:`query_splits` — several seeded splits of the query rows into anchor queries Q_anc (the rows of
+   R_anc), **dev** queries (where settings such as k_i, λ or a sampler are chosen) and **test** queries
+   (where the chosen setting is reported). The three parts are disjoint.
+2. :func:`choose_on_dev` / :func:`at_chosen` — pick the best setting per group on dev rows only, then
+   read the rows of the test results at that setting.
+3. :func:`summarize` — mean over runs (seed × split) with a t-interval from the spread across runs, so the
+   interval contains the variance of the anchor draw and of the query split; the mean per-query SE is
+   reported beside it.
+4. :func:`paired_test` — a per-query paired comparison of two methods measured on the same queries:
+   mean difference, its t-interval, the paired t-test and Wilcoxon signed-rank p-values (scipy.stats).
+   :func:`pool_by_query` first averages a query's values over the runs in which it was a test query, so
+   each query counts once.
+
+References
+----------
+.. [ANNCUR] Yadav et al. "Efficient Nearest Neighbor Search for Cross-Encoder Models using Matrix
+   Factorization", EMNLP 2022, §3.2 (k_q, k_i, B_CE), §4.
+.. [ADACUR] Yadav, Monath, Zaheer, McCallum. "Adaptive Selection of Anchor Items for CUR-based k-NN
+   search with Cross-Encoders", Findings of EMNLP 2023, §3.1, Fig. 2.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from xenbench.errors import ParameterError
+
+__all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query"]
+
+
+class Split(NamedTuple):
+    """Disjoint, sorted rows of M: anchor queries Q_anc (R_anc = M[anchor]), dev queries and test queries.
+
+    ``seed`` is the seed that drew it (the split's name in tables).
+    """
+
+    anchor: np.ndarray  # int64 (k_q,)
+    dev: np.ndarray     # int64 (n_dev,)
+    test: np.ndarray    # int64 (n_test,)
+    seed: int
+
+
+def _int(value: Any, name: str, lo: int, owner: str, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
+        expected = f"an int in [{lo}, {hi}]" if hi is not None else f"an int >= {lo}"
+        raise ParameterError(name, expected, value, owner)
+    return int(value)
+
+
+def query_splits(n_queries: int, n_anchor: int, n_dev: int, seeds: Sequence[int], *,
+                 max_test: int | None = None) -> list[Split]:
+    """One seeded split of ``range(n_queries)`` into anchor, dev and test rows per seed.
+
+    Parameters
+    ----------
+    n_queries : int
+        Rows of the score matrix M.
+    n_anchor : int
+        k_q = |Q_anc| ([ANNCUR] §3.2), >= 1.
+    n_dev : int
+        Dev queries (settings are chosen on them), >= 1; ``n_anchor + n_dev < n_queries``.
+    seeds : sequence of int
+        One split per seed (distinct seeds give different splits).
+    max_test : int, optional
+        Keep at most this many test rows (a seeded sample of the rest).
+
+    Returns
+    -------
+    list of Split
+        ``anchor``, ``dev``, ``test``: sorted int64 arrays, pairwise disjoint.
+
+    Examples
+    --------
+    >>> s = query_splits(10, 3, 2, seeds=[0])[0]
+    >>> len(s.anchor), len(s.dev), len(s.test)
+    (3, 2, 5)
+    """
+    owner = "query_splits"
+    n = _int(n_queries, "n_queries", 3, owner)
+    k_q = _int(n_anchor, "n_anchor", 1, owner, n - 2)
+    n_dev = _int(n_dev, "n_dev", 1, owner, n - k_q - 1)
+    seeds = list(seeds)
+    if not seeds:
+        raise ParameterError("seeds", "a non-empty list of ints >= 0", seeds, owner)
+    seeds = [_int(s, "seeds", 0, owner) for s in seeds]
+    if len(set(seeds)) != len(seeds):
+        raise ParameterError("seeds", "distinct seeds", seeds, owner)
+    n_test = n - k_q - n_dev
+    if max_test is not None:
+        n_test = min(n_test, _int(max_test, "max_test", 1, owner))
+    out = []
+    for seed in seeds:
+        perm = np.random.default_rng([seed, 7]).permutation(n)
+        parts = (perm[:k_q], perm[k_q:k_q + n_dev], perm[k_q + n_dev:k_q + n_dev + n_test])
+        out.append(Split(*(np.sort(p).astype(np.int64) for p in parts), seed=seed))
+    return out
+
+
+def _check_frame(df: Any, name: str, columns: Sequence[str], owner: str) -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame) or not set(columns) <= set(df.columns) or df.empty:
+        got = sorted(df.columns) if isinstance(df, pd.DataFrame) else type(df).__name__
+        raise ParameterError(name, f"a non-empty DataFrame with columns {list(columns)}", got, owner)
+    return df
+
+
+def choose_on_dev(results_dev: pd.DataFrame, by: Sequence[str], setting: str | Sequence[str], *,
+                  score: str = "recall") -> pd.DataFrame:
+    """The setting with the highest dev ``score`` per group ``by`` (ties: the first in sorted setting order).
+
+    Only ``results_dev`` is read, so test rows cannot influence the choice.
+
+    Parameters
+    ----------
+    results_dev : DataFrame
+        One row per (group, setting) measured on **dev** queries, e.g. ``recall_vs_budget(...,
+        all_splits=True)`` on the dev rows.
+    by : sequence of str
+        Group columns, e.g. ``("run", "method", "budget", "k")``.
+    setting : str or sequence of str
+        Column(s) naming the setting, e.g. ``"n_anchor_items"`` (k_i).
+    score : str
+        Column to maximize.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``by + setting + [score]`` (the dev score of the chosen setting), one row per group.
+    """
+    owner = "choose_on_dev"
+    by, setting = list(by), [setting] if isinstance(setting, str) else list(setting)
+    df = _check_frame(results_dev, "results_dev", by + setting + [score], owner)
+    ordered = df.sort_values(by + setting, kind="stable")
+    idx = ordered.groupby(by, sort=True, dropna=False)[score].idxmax()  # first maximum in setting order
+    return df.loc[idx.values, by + setting + [score]].reset_index(drop=True)
+
+
+def at_chosen(results_test: pd.DataFrame, chosen: pd.DataFrame, by: Sequence[str],
+              setting: str | Sequence[str]) -> pd.DataFrame:
+    """Rows of ``results_test`` at the setting ``chosen`` (from :func:`choose_on_dev`) names for their group.
+
+    Groups of ``results_test`` that ``chosen`` does not name are dropped.
+    """
+    by, setting = list(by), [setting] if isinstance(setting, str) else list(setting)
+    keys = by + setting
+    _check_frame(results_test, "results_test", keys, "at_chosen")
+    _check_frame(chosen, "chosen", keys, "at_chosen")
+    return results_test.merge(chosen[keys].drop_duplicates(), on=keys, how="inner").reset_index(drop=True)
+
+
+def _t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    from scipy import stats
+
+    mean = float(values.mean())
+    if values.size < 2:
+        return mean, float("nan"), float("nan")
+    se = float(values.std(ddof=1) / np.sqrt(values.size))
+    half = float(stats.t.ppf(0.5 + confidence / 2, values.size - 1)) * se
+    return mean, mean - half, mean + half
+
+
+def summarize(per_run: pd.DataFrame, by: Sequence[str], *, value: str = "recall", se: str | None = "recall_se",
+              confidence: float = 0.95) -> pd.DataFrame:
+    """Mean of ``value`` over runs (seed × split) per group, with a t-interval from the spread across runs.
+
+    Each row of ``per_run`` is one run's number for its group (e.g. the test recall of one method at one
+    budget and k, for one anchor seed and one query split). The interval ``lo``–``hi`` is
+    mean ± t_{n_runs−1} · sd_runs / √n_runs, so it includes the variance of the anchor draw and of the
+    split (and, through the split, of the test queries).
+
+    Parameters
+    ----------
+    per_run : DataFrame
+        Columns ``by``, ``value`` (and ``se`` when given).
+    by : sequence of str
+        Group columns, e.g. ``("method", "budget", "k")``.
+    value, se : str
+        The per-run number and its per-query standard error (None: no such column).
+    confidence : float
+        Of the interval, in (0, 1).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``by``, ``mean``, ``lo``, ``hi``, ``sd_runs``, ``min``, ``max``, ``se_query`` (mean of
+        ``se`` over runs; NaN without it), ``n_runs``.
+    """
+    owner = "summarize"
+    by = list(by)
+    if not isinstance(confidence, float) or not 0 < confidence < 1:
+        raise ParameterError("confidence", "a float in (0, 1)", confidence, owner)
+    df = _check_frame(per_run, "per_run", by + [value] + ([se] if se else []), owner)
+    out = []
+    for key, g in df.groupby(by, sort=True, dropna=False):
+        v = g[value].to_numpy(np.float64)
+        mean, lo, hi = _t_interval(v, confidence)
+        key = key if isinstance(key, tuple) else (key,)
+        out.append({**dict(zip(by, key)), "mean": mean, "lo": lo, "hi": hi,
+                    "sd_runs": float(v.std(ddof=1)) if v.size > 1 else float("nan"), "min": float(v.min()),
+                    "max": float(v.max()), "se_query": float(g[se].mean()) if se else float("nan"),
+                    "n_runs": int(v.size)})
+    return pd.DataFrame(out, columns=by + ["mean", "lo", "hi", "sd_runs", "min", "max", "se_query", "n_runs"])
+
+
+def paired_test(a_per_query: Any, b_per_query: Any, *, confidence: float = 0.95) -> dict[str, float]:
+    """Paired comparison of two methods on the same queries: d_q = a_q − b_q.
+
+    Parameters
+    ----------
+    a_per_query, b_per_query : array-like of shape (n,)
+        Per-query values (e.g. Top-k-Recall) of method a and method b, in the same query order.
+    confidence : float
+        Of the interval, in (0, 1).
+
+    Returns
+    -------
+    dict
+        ``mean`` (mean of d), ``se`` (sd(d)/√n), ``lo``, ``hi`` (t-interval of the mean), ``p`` (two-sided
+        paired t-test, ``scipy.stats.ttest_rel``), ``p_wilcoxon`` (two-sided Wilcoxon signed-rank test,
+        zero differences dropped; 1.0 when every d_q is 0), ``n`` (queries), ``n_a_better``,
+        ``n_b_better``. With all d_q equal, ``p`` is 1.0 if that value is 0, else 0.0.
+    """
+    from scipy import stats
+
+    owner = "paired_test"
+    a = np.asarray(a_per_query, dtype=np.float64)
+    b = np.asarray(b_per_query, dtype=np.float64)
+    if a.ndim != 1 or a.size < 2 or not np.isfinite(a).all():
+        raise ParameterError("a_per_query", "a 1-d array of >= 2 finite numbers", f"shape {a.shape}", owner)
+    if b.shape != a.shape or not np.isfinite(b).all():
+        raise ParameterError("b_per_query", f"finite numbers of the same shape as a_per_query {a.shape}",
+                             f"shape {b.shape}", owner)
+    if not isinstance(confidence, float) or not 0 < confidence < 1:
+        raise ParameterError("confidence", "a float in (0, 1)", confidence, owner)
+    d = a - b
+    mean, lo, hi = _t_interval(d, confidence)
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        p = 1.0 if mean == 0.0 else 0.0
+    else:
+        p = float(stats.ttest_rel(a, b).pvalue)
+    nz = d[d != 0]
+    p_w = float(stats.wilcoxon(nz).pvalue) if nz.size else 1.0
+    return {"mean": mean, "se": sd / np.sqrt(d.size), "lo": lo if sd else mean, "hi": hi if sd else mean, "p": p,
+            "p_wilcoxon": p_w, "n": int(d.size), "n_a_better": int((d > 0).sum()), "n_b_better": int((d < 0).sum())}
+
+
+def pool_by_query(rows: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Average each query's values over the runs in which it appears.
+
+    Parameters
+    ----------
+    rows : sequence of int arrays
+        Per run, the query rows (e.g. ``split.test``).
+    values : sequence of float arrays
+        Per run, the values of those rows (same shapes).
+
+    Returns
+    -------
+    rows, means : ndarray
+        The distinct rows (sorted) and each one's mean value over the runs containing it.
+    """
+    owner = "pool_by_query"
+    if len(rows) != len(values) or not rows:
+        raise ParameterError("values", f"one array per run, as many as rows ({len(rows)})", len(values), owner)
+    r = np.concatenate([np.asarray(x, dtype=np.int64).ravel() for x in rows])
+    v = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in values])
+    if r.size != v.size:
+        raise ParameterError("values", "arrays of the same lengths as rows", f"{v.size} values for {r.size} rows", owner)
+    uniq, inv = np.unique(r, return_inverse=True)
+    sums = np.bincount(inv, weights=v, minlength=uniq.size)
+    counts = np.bincount(inv, minlength=uniq.size)
+    return uniq, sums / counts
