@@ -12,13 +12,18 @@ from xenbench.adacur import anncur_with_budget
 from xenbench.cur import AnnCur, approximation_error
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_recall
+from xenbench.findings.rank import findings, rank_verdict
 from xenbench.rank import (
     NUMPY_RANK,
+    NUMPY_RANK_CENTERED,
+    available_ces,
+    ce_layouts,
+    paired_sign_test,
+    rank_orderings,
     center_rows,
     cur_grid,
     cur_grids,
     describe_ranks,
-    describe_verdict,
     diagonal_spike,
     diagonal_spikes,
     emb_wins,
@@ -33,7 +38,6 @@ from xenbench.rank import (
     offdiagonal_summary,
     per_ce,
     rank_table,
-    rank_verdict,
     score_skew,
     singular_values,
     skew_table,
@@ -529,6 +533,7 @@ def _hand_verdict_inputs(r_np=(10, 4)):
 def test_rank_verdict_on_hand_computed_values():
     verdict = rank_verdict(*_hand_verdict_inputs())
     assert verdict == {
+        "cls_ce": "cls", "emb_ce": "emb",
         "numpy_rank": {"cls": 10, "emb": 4},
         "numpy_rank_ratio_cls_over_emb": 2.5,
         "emb_much_lower_numpy_rank": True,  # 4 · 2 <= 10
@@ -543,22 +548,116 @@ def test_rank_verdict_on_hand_computed_values():
         "better_recall": "emb",
         "better_error": "tie",  # both medians 0.45
         "lower_numpy_rank": "emb",
+        # emb lower in both cells: p = 2 · (1/2)² = 0.5; recall has one cell; error splits 1:1
+        "sign_tests": {"error": {"lower": 1, "higher": 1, "n": 2, "p": 1.0},
+                       "error_centered": {"lower": 2, "higher": 0, "n": 2, "p": 0.5},
+                       "recall": {"lower": 1, "higher": 0, "n": 1, "p": 1.0}},
     }
     assert rank_verdict(*_hand_verdict_inputs(r_np=(10, 6)))["emb_much_lower_numpy_rank"] is False
+    with pytest.raises(ParameterError, match="'emb_ce' parameter of rank_verdict"):
+        rank_verdict(*_hand_verdict_inputs(), "cls", "cls")
 
 
-def test_describe_verdict_prints_the_verdict():
-    ranks, *rest = _hand_verdict_inputs(r_np=(3, 4))
-    lines = describe_verdict(rank_verdict(ranks, *rest), ranks, k=10, budget=50).split("\n")
-    assert len(lines) == 6
-    assert lines[0] == ("1. numpy rank: cls 3, emb 4 (ratio 0.75). rank(emb) ≪ rank(cls) does NOT hold at numpy's "
-                        "default tolerance.")
-    assert lines[1] == "2. Row-centered energy rank at 99%: cls 8, emb 3: lower: emb (2.7x); at 90%: 5 vs 2."
-    assert lines[2] == "3. Median per-query skewness: cls 2.00, emb 0.50."
-    assert lines[3] == ("4. Off-diagonal medians: ANNCUR error 0.450 vs 0.450; error_centered 0.625 vs 0.375; "
-                        "Top-10-Recall@50 0.500 vs 0.600 (cls vs emb).")
-    assert lines[4] == ("5. k_q = k_i: error_centered is 5x (cls) and 2x (emb) the worse neighbour's "
+def test_paired_sign_test_against_the_binomial():
+    t = paired_sign_test([1, 1, 1, 1, 1, 3, 2], [2, 2, 2, 2, 2, 2, 2])  # 5 lower, 1 higher, 1 tie dropped
+    assert (t["lower"], t["higher"], t["n"]) == (5, 1, 6)
+    assert t["p"] == pytest.approx(scipy.stats.binomtest(5, 6, 0.5).pvalue)
+    assert paired_sign_test([np.nan, 1.0], [1.0, 1.0]) == {"lower": 0, "higher": 0, "n": 0, "p": 1.0}
+    with pytest.raises(ParameterError, match="'b' parameter of paired_sign_test"):
+        paired_sign_test([1.0, 2.0], [1.0])
+
+
+def test_rank_orderings_name_the_lower_ce_per_rule():
+    ranks = pd.DataFrame({NUMPY_RANK: [3, 4, 4], NUMPY_RANK_CENTERED: [9, 5, 5],
+                          energy_label(0.99, centered=True): [8, 3, 2]}, index=["cls", "emb", "marker"])
+    o = rank_orderings(ranks)
+    assert o["ordering"].tolist() == ["cls < emb = marker", "emb = marker < cls", "marker < emb < cls"]
+    assert o["lowest"].tolist() == ["cls", "tie", "marker"]
+    assert o.loc[NUMPY_RANK, "emb"] == 4
+    with pytest.raises(ParameterError, match="'rules' parameter of rank_orderings"):
+        rank_orderings(ranks, ["nothing"])
+
+
+def test_available_ces_adds_optional_stores_that_exist(tmp_path):
+    (tmp_path / "emb-ce-marker").mkdir()
+    assert available_ces(tmp_path, ["cls-ce", "emb-ce"], ["emb-ce-marker", "other"]) == [
+        "cls-ce", "emb-ce", "emb-ce-marker"]
+    assert available_ces(tmp_path, ["cls-ce", "emb-ce"], []) == ["cls-ce", "emb-ce"]
+
+
+def _findings_results(emb_better: bool, r_np=(3, 4)) -> dict:
+    """A hand-made notebook-02 results dict: 8 off-diagonal cells in which one CE is better everywhere."""
+    cells = [(q, i) for q in (1, 2, 3) for i in (1, 2, 3) if q != i] + [(4, 1), (4, 2)]
+    good, bad = {"error": 0.3, "error_centered": 0.4, "recall": 0.8}, {"error": 0.5, "error_centered": 0.9, "recall": 0.5}
+    grid = []
+    for ce in ("cls", "emb"):
+        vals = good if (ce == "emb") == emb_better else bad
+        grid += [{"k_q": q, "k_i": i, "diagonal": False, **vals, "cond": 1.0, "ce": ce} for q, i in cells]
+        grid += [{"k_q": 1, "k_i": 1, "diagonal": True, "error": 9.0, "error_centered": 9.0, "recall": 0.0,
+                  "cond": 1e6, "ce": ce}]
+    ranks = {"cls": {NUMPY_RANK: r_np[0], NUMPY_RANK_CENTERED: 9, energy_label(0.9, centered=True): 5,
+                     energy_label(0.99, centered=True): 8},
+             "emb": {NUMPY_RANK: r_np[1], NUMPY_RANK_CENTERED: 9, energy_label(0.9, centered=True): 2,
+                     energy_label(0.99, centered=True): 3}}
+    return {"params": {"k": 10, "budget": 50}, "ces": ["cls", "emb"], "shape": [40, 50], "ranks": ranks,
+            "skew": {"cls": {"median skewness": 2.0}, "emb": {"median skewness": 0.5}}, "grid": grid,
+            "diagonal_spikes": [{"ce": "cls", "value": "error_centered", "ratio": 5.0},
+                                {"ce": "emb", "value": "error_centered", "ratio": 2.0}]}
+
+
+def test_findings_state_what_the_numbers_say():
+    lines = findings(_findings_results(emb_better=True))
+    assert lines[0] == ("Which tolerance rule yields which ordering (full rank 40): numpy's default tolerance on the raw "
+                        "spectrum: cls < emb (cls 3, emb 4); numpy's default tolerance on the row-centered spectrum: "
+                        "cls = emb (cls 9, emb 9); 99% energy rank of the row-centered spectrum: emb < cls (cls 8, "
+                        "emb 3); 90% energy rank of the row-centered spectrum: emb < cls (cls 5, emb 2).")
+    assert lines[1].startswith("ANNCUR's rank(emb) ≪ rank(cls) (at least 2× lower; the paper's ratio was 7): does not "
+                               "hold by numpy's default tolerance on the raw spectrum (ratio 0.75);")
+    assert "holds by 99% energy rank of the row-centered spectrum (ratio 2.67)" in lines[1]
+    assert lines[2] == "Median per-query skewness: cls 2.00, emb 0.50: cls's scores are the more right-skewed."
+    # 8 of 8 cells: p = 2 / 2⁸
+    assert "by error_centered, emb beats cls (emb better in 8 of 8 off-diagonal cells, sign test p = 0.0078)" in lines[3]
+    assert "Top-10-Recall@50 0.500 vs 0.800" in lines[3] and "by Top-10-Recall@50, emb beats cls" in lines[3]
+    assert lines[4] == ("At k_q = k_i (ANNCUR §B.2) error_centered is 5.0× (cls) and 2.0× (emb) the worse neighbour's "
                         "(median over the diagonal cells).")
-    assert lines[5] == ("6. Lower row-centered energy rank: emb; lower numpy rank: cls; better CUR by error_centered: "
-                        "emb, by recall: emb, by ANNCUR's error: tie. The energy rank agrees with the CUR quality "
-                        "(error_centered and recall); the numpy rank does not agree.")
+    assert ("numpy's default tolerance on the raw spectrum (lower: cls) does not agree" in lines[5]
+            and "99% energy rank of the row-centered spectrum (lower: emb) agrees" in lines[5])
+    # The numbers flip, so does the text.
+    flipped = findings(_findings_results(emb_better=False, r_np=(10, 4)))
+    assert "by error_centered, cls beats emb (emb better in 0 of 8" in flipped[3]
+    assert "holds by numpy's default tolerance on the raw spectrum (ratio 2.50)" in flipped[1]
+    assert "numpy's default tolerance on the raw spectrum: emb < cls (cls 10, emb 4)" in flipped[0]
+    assert "99% energy rank of the row-centered spectrum (lower: emb) does not agree" in flipped[5]
+
+
+def test_findings_say_within_noise_when_the_cells_split():
+    res = _findings_results(emb_better=True)
+    for row in res["grid"]:  # emb better in half the cells only
+        if row["ce"] == "emb" and row["k_q"] == 2:
+            row.update(error_centered=0.95, recall=0.4)
+    lines = findings(res)
+    assert "by error_centered, emb and cls are within noise" in lines[3]
+    assert "cannot be checked" in lines[5]
+
+
+def test_findings_compare_every_emb_ce_with_the_cls_ce():
+    res = _findings_results(emb_better=True)
+    res["ces"] = ["cls", "emb", "marker"]
+    res["ranks"]["marker"] = dict(res["ranks"]["emb"])
+    res["skew"]["marker"] = {"median skewness": 1.0}
+    res["grid"] += [{**row, "ce": "marker"} for row in res["grid"] if row["ce"] == "emb"]
+    lines = findings(res)
+    assert any(line.startswith("ANNCUR's rank(marker) ≪ rank(cls)") for line in lines)
+    assert "cls < emb = marker (cls 3, emb 4, marker 4)" in lines[0]
+
+
+def test_findings_name_each_ces_layout():
+    res = _findings_results(emb_better=True)
+    res["layouts"] = ce_layouts({"cls": {"model_config": {"kind": "cls", "pooling": "mean", "scale": None}},
+                                 "emb": {"model_config": {"kind": "emb", "pooling": "mean", "scale": 20.0}}})
+    first = findings(res)[0]
+    assert first == ("Layouts compared: cls: [CLS]-CE, linear head on the [CLS] state; emb: [EMB]-CE, 20 · cosine of "
+                     "the mean-pooled query and item segments (xenbench's variant, not ANNCUR's layout).")
+    res["layouts"]["emb"] = {"kind": "emb", "pooling": "markers", "scale": None}
+    assert findings(res)[0].endswith("emb: [EMB]-CE, raw dot of the [unused0]/[unused1] mean and the [unused2] state "
+                                     "(ANNCUR's [EMB]-CE layout).")

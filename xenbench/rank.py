@@ -15,7 +15,8 @@ the CUR approximation of ANNCUR better at equal numbers of anchor queries k_q an
   with fixed held-out test queries, including the k_q = k_i ill-conditioning of §B.2;
 * comparing CEs (notebook 02), on ``{ce: M}`` mappings: :func:`load_matrices` (stores that must agree
   on ids), :func:`matrix_summary`, :func:`rank_table`, :func:`skew_table`, :func:`cur_grids`,
-  :func:`diagonal_spikes`, :func:`emb_wins`, and :func:`rank_verdict` with :func:`describe_verdict`.
+  :func:`diagonal_spikes`, :func:`emb_wins`, :func:`rank_orderings` (which CE each rank rule puts lower) and
+  :func:`paired_sign_test`. The conclusions built from them live in :mod:`xenbench.findings.rank`.
 
 Precision. Singular values are computed in float64 whatever the dtype of ``M``; the default rank
 tolerance uses the machine epsilon of ``M``'s own dtype (the precision the scores were stored with), as
@@ -55,7 +56,10 @@ __all__ = [
     "cur_grid",
     "cur_grids",
     "describe_ranks",
-    "describe_verdict",
+    "available_ces",
+    "ce_layouts",
+    "paired_sign_test",
+    "rank_orderings",
     "diagonal_spike",
     "diagonal_spikes",
     "emb_wins",
@@ -70,7 +74,6 @@ __all__ = [
     "offdiagonal_summary",
     "per_ce",
     "rank_table",
-    "rank_verdict",
     "score_skew",
     "singular_values",
     "skew_table",
@@ -924,103 +927,125 @@ def lowest(values: Mapping[str, float]) -> str:
     return winners[0] if len(winners) == 1 else "tie"
 
 
-def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.DataFrame,
-                 spikes: pd.DataFrame) -> dict[str, Any]:
-    """The numbers behind the conclusion of notebook 02: does the lower rank go with the better CUR?
+#: The rank rules :func:`rank_orderings` compares: numpy's default tolerance on the raw and on the row-centered
+#: spectrum, and the energy ranks (no tolerance) of both.
+ORDERING_RULES = (NUMPY_RANK, NUMPY_RANK_CENTERED, energy_label(0.9), energy_label(0.99),
+                  energy_label(0.9, centered=True), energy_label(0.99, centered=True))
 
-    The first CE of ``ranks_table`` is the [CLS]-CE, the last the [EMB]-CE. "≪" is "at least 2× lower"
-    (ANNCUR's ratio was 7×).
+
+def rank_orderings(ranks_table: pd.DataFrame, rules: Sequence[str] = ORDERING_RULES) -> pd.DataFrame:
+    """Which CE each rank rule puts lower: one row per rule of ``rules`` present in ``ranks_table``.
 
     Parameters
     ----------
     ranks_table : DataFrame
-        :func:`rank_table` (with the 99% energy rank).
-    skew_table : DataFrame
-        :func:`skew_table`.
-    grid : DataFrame
-        :func:`cur_grids` (recall column needed).
-    spikes : DataFrame
-        :func:`diagonal_spikes` (with value ``error_centered``).
+        :func:`rank_table` (one row per CE, the [CLS]-CE first).
+    rules : sequence of str
+        Columns of ``ranks_table`` (default :data:`ORDERING_RULES`); absent ones are skipped.
 
     Returns
     -------
-    verdict : dict
-        ``numpy_rank`` ({ce: rank}), ``numpy_rank_ratio_cls_over_emb``, ``emb_much_lower_numpy_rank``
-        (numpy rank of [EMB] at most half of [CLS]'s), ``energy_rank_99_centered``,
-        ``energy_rank_ratio_cls_over_emb``, ``lower_energy_rank`` (CE or "tie"), ``median_skewness``,
-        ``median_offdiag`` ({ce: {error, error_centered, recall}} medians over k_q ≠ k_i),
-        ``median_diagonal_spike_error_centered`` ({ce: median ratio}), ``better_error_centered``,
-        ``better_recall``, ``better_error`` (CE with the better median, or "tie"), ``lower_numpy_rank``.
+    orderings : DataFrame
+        Index: the rules. Columns: one per CE (its rank), ``ordering`` (the CEs from lowest to highest rank,
+        joined by ``" < "``, or ``" = "`` for equal ranks) and ``lowest`` (the CE with the strictly lowest rank,
+        or ``"tie"``).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({NUMPY_RANK: [5, 9], NUMPY_RANK_CENTERED: [7, 7]}, index=["cls", "emb"])
+    >>> rank_orderings(t)["ordering"].tolist()
+    ['cls < emb', 'cls = emb']
     """
-    owner = "rank_verdict"
-    r_np = _rank_column(ranks_table, NUMPY_RANK, owner)
-    r99c = _rank_column(ranks_table, energy_label(0.99, centered=True), owner)
-    ces = list(r_np)
-    cls_ce, emb_ce = ces[0], ces[-1]
-    ratio_energy = r99c[cls_ce] / r99c[emb_ce]
-    med = grid[~grid["diagonal"]].groupby("ce")[_CUR_VALUES].median()
-    spike_med = spikes[spikes["value"] == "error_centered"].groupby("ce")["ratio"].median()
-    return {
-        "numpy_rank": r_np,
-        "numpy_rank_ratio_cls_over_emb": r_np[cls_ce] / r_np[emb_ce],
-        "emb_much_lower_numpy_rank": bool(r_np[emb_ce] * 2 <= r_np[cls_ce]),
-        "energy_rank_99_centered": r99c,
-        "energy_rank_ratio_cls_over_emb": ratio_energy,
-        "lower_energy_rank": lowest(r99c),
-        "median_skewness": {ce: float(skew_table.loc[ce, "median skewness"]) for ce in ces},
-        "median_offdiag": med.to_dict(orient="index"),
-        "median_diagonal_spike_error_centered": spike_med.to_dict(),
-        "better_error_centered": lowest({ce: med.loc[ce, "error_centered"] for ce in ces}),
-        "better_recall": lowest({ce: -med.loc[ce, "recall"] for ce in ces}),
-        "better_error": lowest({ce: med.loc[ce, "error"] for ce in ces}),
-        "lower_numpy_rank": lowest(r_np),
-    }
+    owner = "rank_orderings"
+    if not isinstance(ranks_table, pd.DataFrame) or len(ranks_table) < 2:
+        raise ParameterError("ranks_table", "a rank_table of at least 2 CEs", type(ranks_table).__name__, owner)
+    rows = {}
+    for rule in rules:
+        if rule not in ranks_table.columns:
+            continue
+        r = _rank_column(ranks_table, rule, owner)
+        ordered = sorted(r, key=lambda ce: r[ce])  # stable: equal ranks keep the table's order
+        text = ordered[0]
+        for a, b in zip(ordered, ordered[1:]):
+            text += (" = " if r[a] == r[b] else " < ") + b
+        rows[rule] = {**r, "ordering": text, "lowest": lowest(r)}
+    if not rows:
+        raise ParameterError("rules", f"columns of ranks_table ({list(ranks_table.columns)})", list(rules), owner)
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def describe_verdict(verdict: Mapping[str, Any], ranks_table: pd.DataFrame, *, k: int, budget: int) -> str:
-    """The six numbered lines of notebook 02's conclusion, from :func:`rank_verdict`.
+def paired_sign_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Two-sided exact sign test of paired values: does ``a`` tend to be lower than ``b``?
 
     Parameters
     ----------
-    verdict : mapping
-        :func:`rank_verdict`.
-    ranks_table : DataFrame
-        The :func:`rank_table` it came from (for the 90% energy ranks).
-    k, budget : int
-        k and B_CE of the Top-k-Recall@B_CE in line 4.
+    a, b : sequence of float
+        Paired values (e.g. one CE's and another's error in the same grid cells), same length; pairs with a
+        NaN or equal values are dropped.
 
     Returns
     -------
-    text : str
+    test : dict
+        ``lower`` (pairs with a < b), ``higher`` (a > b), ``n`` (their sum) and ``p`` (two-sided binomial
+        p-value of ``lower`` out of ``n`` under P(a < b) = 1/2; 1.0 when n = 0).
+
+    Examples
+    --------
+    >>> paired_sign_test([1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2])["p"]
+    0.03125
     """
-    r_np, r99c = verdict["numpy_rank"], verdict["energy_rank_99_centered"]
-    r90c = _rank_column(ranks_table, energy_label(0.9, centered=True), "describe_verdict")
-    ces = list(r_np)
-    cls_ce, emb_ce = ces[0], ces[-1]
-    ratio_np, ratio_energy = verdict["numpy_rank_ratio_cls_over_emb"], verdict["energy_rank_ratio_cls_over_emb"]
-    holds = verdict["emb_much_lower_numpy_rank"]
-    med, spike_med = verdict["median_offdiag"], verdict["median_diagonal_spike_error_centered"]
-    skew = verdict["median_skewness"]
-    better_centered, better_recall = verdict["better_error_centered"], verdict["better_recall"]
+    from math import comb
 
-    def agrees(measure: str) -> str:
-        return "agrees" if measure == better_centered == better_recall != "tie" else "does not agree"
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ParameterError("b", f"a 1-d sequence as long as a ({x.shape})", y.shape, "paired_sign_test")
+    ok = ~(np.isnan(x) | np.isnan(y))
+    lower, higher = int((x[ok] < y[ok]).sum()), int((x[ok] > y[ok]).sum())
+    n = lower + higher
+    if n == 0:
+        return {"lower": 0, "higher": 0, "n": 0, "p": 1.0}
+    tail = sum(comb(n, j) for j in range(0, min(lower, higher) + 1)) / 2**n
+    return {"lower": lower, "higher": higher, "n": n, "p": float(min(1.0, 2 * tail))}
 
-    return "\n".join([
-        f"1. numpy rank: {cls_ce} {r_np[cls_ce]}, {emb_ce} {r_np[emb_ce]} (ratio {ratio_np:.2f}). "
-        f"rank({emb_ce}) ≪ rank({cls_ce}) {'HOLDS' if holds else 'does NOT hold'} at numpy's default tolerance.",
-        f"2. Row-centered energy rank at 99%: {cls_ce} {r99c[cls_ce]}, {emb_ce} {r99c[emb_ce]}: "
-        f"lower: {verdict['lower_energy_rank']} ({max(ratio_energy, 1 / ratio_energy):.1f}x); "
-        f"at 90%: {r90c[cls_ce]} vs {r90c[emb_ce]}.",
-        f"3. Median per-query skewness: {cls_ce} {skew[cls_ce]:.2f}, {emb_ce} {skew[emb_ce]:.2f}.",
-        f"4. Off-diagonal medians: ANNCUR error {med[cls_ce]['error']:.3f} vs {med[emb_ce]['error']:.3f}; "
-        f"error_centered {med[cls_ce]['error_centered']:.3f} vs {med[emb_ce]['error_centered']:.3f}; "
-        f"Top-{k}-Recall@{budget} {med[cls_ce]['recall']:.3f} vs {med[emb_ce]['recall']:.3f} ({cls_ce} vs {emb_ce}).",
-        f"5. k_q = k_i: error_centered is {spike_med[cls_ce]:.0f}x ({cls_ce}) and {spike_med[emb_ce]:.0f}x ({emb_ce}) "
-        f"the worse neighbour's (median over the diagonal cells).",
-        f"6. Lower row-centered energy rank: {verdict['lower_energy_rank']}; lower numpy rank: "
-        f"{verdict['lower_numpy_rank']}; better CUR by error_centered: {better_centered}, by recall: "
-        f"{better_recall}, by ANNCUR's error: {verdict['better_error']}. "
-        f"The energy rank {agrees(verdict['lower_energy_rank'])} with the CUR quality (error_centered and recall); "
-        f"the numpy rank {agrees(verdict['lower_numpy_rank'])}.",
-    ])
+
+def available_ces(scores_dir: str | os.PathLike[str], ces: Sequence[str],
+                  optional: Sequence[str] = ()) -> list[str]:
+    """The stores to compare: ``ces`` (all required), then those of ``optional`` that exist in ``scores_dir``.
+
+    Notebook 02 lists the paper-layout [EMB]-CE (``emb-ce-marker``) as optional: it joins the comparison once
+    its score store has been computed (``xenbench score models/emb-ce-marker ...``), and is skipped, with a log
+    line, before.
+
+    Examples
+    --------
+    >>> available_ces("/nonexistent", ["a", "b"], ["c"])
+    ['a', 'b']
+    """
+    out = list(ces)
+    for ce in optional:
+        if ce in out:
+            continue
+        if (Path(scores_dir) / ce).is_dir():
+            out.append(ce)
+        else:
+            logger.info("optional store %s is not in %s: compared without it", ce, scores_dir)
+    return out
+
+
+def ce_layouts(attrs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The scoring layout of every CE, from its store's manifest (:func:`store_attrs`).
+
+    Returns
+    -------
+    layouts : dict
+        ``{ce: {"kind": "cls" | "emb" | None, "pooling": str | None, "scale": float | None}}`` from
+        ``attrs[ce]["model_config"]`` (None where the manifest lacks it). An [EMB]-CE with ``pooling="mean"`` and a
+        scale is xenbench's mean-pooled cosine variant; ``pooling="markers"`` with no scale is ANNCUR's layout.
+
+    Examples
+    --------
+    >>> ce_layouts({"e": {"model_config": {"kind": "emb", "pooling": "markers", "scale": None}}, "x": {}})
+    {'e': {'kind': 'emb', 'pooling': 'markers', 'scale': None}, 'x': {'kind': None, 'pooling': None, 'scale': None}}
+    """
+    return {str(ce): {key: (a.get("model_config") or {}).get(key) for key in ("kind", "pooling", "scale")}
+            for ce, a in attrs.items()}
