@@ -195,3 +195,29 @@ def test_built_and_loaded_models_are_in_eval_mode(tmp_path, cls_ce) -> None:
     cls_ce.save(tmp_path / "m")
     loaded = load_cross_encoder(tmp_path / "m")
     assert not any(m.training for m in loaded.modules())
+
+
+def test_marker_layout_registers_the_markers_as_special_tokens(tmp_path) -> None:
+    from xenbench.crossencoder import register_markers
+
+    ce = build_cross_encoder(CEConfig(kind="emb", pooling="markers", scale=None))
+    tok, pe = ce.pairs.tokenizer, ce.pairs
+    # "[unused0]" spelled out in text is the marker id, not "[ unused ##0 ]"; the vocabulary does not grow.
+    ids = tok("x [unused0] y [unused1] [unused2]", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 5 and [ids[1], ids[3], ids[4]] == [pe.m_start, pe.m_end, pe.t_sep]
+    assert len(tok) == 30522
+    # The mean layout keeps the plain tokenizer (its bundled scores were computed with it).
+    plain = build_cross_encoder(CEConfig(kind="emb")).pairs.tokenizer
+    assert len(plain("[unused0]", add_special_tokens=False)["input_ids"]) > 1
+    # A saved marker model loads with the markers registered again.
+    ce.config.trained = ["encoder.layer.5.output.dense.bias"]
+    ce.save(tmp_path / "m")
+    again = load_cross_encoder(tmp_path / "m").pairs
+    assert again.tokenizer("[unused1]", add_special_tokens=False)["input_ids"] == [again.m_end]
+
+    class NoMarkers:
+        def get_vocab(self):
+            return {"[CLS]": 101}
+
+    with pytest.raises(ParameterError, match="'backbone' parameter of register_markers"):
+        register_markers(NoMarkers())
