@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -c .ci/constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install -q -c .ci/constraints.txt -e ".[dev,ray]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -127,6 +127,15 @@ def _run(args: argparse.Namespace) -> None:
         print(out)
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    from xenbench.sweep import run_sweep
+
+    values = {p[0]: p[1:] for p in args.param}
+    table = run_sweep(args.notebook, values, profile=args.profile, out_dir=args.out, backend=args.backend,
+                      jobs=args.jobs, address=args.address, timeout=args.timeout)
+    print(f"{table['point'].nunique()} points with results, {len(table)} rows")
+
+
 def _findings(args: argparse.Namespace) -> None:
     from xenbench import findings
     from xenbench.notebook import REPO_ROOT
@@ -210,6 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
     r.set_defaults(func=_run)
 
+    w = sub.add_parser("sweep", help="run a notebook over a parameter grid; one tidy table + HTML summary")
+    w.add_argument("notebook", help="a notebook name such as 05_pefa_lambda")
+    w.add_argument("-p", "--param", nargs="+", action="append", default=[], metavar="NAME V",
+                   help="a swept parameter and its values: -p NAME V1 V2 ... (repeatable: the grid is their product)")
+    w.add_argument("--profile", default="ci", help="profile of the other parameters (default ci)")
+    w.add_argument("--backend", choices=["local", "ray"], default="local")
+    w.add_argument("--jobs", type=int, default=1, help="points run at once (local processes, or a local Ray's CPUs)")
+    w.add_argument("--address", default=None, help="Ray cluster address (e.g. auto); default a local Ray")
+    w.add_argument("--out", default=None, help="output folder (default reports/sweeps/<notebook>.<profile>)")
+    w.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    w.set_defaults(func=_sweep)
+
     f = sub.add_parser("findings", help="conclusions generated from the committed results (README section)")
     f.add_argument("--results-dir", default=None, help="folder of <name>.default.results.json (default notebooks/results)")
     mode = f.add_mutually_exclusive_group()
@@ -227,14 +248,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_SWEEP_OPTIONS = {"-p", "--param", "--profile", "--backend", "--jobs", "--address", "--out", "--timeout", "-h",
+                  "--help"}
+
+
 def _split_params(argv: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Take ``-p NAME VALUE`` triples out of ``argv`` before argparse, which would read a VALUE such as
-    ``-0.5,0.5`` as an option."""
+    """Take ``-p NAME VALUE`` (``xenbench sweep``: ``-p NAME V1 V2 ...``) out of ``argv`` before argparse,
+    which would read a value such as ``-0.5,0.5`` as an option."""
+    sweep = "sweep" in argv[:2]
     rest, params, k = [], [], 0
     while k < len(argv):
         if argv[k] in ("-p", "--param") and len(argv) - k >= 3:
-            params.append([argv[k + 1], argv[k + 2]])
-            k += 3
+            if sweep:  # every value up to the next option of `xenbench sweep`
+                end = k + 2
+                while end < len(argv) and argv[end] not in _SWEEP_OPTIONS:
+                    end += 1
+                params.append(argv[k + 1 : end])
+                k = end
+            else:
+                params.append([argv[k + 1], argv[k + 2]])
+                k += 3
         else:
             rest.append(argv[k])
             k += 1
@@ -246,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     argv, params = _split_params(argv)
     args = build_parser().parse_args(argv)
     if params:
-        if args.cmd != "run":
-            build_parser().error("-p/--param belongs to `xenbench run`")
+        if args.cmd not in ("run", "sweep"):
+            build_parser().error("-p/--param belongs to `xenbench run` and `xenbench sweep`")
         args.param = params
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -599,7 +599,7 @@ def _environ(**values: str) -> Iterator[None]:
 
 _CDN_SCRIPT = re.compile(r'<script[^>]*\bsrc="https?://[^"]*(?:mathjax|require\.js|requirejs)[^"]*"[^>]*>\s*</script>',
                          re.IGNORECASE)
-_PLOTLY_INLINE = re.compile(r'<script(?: type="text/javascript")?>\s*/\*\*\s*\* plotly\.js v([0-9][\w.-]*)\b.*?</script>',
+_PLOTLY_INLINE = re.compile(r'<script[^>]*>\s*/\*\*\s*\* plotly\.js v([0-9][\w.-]*)\b.*?</script>',
                             re.DOTALL)
 
 
