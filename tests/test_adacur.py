@@ -370,3 +370,75 @@ def test_run_time_errors(data):
         mixing.run(T)
     with pytest.raises(ParameterError, match=r"must be a finite float array of shape \(40, 240\)"):
         mixing.run(T, prior_scores=T[:, :5])
+
+
+# ----------------------------------------------------------------------------------------------
+# D4: first_round="sampler" is refused with a non-oracle sampler (ŝ ≡ 0 before any anchor)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("implementation", ["reference", "batched"])
+@pytest.mark.parametrize("sampler", ["topk", "softmax", "random"])
+def test_first_round_sampler_needs_an_oracle_sampler(data, implementation, sampler):
+    with pytest.raises(ParameterError, match=r"The 'first_round' parameter of AdaCur must be 'random' or 'auto' "
+                                             rf"with sampler='{sampler}'"):
+        AdaCur(12, n_rounds=3, sampler=sampler, first_round="sampler", implementation=implementation).fit(data[0])
+
+
+@pytest.mark.parametrize("implementation", ["reference", "batched"])
+def test_first_round_sampler_with_an_oracle_still_reads_the_exact_scores(data, implementation):
+    R, T = data
+    res = AdaCur(12, n_rounds=3, sampler="oracle_topk", first_round="sampler", implementation=implementation,
+                 device="cpu").fit(R).run(T)
+    want = np.argsort(-T.astype(np.float64), axis=1, kind="stable")[:, :4]  # k_m = 0, ε = 0: exact top-4
+    np.testing.assert_array_equal(res.rounds[0].items, want)
+
+
+# ----------------------------------------------------------------------------------------------
+# D7: the pinv cut-off follows the stored dtype of R_anc
+# ----------------------------------------------------------------------------------------------
+def test_pinv_cutoff_follows_the_dtype_of_r_anc(data):
+    R, _ = data
+    assert AdaCur(12).fit(R).plan_.score_eps == np.finfo(np.float32).eps
+    assert AdaCur(12).fit(R.astype(np.float64)).plan_.score_eps == np.finfo(np.float64).eps
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_float32_scores_with_a_large_offset_are_recovered(seed):
+    # M = rank-5 + 1000, stored in float32 (so rank 6 up to rounding). Every stored entry is within half
+    # an ulp(1000) = 2^-14 / 2 ≈ 3.1e-5 of the exact matrix; ADACUR's ŝ (float32) must be within 4 ulp
+    # (2.4e-4, i.e. 1e-4 of the spread ≈ 2.2 of the rank-5 part) at every round's approximation, in both
+    # implementations. k_q = 30 anchor queries, B_CE = 60 anchors in 3 rounds (a > k_q in the last).
+    rng = np.random.default_rng(seed)
+    M = (rng.standard_normal((90, 5)) @ rng.standard_normal((5, 400)) + 1000.0).astype(np.float32)
+    ulp = np.spacing(np.float32(1000.0))
+    for implementation in ("reference", "batched"):
+        res = AdaCur(60, n_rounds=3, implementation=implementation, device="cpu").fit(M[:30]).run(
+            M[30:], return_approx=True)
+        assert np.abs(res.approx_scores.astype(np.float64) - M[30:]).max() <= 4 * ulp
+
+
+# ----------------------------------------------------------------------------------------------
+# ADACUR TopK rounds against an independent plain-numpy reference (Alg. 1-2), first round fixed
+# ----------------------------------------------------------------------------------------------
+def plain_adacur_topk(R_anc: np.ndarray, scores: np.ndarray, first: np.ndarray, k_s: int, n_rounds: int) -> np.ndarray:
+    """Alg. 1 with TopK (Alg. 3 line 10) for one query, written from the paper: after every round,
+    ŝ = C_test · pinv(R_anc[:, I_anc]) · R_anc (Alg. 2, via the min-norm least-squares solve
+    w = argmin ‖R_anc[:, I_anc]ᵀ w − C_testᵀ‖), anchors masked, next k_s = top of ŝ."""
+    R = R_anc.astype(np.float64)
+    anchors = list(first)
+    for _ in range(n_rounds - 1):
+        w = np.linalg.lstsq(R[:, anchors].T, scores[anchors].astype(np.float64), rcond=None)[0]
+        s_hat = w @ R
+        s_hat[anchors] = -np.inf
+        anchors += list(np.argsort(-s_hat, kind="stable")[:k_s])
+    return np.array(anchors)
+
+
+@pytest.mark.parametrize("implementation", ["reference", "batched"])
+def test_topk_anchors_equal_an_independent_numpy_reference(data, implementation):
+    R, T = data  # k_q = 30 anchor queries; 4 rounds of k_s = 7 (a <= 28 < k_q, full column rank)
+    first = np.stack([np.random.default_rng(q).choice(N_ITEMS, size=7, replace=False) for q in range(len(T))])
+    res = AdaCur(28, n_rounds=4, implementation=implementation, device="cpu").fit(R).run(T, candidates=first)
+    want = np.stack([plain_adacur_topk(R, T[q], first[q], 7, 4) for q in range(len(T))])
+    np.testing.assert_array_equal(res.anchors, want)
+    np.testing.assert_array_equal(res.I, np.take_along_axis(want, np.argsort(
+        -np.take_along_axis(T.astype(np.float64), want, axis=1), axis=1, kind="stable"), axis=1))

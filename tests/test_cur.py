@@ -108,3 +108,31 @@ def test_approximation_error_values():
     assert approximation_error(np.array([[3.0, 4.0]]), np.array([[3.0, 0.0]])) == pytest.approx(0.8)
     with pytest.raises(ParameterError, match="The 'M_hat' parameter of approximation_error must be an array of the shape"):
         approximation_error(np.ones((2, 2)), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_float32_scores_with_a_large_offset_are_recovered(seed):
+    # M = rank-5 + 1000 (rank 6), stored in float32: each entry is within half an ulp(1000) = 3.1e-5 of
+    # the exact matrix. With the cut-off taken from float32 (pinv_rtol), CUR reconstructs the held-out
+    # queries to within 4 ulp(1000) = 2.4e-4 (1e-4 of the rank-5 part's spread ≈ 2.2) even in the
+    # square k_q = k_i case; keeping the float64 cut-off on the same float32 values inverts the
+    # rounding noise's singular values (≈ 1e-6 · σ_max) and misses it (measured 5.7e-4 to 1.3e-2).
+    rng = np.random.default_rng(seed)
+    M = (rng.standard_normal((130, 5)) @ rng.standard_normal((5, 400)) + 1000.0).astype(np.float32)
+    ulp = float(np.spacing(np.float32(1000.0)))
+    for k_q, k_i in ((30, 30), (20, 60), (30, 10)):
+        cur = AnnCur(k_i, seed=seed).fit(M[:k_q])
+        assert cur.score_dtype_ == np.float32
+        err = np.abs(cur.transform(M[40:, cur.anchor_items_]) - M[40:]).max()
+        assert err <= 4 * ulp, (k_q, k_i, err)
+    old = AnnCur(30, seed=seed).fit(M[:30].astype(np.float64))  # float64 cut-off on float32 data
+    assert np.abs(old.transform(M[40:, old.anchor_items_]) - M[40:]).max() > 4 * ulp
+
+
+def test_pinv_rtol_uses_the_stored_precision():
+    from xenbench.cur import pinv_rtol
+
+    assert pinv_rtol((30, 100), np.float32) == 100 * float(np.finfo(np.float32).eps)
+    assert pinv_rtol((30, 100)) == 100 * float(np.finfo(np.float64).eps)
+    M = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert oracle_cur(M, np.array([0, 1]), np.array([0, 1])).shape == (3, 4)

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from xenbench.cur import AnnCur, NotFittedError, _check_R_anc, _check_int, pinv_rtol
+from xenbench.cur import AnnCur, NotFittedError, _check_R_anc, _check_int
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, topk_indices
 
@@ -84,6 +84,14 @@ _ORACLES = ("oracle_topk", "oracle_softmax")
 # normal equations lose cond² · eps of accuracy (one refinement step brings it back near cond · eps
 # while cond² · eps ≪ 1), and pinv's singular-value cut-off must decide rank-deficient cases.
 _GRAM_COND_LIMIT = 1e4
+
+
+def _gram_cond_limit(rtol: float) -> float:
+    """cond limit of the "gram" solver for a pinv cut-off ``rtol``: at most ``_GRAM_COND_LIMIT`` and
+    a decade below 1 / rtol, so every query whose singular values pinv would cut (cond > 1 / rtol)
+    goes to pinv even when the Cholesky-diagonal estimate of cond undershoots by up to 10×."""
+    return min(_GRAM_COND_LIMIT, 0.1 / rtol)
+
 # Working-set target of one batched chunk (R_anc[:, I_anc] and its Gram matrix for every query).
 _CHUNK_BYTES = 512 * 2**20
 # The batched "gram" solver keeps the item Gram matrix R_ancᵀ R_anc (float64) up to this size
@@ -288,6 +296,7 @@ class _Plan:
     epsilon: float
     seed: int
     prior_weight: float    # λ of the score mixing (1 − λ)·ŝ + λ·ŝ_prior, [AXN] Eq. 7
+    score_eps: float = float(np.finfo(np.float64).eps)  # eps of R_anc's stored dtype (pinv cut-off)
 
     @property
     def split(self) -> bool:
@@ -298,12 +307,13 @@ class _Plan:
 # reference implementation: one query at a time, numpy, read against Alg. 1-3
 # ==============================================================================================
 def _approx_scores_reference(R_anc: np.ndarray, c_test: np.ndarray, anchors: np.ndarray, prior: np.ndarray | None,
-                             prior_weight: float) -> tuple[np.ndarray, float, float]:
+                             prior_weight: float, score_eps: float) -> tuple[np.ndarray, float, float]:
     """Alg. 2 APPROXScores for one query, mixed with the prior's scores when given ([AXN] Eq. 7);
     returns ŝ (n_items,), seconds in pinv, seconds in matmul."""
     t0 = time.perf_counter()
     intersection = R_anc[:, anchors]  # R_anc[:, I_anc], (k_q, |I_anc|)
-    U = np.linalg.pinv(intersection, rtol=pinv_rtol(intersection.shape))  # line 6, (|I_anc|, k_q)
+    rtol = max(intersection.shape) * score_eps  # pinv_rtol for R_anc's stored dtype
+    U = np.linalg.pinv(intersection, rtol=rtol)  # line 6, (|I_anc|, k_q)
     t1 = time.perf_counter()
     s_hat = (c_test @ U) @ R_anc  # line 7: C_test × U × R_anc, cheapest association first
     if prior is not None:
@@ -380,7 +390,8 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
             if t == 0:
                 s_hat = np.zeros(n_items)  # ŝ^(1) from an empty anchor set
             else:
-                s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight)
+                s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight,
+                                                                    plan.score_eps)
                 rec.time_pinv += t_pinv
                 rec.time_matmul += t_mm
             if q == trace_query:
@@ -404,7 +415,8 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
         items, item_scores = anchors, c_test
         if plan.split or want_approx:
             rec = records[-1] if plan.split else records[n_rounds - 1]
-            s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight)
+            s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight,
+                                                                    plan.score_eps)
             rec.time_pinv += t_pinv
             rec.time_matmul += t_mm
             if want_approx:
@@ -462,7 +474,8 @@ def _topk_stable(keys: torch.Tensor, k: int) -> torch.Tensor:
     return idx.gather(1, order)
 
 
-def _solve_weights(Xt: torch.Tensor, c: torch.Tensor, solver: str) -> torch.Tensor:
+def _solve_weights(Xt: torch.Tensor, c: torch.Tensor, solver: str,
+                   score_eps: float = float(np.finfo(np.float64).eps)) -> torch.Tensor:
     """Query weights w = C_test · pinv(R_anc[:, I_anc]) for a batch of queries (Alg. 2 line 6 · C_test).
 
     This is the general path: the batched "gram" solver prefers :func:`_approx_scores_item_gram`,
@@ -480,14 +493,16 @@ def _solve_weights(Xt: torch.Tensor, c: torch.Tensor, solver: str) -> torch.Tens
         "gram": Cholesky of the smaller Gram matrix (a×a or k_q×k_q) with one step of iterative
         refinement (corrected semi-normal equations); equal to pinv when R_anc[:, I_anc] has full
         rank. Queries whose Cholesky fails or whose estimated condition number exceeds
-        ``_GRAM_COND_LIMIT`` are recomputed with pinv, whose cut-off then decides the rank.
+        :func:`_gram_cond_limit` are recomputed with pinv, whose cut-off then decides the rank.
+    score_eps : float
+        eps of the stored dtype of R_anc; the pinv cut-off is ``max(k_q, a) * score_eps``.
 
     Returns
     -------
     w : Tensor of shape (nq, k_q)
     """
     a, k_q = Xt.shape[1], Xt.shape[2]
-    rtol = pinv_rtol((k_q, a))
+    rtol = max(k_q, a) * score_eps  # pinv_rtol((k_q, a), stored dtype)
     if solver == "pinv":
         return (torch.linalg.pinv(Xt, rtol=rtol) @ c.unsqueeze(-1)).squeeze(-1)
     X = Xt.mT  # (nq, k_q, a) = R_anc[:, I_anc]
@@ -507,7 +522,7 @@ def _solve_weights(Xt: torch.Tensor, c: torch.Tensor, solver: str) -> torch.Tens
         w = w + _cholesky_solve(L, apply(X, c - apply(Xt, w)))
     diag = L.diagonal(dim1=-2, dim2=-1).abs()
     cond_estimate = diag.max(dim=1).values / diag.min(dim=1).values  # ≈ cond(X) (cond(Gram) = cond(X)²)
-    bad = (info != 0) | ~(cond_estimate <= _GRAM_COND_LIMIT) | ~torch.isfinite(w).all(dim=1)
+    bad = (info != 0) | ~(cond_estimate <= _gram_cond_limit(rtol)) | ~torch.isfinite(w).all(dim=1)
     if bool(bad.any()):
         rows = bad.nonzero().squeeze(1)
         w[rows] = apply(torch.linalg.pinv(Xt[rows], rtol=rtol), c[rows])
@@ -521,13 +536,15 @@ class _DeviceIndex:
     R: torch.Tensor         # R_anc, (k_q, n_items)
     RT: torch.Tensor        # R_ancᵀ, contiguous, (n_items, k_q): gathers R_anc[:, I_anc]ᵀ per query
     K: torch.Tensor | None  # R_ancᵀ R_anc, (n_items, n_items), or None when over _ITEM_GRAM_BYTES
+    score_eps: float = float(np.finfo(np.float64).eps)  # eps of R_anc's stored dtype (pinv cut-off)
 
     @classmethod
-    def build(cls, R_anc: np.ndarray, device: torch.device) -> "_DeviceIndex":
+    def build(cls, R_anc: np.ndarray, device: torch.device,
+              score_eps: float = float(np.finfo(np.float64).eps)) -> "_DeviceIndex":
         R = torch.from_numpy(R_anc).to(device)
         n_items = R.shape[1]
         K = R.T @ R if 8 * n_items**2 <= _ITEM_GRAM_BYTES else None
-        return cls(R, R.T.contiguous(), K)
+        return cls(R, R.T.contiguous(), K, float(score_eps))
 
 
 class _AnchorState:
@@ -609,7 +626,8 @@ class _AnchorState:
         self.diag_min = torch.minimum(self.diag_min, diag.amin(dim=1))
         # A singular or ill-conditioned leading block stays so as anchors are added (interlacing),
         # so a query that fails once keeps using the pinv path.
-        self.ok &= (info == 0) & (self.diag_max <= _GRAM_COND_LIMIT * self.diag_min) & torch.isfinite(Li22).all(dim=(1, 2))
+        limit = _gram_cond_limit(max(self.index.R.shape[0], a1) * self.index.score_eps)
+        self.ok &= (info == 0) & (self.diag_max <= limit * self.diag_min) & torch.isfinite(Li22).all(dim=(1, 2))
         self.factored = a1
 
     def approx_scores(self, solver: str) -> tuple[torch.Tensor, float, float]:
@@ -630,7 +648,7 @@ class _AnchorState:
             t_solve += t_factor
         else:
             t0 = time.perf_counter()
-            w = _solve_weights(index.RT[A], c, solver)  # RT[A] = R_anc[:, I_anc]ᵀ, (nq, a, k_q)
+            w = _solve_weights(index.RT[A], c, solver, index.score_eps)  # RT[A] = R_anc[:, I_anc]ᵀ, (nq, a, k_q)
             _sync(device)
             t1 = time.perf_counter()
             s_hat = torch.mm(w, index.R, out=self.s_hat)  # one GEMM (nq, k_q) × (k_q, n_items) for all queries
@@ -688,7 +706,7 @@ def _approx_scores_item_gram(index: _DeviceIndex, A: torch.Tensor, c: torch.Tens
         s_hat[rows] += _weights(index, A[rows], dy) @ R
     if not bool(ok.all()):
         rows = (~ok).nonzero().squeeze(1)
-        s_hat[rows] = _solve_weights(RT[A[rows]], c[rows], "pinv") @ R
+        s_hat[rows] = _solve_weights(RT[A[rows]], c[rows], "pinv", index.score_eps) @ R
     _sync(device)
     return s_hat, t1 - t0 + time.perf_counter() - t2, t2 - t1
 
@@ -876,7 +894,8 @@ class AdaCur:
         Alg. 3 strategy, or a §3.2 oracle (module docstring).
     first_round : {"auto", "random", "sampler"}, default "auto"
         How round 1 is chosen when no ``candidates`` are given: "random" (Alg. 1, §2.2); "sampler"
-        (use the sampler; only meaningful for the oracles, since ŝ ≡ 0 before any anchor);
+        (use the sampler; allowed only with the oracle samplers, since ŝ ≡ 0 before any anchor and
+        TopK would give every query items 0..k_s−1: a ParameterError otherwise);
         "auto" = "sampler" for the oracle samplers, "random" otherwise.
     temperature : float, default 1.0
         Softmax temperature τ of the softmax samplers (keys ŝ / τ).
@@ -908,6 +927,8 @@ class AdaCur:
     ----------
     R_anc_ : ndarray of shape (k_q, n_items), float64
         Scores of the anchor queries Q_anc on all items (the offline index).
+    plan_.score_eps : float
+        eps of R_anc's dtype as given (e.g. float32): the pinv cut-off is max(k_q, |I_anc|) · eps.
     n_items_ : int
         |I|.
 
@@ -946,7 +967,7 @@ class AdaCur:
         self.batch_size = batch_size
 
     # -- parameters --------------------------------------------------------------------------
-    def _plan(self, n_items: int) -> _Plan:
+    def _plan(self, n_items: int, score_dtype: np.dtype | type = np.float64) -> _Plan:
         owner = type(self).__name__
         budget = _check_int(self.budget, "budget", 1, n_items, owner, "n_items")
         k_i = budget if self.n_anchor_items is None else _check_int(
@@ -959,6 +980,12 @@ class AdaCur:
         first = self.first_round
         if first == "auto":
             first = "sampler" if self.sampler in _ORACLES else "random"
+        if first == "sampler" and self.sampler not in _ORACLES:
+            # Before any anchor ŝ ≡ 0, so TopK would give every query items 0..k_s−1 (and SoftMax
+            # / Random would just be a uniform draw): only an oracle sampler can choose round 1.
+            raise ParameterError("first_round", f"'random' or 'auto' with sampler={self.sampler!r} ('sampler' "
+                                 f"needs an oracle sampler {_ORACLES}: before any anchor the approximate "
+                                 "scores are all 0)", self.first_round, owner)
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not self.temperature > 0:
             raise ParameterError("temperature", "a float > 0", self.temperature, owner)
         k_m = _check_int(self.oracle_k_m, "oracle_k_m", 0, n_items - k_i, owner, "n_items - n_anchor_items")
@@ -977,7 +1004,8 @@ class AdaCur:
         if self.batch_size is not None:
             _check_int(self.batch_size, "batch_size", 1, 2**62, owner, "inf")
         return _Plan(budget, k_i, tuple(round_sizes(k_i, n_rounds)), self.sampler, first,
-                     float(self.temperature), k_m, float(eps), int(self.seed), float(lam))
+                     float(self.temperature), k_m, float(eps), int(self.seed), float(lam),
+                     float(np.finfo(np.dtype(score_dtype)).eps))
 
     def _torch_device(self) -> torch.device:
         if self.device is None:
@@ -1002,7 +1030,7 @@ class AdaCur:
         self : AdaCur
         """
         R_anc = _check_R_anc(R_anc, type(self).__name__)
-        self.plan_ = self._plan(R_anc.shape[1])
+        self.plan_ = self._plan(R_anc.shape[1], R_anc.dtype)  # R_anc's dtype sets the pinv cut-off
         self.R_anc_ = R_anc.astype(np.float64)
         self.n_items_ = R_anc.shape[1]
         self._device_cache: dict[str, _DeviceIndex] = {}
@@ -1012,7 +1040,7 @@ class AdaCur:
         """The offline index on ``device``, built on first use (query-independent, like E_I in ANNCUR)."""
         key = str(device)
         if key not in self._device_cache:
-            self._device_cache[key] = _DeviceIndex.build(self.R_anc_, device)
+            self._device_cache[key] = _DeviceIndex.build(self.R_anc_, device, self.plan_.score_eps)
         return self._device_cache[key]
 
     def run(self, scores: np.ndarray | BudgetCounter, *, candidates: np.ndarray | None = None,

@@ -31,13 +31,23 @@ class NotFittedError(XenbenchError, AttributeError):
     """An estimator was used before ``fit``."""
 
 
-def pinv_rtol(shape: tuple[int, ...]) -> float:
-    """Relative singular-value cut-off ``max(m, n) * eps(float64)`` used for every pinv here.
+def pinv_rtol(shape: tuple[int, ...], dtype: np.dtype | type = np.float64) -> float:
+    """Relative singular-value cut-off ``max(m, n) * eps(dtype)`` used for every pinv here.
 
-    Fixed explicitly (NumPy's and PyTorch's defaults differ) so that the numpy reference and the
-    batched torch code of ADACUR drop exactly the same singular values.
+    ``dtype`` is the precision the scores were *stored* in (R_anc's dtype as given to ``fit``), not
+    the float64 the algebra runs in: float32 scores carry relative noise of order eps(float32) =
+    1.2e-7, so singular values below ``max(m, n) * eps(float32) * σ_max`` are rounding noise of the
+    stored scores, and inverting them would amplify that noise by up to 1/eps(float64) instead of
+    1/eps(float32) (the usual numerical-rank rule, e.g. NumPy's ``matrix_rank`` default, applied
+    to the input precision). Fixed explicitly (NumPy's and PyTorch's defaults differ) so that the
+    numpy reference and the batched torch code of ADACUR drop exactly the same singular values.
+
+    Examples
+    --------
+    >>> bool(pinv_rtol((3, 10), np.float32) == 10 * float(np.finfo(np.float32).eps))
+    True
     """
-    return float(max(shape[-2:]) * np.finfo(np.float64).eps)
+    return float(max(shape[-2:]) * np.finfo(np.dtype(dtype)).eps)
 
 
 def _check_R_anc(R_anc: object, owner: str) -> np.ndarray:
@@ -97,6 +107,8 @@ class AnnCur:
         E_I = U · R_anc; column i is the latent embedding of item i.
     n_items_ : int
         |I|.
+    score_dtype_ : numpy dtype
+        dtype of R_anc as given; its eps sets the pinv cut-off (:func:`pinv_rtol`).
 
     References
     ----------
@@ -144,7 +156,9 @@ class AnnCur:
         -------
         self : AnnCur
         """
-        R_anc = _check_R_anc(R_anc, type(self).__name__).astype(np.float64)
+        R_anc = _check_R_anc(R_anc, type(self).__name__)
+        self.score_dtype_ = R_anc.dtype  # stored precision: sets the pinv cut-off (pinv_rtol)
+        R_anc = R_anc.astype(np.float64)
         anchors = self._validated_anchor_items(R_anc.shape[1])
         k_q, k_i = R_anc.shape[0], anchors.size
         if k_q == k_i:
@@ -152,7 +166,7 @@ class AnnCur:
                            "(ANNCUR §B.2); expect a large approximation error", k_q)
         intersection = R_anc[:, anchors]  # R_anc[:, I_anc], shape (k_q, k_i)
         self.anchor_items_ = anchors
-        self.U_ = np.linalg.pinv(intersection, rtol=pinv_rtol(intersection.shape))  # (k_i, k_q)
+        self.U_ = np.linalg.pinv(intersection, rtol=pinv_rtol(intersection.shape, self.score_dtype_))  # (k_i, k_q)
         self.item_embeddings_ = self.U_ @ R_anc  # E_I, (k_i, n_items)
         self.n_items_ = R_anc.shape[1]
         return self
@@ -230,11 +244,12 @@ def oracle_cur(M: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     if M.ndim != 2 or not np.issubdtype(M.dtype, np.floating):
         raise ParameterError("M", "a float array of shape (n_queries, n_items)",
                              f"{M.dtype} array of shape {M.shape}", "oracle_cur")
+    dtype = M.dtype  # stored precision sets the pinv cut-off (pinv_rtol)
     M = M.astype(np.float64)
     rows = check_item_indices(rows, M.shape[0], "rows", "oracle_cur", bound="n_queries")
     cols = check_item_indices(cols, M.shape[1], "cols", "oracle_cur")
     C, R = M[:, cols], M[rows, :]
-    U = np.linalg.pinv(C, rtol=pinv_rtol(C.shape)) @ M @ np.linalg.pinv(R, rtol=pinv_rtol(R.shape))
+    U = np.linalg.pinv(C, rtol=pinv_rtol(C.shape, dtype)) @ M @ np.linalg.pinv(R, rtol=pinv_rtol(R.shape, dtype))
     return C @ U @ R
 
 
