@@ -106,9 +106,11 @@ class Axn:
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
             raise ParameterError("lam", "a float in [0, 1]", lam, owner)
         self.V_ = V.astype(np.float64)
+        # Fitted on Vᵀ in V's own dtype: the engine computes in float64 but takes its pinv cut-off
+        # from the precision V was stored in (xenbench.cur.pinv_rtol).
         self.engine_ = AdaCur(self.budget, n_rounds=self.n_rounds, sampler="topk", first_round="random",
                               seed=self.seed, prior_weight=float(lam), implementation=self.implementation,
-                              device=self.device, batch_size=self.batch_size).fit(self.V_.T)
+                              device=self.device, batch_size=self.batch_size).fit(V.T)
         return self
 
     def run(self, scores: np.ndarray | BudgetCounter, *, u_param: np.ndarray | None = None,
@@ -125,7 +127,12 @@ class Axn:
             scores: see :func:`prior_scale`); required when ``lam > 0``.
         candidates : int ndarray of shape (nq, >= k_s), optional
             A retriever's ranking; round 1 takes its first k_s items instead of random ones.
-        query_ids, trace_query, return_approx
+        query_ids : int ndarray of shape (nq,), optional
+            Global ids (rows of the full score matrix) of the test queries: the random first round of
+            a query is keyed by (seed, its id, round), so the same query gets the same first round in
+            any subset. Default ``arange(nq)`` (position in this call): pass the ids whenever the
+            queries are a subset.
+        trace_query, return_approx
             As in :meth:`xenbench.adacur.AdaCur.run`.
 
         Returns
@@ -203,7 +210,8 @@ def prior_scale(ce_scores: np.ndarray, prior_scores: np.ndarray) -> float:
 # ==============================================================================================
 def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas: Sequence[float],
                  budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100), *, n_rounds: int = 5,
-                 candidates: np.ndarray | None = None, method: str = "AXN", seed: int = 0) -> pd.DataFrame:
+                 candidates: np.ndarray | None = None, method: str = "AXN", seed: int = 0,
+                 query_ids: np.ndarray | None = None, per_query: bool = False) -> pd.DataFrame:
     """Top-k-Recall of AXN for every λ and budget B_CE: one run of all queries per (λ, B_CE).
 
     Parameters
@@ -228,24 +236,38 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
         Label of the ``method`` column.
     seed : int
         Seed of the random first round.
+    query_ids : int ndarray of shape (nq,), optional
+        Global ids (rows of the full score matrix) of the queries of ``M_test``; the random first
+        round is keyed by them (see :meth:`Axn.run`). Default ``arange(nq)``.
+    per_query : bool, default False
+        Also return one row per (λ, B_CE, k, query) in a second frame (for paired tests).
 
     Returns
     -------
     DataFrame
         Columns ``method``, ``lam``, ``budget``, ``k``, ``recall`` (mean over queries), ``recall_se``
-        (its standard error) and ``n_test_queries``.
+        (its standard error) and ``n_test_queries``. With ``per_query=True``, a tuple of it and a
+        frame with columns ``method``, ``lam``, ``budget``, ``k``, ``query``, ``recall``.
     """
-    rows = []
+    rows, per_rows = [], []
+    qids = np.arange(np.asarray(M_test).shape[0]) if query_ids is None else np.asarray(query_ids)
     for budget in budgets:
         for lam in lambdas:
             axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device="cpu").fit(V)
-            result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates)
+            result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates, query_ids=query_ids)
             for k in (k for k in k_values if k <= budget):
                 r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
                 recall, se = mean_se(r)
                 rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k), "recall": recall,
                              "recall_se": se, "n_test_queries": int(r.size)})
-    return pd.DataFrame(rows)
+                if per_query:
+                    per_rows.append(pd.DataFrame({"method": method, "lam": float(lam), "budget": int(budget),
+                                                  "k": int(k), "query": qids.astype(np.int64), "recall": r}))
+    summary = pd.DataFrame(rows)
+    if per_query:
+        return summary, (pd.concat(per_rows, ignore_index=True) if per_rows else pd.DataFrame(
+            columns=["method", "lam", "budget", "k", "query", "recall"]))
+    return summary
 
 
 def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_rounds: int = 5, lam: float = 0.0,
