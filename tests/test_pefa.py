@@ -1,8 +1,10 @@
 """PEFA-XS (Eq. 8) and PEFA-XL (Eq. 6) against brute-force scoring, the λ = 1 limit, HNSW against exact
-search, the relevance matrix of the bundled labels, and Recall@k on hand-checkable cases."""
+search, the relevance matrix of the bundled labels, Recall@k on hand-checkable cases, seen/unseen golds, per-query
+gains over the DE per subset, and the generated findings of notebook 05."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
@@ -10,7 +12,8 @@ from xenbench.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import label_recall
 from xenbench.experiments import select_lambda
-from xenbench.pefa import PefaXL, PefaXS, label_coverage, lambda_sweep, relevance_matrix
+from xenbench.pefa import (PefaXL, PefaXS, across_seeds, choose_on_dev, evaluate_per_query, gain_by_seen_share,
+                           label_coverage, lambda_sweep, relevance_matrix, seen_golds, subset_gains)
 from xenbench.plots import recall_vs_lambda_lines
 
 N_ITEMS, M_TRAIN, D = 120, 80, 16
@@ -138,3 +141,114 @@ def test_errors(problem):
         PefaXL(n_neighbors=M_TRAIN + 1).fit(P, Q, Y)
     with pytest.raises(NotFittedError):
         PefaXL().search(T, 3)
+
+
+def test_seen_golds_by_hand():
+    # Items 0..4; training queries labelled with items 0 and 3 (item 3 twice).
+    Y_train = sp.csr_matrix(np.array([[1, 0, 0, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 0]]))
+    Y_eval = sp.csr_matrix(np.array([
+        [0, 0, 0, 1, 0],  # seen
+        [0, 1, 0, 0, 0],  # unseen
+        [0, 0, 0, 0, 0],  # no gold: left out, as label_recall leaves it out
+        [0, 0, 1, 0, 1],  # unseen (two golds, neither labelled)
+        [1, 0, 0, 0, 1],  # seen through item 0
+    ]))
+    np.testing.assert_array_equal(seen_golds(Y_train, Y_eval), [True, False, False, True])
+    assert label_coverage(Y_train, Y_eval) == pytest.approx(0.5)
+    with pytest.raises(ParameterError, match="Y_eval"):
+        seen_golds(Y_train, Y_eval[:, :3])
+
+
+def test_per_query_gains_by_hand_and_subset_recalls_weight_to_the_overall(problem):
+    P, Q, Y, T = problem
+    Y_eval = sp.lil_matrix((30, N_ITEMS))
+    rng = np.random.default_rng(1)
+    labelled = np.flatnonzero(np.asarray(Y.sum(axis=0)).ravel() > 0)
+    unlabelled = np.setdiff1d(np.arange(N_ITEMS), labelled)
+    for r in range(30):  # 2/3 of the eval golds seen, 1/3 unseen
+        Y_eval[r, Y[r].indices[0] if r % 3 else rng.choice(unlabelled)] = 1
+    Y_eval = Y_eval.tocsr()
+    chosen = pd.DataFrame({"method": ["PEFA-XS", "PEFA-XL", "PEFA-XS"], "k": [1, 5, 5], "lam": [0.5, 0.3, 0.5],
+                           "n_neighbors": [0, 4, 0]})
+    per_query = evaluate_per_query(P, Q, Y, T, Y_eval, chosen)
+    assert len(per_query) == 3 * 30
+    seen = seen_golds(Y, Y_eval)
+    np.testing.assert_array_equal(seen, np.arange(30) % 3 != 0)
+    # Each row's recall equals a direct search of its model; de_recall the DE's (λ = 1) on the same query.
+    _, I_xl = PefaXL(0.3, 4).fit(P, Q, Y).search(T, 5)
+    _, I_de = PefaXS(1.0).fit(P, Q, Y).search(T, 5)
+    xl = per_query[per_query["method"] == "PEFA-XL"]
+    np.testing.assert_allclose(xl["recall"], label_recall(I_xl, Y_eval, 5, per_query=True))
+    np.testing.assert_allclose(xl["de_recall"], label_recall(I_de, Y_eval, 5, per_query=True))
+    gains = subset_gains(per_query).set_index(["method", "k", "subset"])
+    for method, k in (("PEFA-XS", 1), ("PEFA-XL", 5), ("PEFA-XS", 5)):
+        a, s_, u = (gains.loc[(method, k, sub)] for sub in ("all", "seen", "unseen"))
+        assert (s_["n"], u["n"], s_["share"] + u["share"]) == (20, 10, pytest.approx(1.0))
+        for col in ("recall", "de_recall", "gain"):  # overall = share-weighted mean of the subsets
+            assert a[col] == pytest.approx(s_["share"] * s_[col] + u["share"] * u[col])
+        d = per_query[(per_query["method"] == method) & (per_query["k"] == k)]
+        d = (d["recall"] - d["de_recall"]).to_numpy()[seen]
+        assert s_["gain"] == pytest.approx(d.mean()) and s_["gain_se"] == pytest.approx(d.std(ddof=1) / np.sqrt(20))
+
+
+def test_choose_on_dev_and_across_seeds():
+    sweep = pd.DataFrame({
+        "method": ["PEFA-XS"] * 3 + ["PEFA-XL k=4"] * 3 + ["PEFA-XL k=8"] * 3,
+        "lam": [0.0, 0.5, 1.0] * 3, "k": [1] * 9,
+        "recall": [0.2, 0.4, 0.4, 0.1, 0.3, 0.2, 0.1, 0.35, 0.3]})
+    chosen = choose_on_dev(sweep).set_index("method")
+    assert chosen.loc["PEFA-XS", "lam"] == 0.5 and chosen.loc["PEFA-XS", "n_neighbors"] == 0  # tie: smaller λ
+    assert (chosen.loc["PEFA-XL", "lam"], chosen.loc["PEFA-XL", "n_neighbors"]) == (0.5, 8)
+    gains = pd.DataFrame({"split": "random", "method": "PEFA-XS", "k": 1, "subset": "all", "seed": [0, 1, 2],
+                          "share": 1.0, "n": 10, "recall": 0.5, "de_recall": 0.4, "gain": [0.1, 0.2, -0.03],
+                          "gain_se": [0.03, 0.04, 0.0]})
+    row = across_seeds(gains).iloc[0]
+    assert row["gain"] == pytest.approx(0.09) and row["gain_sd"] == pytest.approx(np.std([0.1, 0.2, -0.03], ddof=1))
+    assert row["gain_se"] == pytest.approx(np.sqrt((0.03 ** 2 + 0.04 ** 2) / 3)) and row["seeds_positive"] == 2
+    assert (row["gain_min"], row["gain_max"], row["n_seeds"]) == (-0.03, 0.2, 3)
+
+
+def _summary(gain_seen: float, gain_unseen: float, share_random: float) -> dict:
+    """Results of notebook 05 by hand: 2 seeds, one method, k = 1; by_item has only seen golds."""
+    rows, cov = [], []
+    for seed in (0, 1):
+        for split, share in (("random", share_random), ("by_item", 1.0)):
+            cov.append({"split": split, "seed": seed, "train": 100, "dev": 40, "test": 40, "seen_dev": share,
+                        "seen_test": share})
+            subsets = [("seen", share, gain_seen), ("unseen", 1 - share, gain_unseen)]
+            subsets = [s for s in subsets if s[1] > 0]
+            subsets.insert(0, ("all", 1.0, sum(sh * g for _, sh, g in subsets)))
+            rows += [{"split": split, "seed": seed, "method": "PEFA-XS", "k": 1, "lam": 0.5, "n_neighbors": 0,
+                      "subset": sub, "n": round(40 * sh), "share": sh, "recall": 0.5, "de_recall": 0.5 - g,
+                      "gain": g, "gain_se": 0.01, "p_value": 0.01} for sub, sh, g in subsets]
+    gains = pd.DataFrame(rows)
+    return {"coverage": cov, "gains": rows, "summary": across_seeds(gains).to_dict("records")}
+
+
+def test_findings_follow_the_numbers():
+    from xenbench.findings import lines
+
+    text = lines("05_pefa_lambda", _summary(0.10, -0.04, 0.2))
+    joined = "\n".join(text)
+    assert "**random split**: 20.0% of test queries" in joined and "**by_item split**: 100.0%" in joined
+    random_line = next(t for t in text if t.startswith("random split, PEFA-XS"))
+    # overall 0.2 · 10 − 0.8 · 4 = −1.2 points: loses (SE 1 point); seen +10 beats; unseen −4 loses.
+    assert "overall Recall@1 is level with the DE (-1.2 ± 1.0, 0/2 seeds > 0)" in random_line
+    assert "on seen golds Recall@1 beats the DE (+10.0" in random_line
+    assert "on unseen golds Recall@1 loses to the DE (-4.0" in random_line
+    by_item = next(t for t in text if t.startswith("by_item split, PEFA-XS"))
+    assert "overall Recall@1 beats the DE (+10.0" in by_item and "on unseen golds: no test queries" in by_item
+    assert any("PEFA-XS's Recall@1 gain rises from -1.2 to +10.0 points" in t for t in text)
+    # Flip the numbers: PEFA now hurts seen golds, so the in-domain split's gain falls.
+    flipped = "\n".join(lines("05_pefa_lambda", _summary(-0.10, 0.0, 0.5)))
+    assert "overall Recall@1 loses to the DE (-10.0" in flipped and "gain falls from -5.0 to -10.0 points" in flipped
+    assert "beats" not in flipped
+
+
+def test_gain_by_seen_share_figure():
+    summary = pd.DataFrame(_summary(0.10, -0.04, 0.2)["summary"])
+    fig = gain_by_seen_share(summary, k=1)
+    assert len(fig.data) == 2  # one line per regime and method
+    random = next(tr for tr in fig.data if "random" in tr.name)
+    np.testing.assert_allclose(random.x, [0.0, 0.2, 1.0])
+    np.testing.assert_allclose(random.y, [-4.0, -1.2, 10.0])

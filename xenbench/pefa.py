@@ -36,7 +36,8 @@ from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
 from xenbench.metrics import label_recall, mean_se
 
-__all__ = ["PefaXL", "PefaXS", "label_coverage", "lambda_sweep", "relevance_matrix"]
+__all__ = ["PefaXL", "PefaXS", "across_seeds", "choose_on_dev", "evaluate_per_query", "gain_by_seen_share",
+           "label_coverage", "lambda_sweep", "relevance_matrix", "seen_golds", "subset_gains", "tune_and_test"]
 
 INDEXES = ("flat", "hnsw")
 
@@ -57,16 +58,28 @@ def relevance_matrix(dataset, query_rows: Sequence[int], item_rows: Sequence[int
     return sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(query_rows), len(items)))
 
 
-def label_coverage(Y_train: sp.spmatrix, Y_eval: sp.spmatrix) -> float:
-    """Share of eval queries (with a relevant item) that have a relevant item labelled for some training query.
+def seen_golds(Y_train: sp.spmatrix, Y_eval: sp.spmatrix) -> np.ndarray:
+    """For each eval query with a relevant item (the queries :func:`~xenbench.metrics.label_recall` keeps, in
+    order): whether one of its relevant items is labelled for some training query (its gold is *seen*).
 
-    Only such queries can gain from the kNN model: items without training queries get f_kNN = 0.
+    Only such queries can gain from the kNN model: items without training queries get f_kNN = 0 (Eq. 6)
+    and Π(0) = 0 (Eq. 8).
+
+    >>> seen_golds(sp.csr_matrix([[1, 0, 0]]), sp.csr_matrix([[0, 1, 0], [0, 0, 0], [1, 0, 1]]))
+    array([False,  True])
     """
-    labelled = np.asarray(sp.csr_matrix(Y_train).sum(axis=0)).reshape(-1) > 0
-    Y_eval = sp.csr_matrix(Y_eval)
+    Y_train, Y_eval = sp.csr_matrix(Y_train), sp.csr_matrix(Y_eval)
+    if Y_train.shape[1] != Y_eval.shape[1]:
+        raise ParameterError("Y_eval", f"{Y_train.shape[1]} item columns like Y_train", Y_eval.shape[1], "seen_golds")
+    labelled = np.asarray(Y_train.sum(axis=0)).reshape(-1) > 0
     has = np.diff(Y_eval.indptr) > 0
     covered = np.asarray(Y_eval[:, labelled].sum(axis=1)).reshape(-1) > 0
-    return float(covered[has].mean())
+    return covered[has]
+
+
+def label_coverage(Y_train: sp.spmatrix, Y_eval: sp.spmatrix) -> float:
+    """Share of eval queries (with a relevant item) whose gold is seen (:func:`seen_golds`)."""
+    return float(seen_golds(Y_train, Y_eval).mean())
 
 
 def _unit_rows(X: object, name: str, owner: str) -> np.ndarray:
@@ -251,3 +264,179 @@ def lambda_sweep(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix, Q_eva
                 rows.append({"method": name, "lam": float(lam), "k": int(k), "recall": recall, "recall_se": se,
                              "n_test_queries": int(r.size)})
     return pd.DataFrame(rows)
+
+
+# -- tuned on dev, reported per test query: seen and unseen golds ----------------------------------------------------
+
+def _model(method: str, lam: float, n_neighbors: int, index: str) -> PefaXS | PefaXL:
+    return PefaXS(lam, index=index) if method == "PEFA-XS" else PefaXL(lam, n_neighbors, index=index)
+
+
+def choose_on_dev(sweep_dev: pd.DataFrame) -> pd.DataFrame:
+    """The setting of each method per Recall@k cut-off chosen on dev queries (a :func:`lambda_sweep`).
+
+    PEFA-XS: the λ with the best dev recall; PEFA-XL: the (k of NN, λ) pair with the best dev recall (ties:
+    smaller λ, then fewer neighbours).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method`` ("PEFA-XS", "PEFA-XL"), ``k``, ``lam``, ``n_neighbors`` (0 for XS) and
+        ``dev_recall``.
+    """
+    df = sweep_dev.copy()
+    df["n_neighbors"] = df["method"].str.extract(r"k=(\d+)", expand=False).fillna("0").astype(int)
+    df["method"] = np.where(df["method"].str.startswith("PEFA-XL"), "PEFA-XL", df["method"])
+    df = df.sort_values(["method", "k", "recall", "lam", "n_neighbors"], ascending=[True, True, False, True, True])
+    best = df.groupby(["method", "k"], sort=False).head(1)
+    return (best[["method", "k", "lam", "n_neighbors", "recall"]].rename(columns={"recall": "dev_recall"})
+            .sort_values(["method", "k"]).reset_index(drop=True))
+
+
+def evaluate_per_query(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix, Q_eval: np.ndarray,
+                       Y_eval: sp.spmatrix, chosen: pd.DataFrame, *, index: str = "flat") -> pd.DataFrame:
+    """Recall@k of every eval query (with a relevant item) for each ``chosen`` setting and for the DE alone.
+
+    Parameters
+    ----------
+    chosen : DataFrame
+        Rows of :func:`choose_on_dev`: ``method``, ``k``, ``lam``, ``n_neighbors``.
+
+    Returns
+    -------
+    DataFrame
+        One row per (setting, eval query): ``method``, ``k``, ``lam``, ``n_neighbors``, ``query`` (position among
+        the eval queries with a relevant item), ``seen`` (:func:`seen_golds`), ``recall`` and ``de_recall`` (the
+        DE, λ = 1, on the same query: a paired comparison).
+    """
+    k_max = int(chosen["k"].max())
+    seen = seen_golds(Y_train, Y_eval)
+    _, I_de = PefaXS(1.0, index=index).fit(P, Q_train, Y_train).search(Q_eval, k_max)
+    searched: dict[tuple[str, float, int], np.ndarray] = {}
+    frames = []
+    for row in chosen.itertuples(index=False):
+        key = (row.method, float(row.lam), int(row.n_neighbors))
+        if key not in searched:
+            searched[key] = _model(row.method, *key[1:], index).fit(P, Q_train, Y_train).search(Q_eval, k_max)[1]
+        k = int(row.k)
+        r = label_recall(searched[key], Y_eval, k, per_query=True)
+        frames.append(pd.DataFrame({
+            "method": row.method, "k": k, "lam": float(row.lam), "n_neighbors": int(row.n_neighbors),
+            "query": np.arange(r.size), "seen": seen, "recall": r,
+            "de_recall": label_recall(I_de, Y_eval, k, per_query=True)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def subset_gains(per_query: pd.DataFrame) -> pd.DataFrame:
+    """Recall and gain over the DE on all eval queries and on those whose gold is seen / unseen in training.
+
+    The gain is the mean of the per-query differences recall − de_recall (paired); ``gain_se`` is its
+    standard error and ``p_value`` the two-sided paired t-test (NaN below 2 queries or when every
+    difference is 0). ``share`` is the subset's share of the eval queries, so the overall recall is the
+    share-weighted mean of the seen and unseen recalls.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, ``k``, ``lam``, ``n_neighbors``, ``subset`` ("all", "seen", "unseen"), ``n``,
+        ``share``, ``recall``, ``de_recall``, ``gain``, ``gain_se``, ``p_value``.
+    """
+    from scipy import stats
+
+    rows = []
+    for (method, k, lam, nn), g in per_query.groupby(["method", "k", "lam", "n_neighbors"], sort=False):
+        for subset, mask in (("all", np.ones(len(g), bool)), ("seen", g["seen"].to_numpy(bool)),
+                             ("unseen", ~g["seen"].to_numpy(bool))):
+            sub = g[mask]
+            d = (sub["recall"] - sub["de_recall"]).to_numpy(np.float64)
+            row = {"method": method, "k": int(k), "lam": float(lam), "n_neighbors": int(nn), "subset": subset,
+                   "n": int(d.size), "share": float(d.size / len(g))}
+            if d.size:
+                gain, se = mean_se(d)
+                p = float(stats.ttest_1samp(d, 0.0).pvalue) if d.size > 1 and np.any(d != d[0]) else float("nan")
+                row.update(recall=float(sub["recall"].mean()), de_recall=float(sub["de_recall"].mean()), gain=gain,
+                           gain_se=se, p_value=p)
+            else:
+                row.update(recall=np.nan, de_recall=np.nan, gain=np.nan, gain_se=np.nan, p_value=np.nan)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def across_seeds(gains: pd.DataFrame, by: Sequence[str] = ("split", "method", "k", "subset")) -> pd.DataFrame:
+    """Mean over split seeds of :func:`subset_gains` rows (with a ``seed`` column), and their spread.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``by``, ``n_seeds``, ``share``, ``n`` (means), ``recall``, ``de_recall``, ``gain`` (means over
+        seeds), ``gain_sd`` (standard deviation over seeds, 0 for one seed), ``gain_min``, ``gain_max``,
+        ``gain_se`` (root mean square of the per-seed paired standard errors: the noise of one split) and
+        ``seeds_positive`` (seeds with gain > 0).
+    """
+    by = list(by)
+    g = gains.dropna(subset=["gain"]).groupby(by, sort=False)
+    out = g.agg(n_seeds=("seed", "nunique"), share=("share", "mean"), n=("n", "mean"), recall=("recall", "mean"),
+                de_recall=("de_recall", "mean"), gain=("gain", "mean"), gain_min=("gain", "min"),
+                gain_max=("gain", "max"))
+    out["gain_sd"] = g["gain"].std(ddof=1).fillna(0.0)
+    out["gain_se"] = g["gain_se"].apply(lambda s: float(np.sqrt(np.mean(np.square(s)))))
+    out["seeds_positive"] = g["gain"].apply(lambda s: int((s > 0).sum()))
+    return out.reset_index()
+
+
+def gain_by_seen_share(summary: pd.DataFrame, k: int, title: str | None = None):
+    """Plotly figure: gain over the DE (points) against the share of seen golds, per split regime and method.
+
+    Each regime's "all" point sits at its seen share; its "seen" and "unseen" subsets at shares 1 and 0, joined
+    by a line (the overall gain is the share-weighted mean of the two, so it lies on that line). Error bars:
+    ±2 paired standard errors of one split.
+    """
+    import plotly.graph_objects as go
+
+    df = summary[summary["k"] == k]
+    fig = go.Figure()
+    for (split, method), g in df.groupby(["split", "method"], sort=False):
+        g = g.set_index("subset")
+        seen_share = float(g.loc["seen", "share"]) if "seen" in g.index else 0.0
+        x = [0.0 if s == "unseen" else 1.0 if s == "seen" else seen_share for s in g.index]
+        order = np.argsort(x)
+        fig.add_trace(go.Scatter(
+            x=np.asarray(x)[order], y=100 * g["gain"].to_numpy()[order], mode="lines+markers",
+            name=f"{method}, {split} split", text=list(np.asarray(g.index)[order]),
+            error_y={"type": "data", "array": 200 * g["gain_se"].to_numpy()[order]},
+            hovertemplate="%{text}: seen share %{x:.2f}, gain %{y:+.1f} points<extra></extra>"))
+    fig.add_hline(y=0, line_dash="dot")
+    fig.update_layout(title=title or f"PEFA's Recall@{k} gain over the DE vs the share of seen golds",
+                      xaxis_title="share of test queries whose gold is labelled in training",
+                      yaxis_title=f"Recall@{k} gain (points)")
+    return fig
+
+
+def tune_and_test(dataset, P: np.ndarray, U: np.ndarray, split, lambdas: Sequence[float], k_values: Sequence[int],
+                  n_neighbors: Sequence[int], *, index: str = "flat") -> dict[str, pd.DataFrame]:
+    """One split, end to end: Y from the training queries, the λ (and XL's k) sweep on dev, the chosen settings
+    (:func:`choose_on_dev`) scored per test query against the DE, and the gains on all / seen / unseen golds.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        Items and gold labels; P (n_items × d) and U (n_queries × d) are its L2-normalized DE embeddings.
+    split : :class:`xenbench.splits.ThreeWaySplit`
+        Query rows ``train``, ``dev`` and ``test``.
+
+    Returns
+    -------
+    dict
+        ``sweep_dev`` (:func:`lambda_sweep` on dev), ``chosen``, ``per_query`` (:func:`evaluate_per_query` on
+        test), ``gains`` (:func:`subset_gains`) and ``coverage`` (one row: seen shares of dev and test).
+    """
+    Y_train, Y_dev, Y_test = (relevance_matrix(dataset, rows) for rows in (split.train, split.dev, split.test))
+    Q_train = U[split.train]
+    sweep_dev = lambda_sweep(P, Q_train, Y_train, U[split.dev], Y_dev, lambdas, k_values, n_neighbors=n_neighbors,
+                             index=index)
+    chosen = choose_on_dev(sweep_dev)
+    per_query = evaluate_per_query(P, Q_train, Y_train, U[split.test], Y_test, chosen, index=index)
+    coverage = pd.DataFrame([{"train": int(split.train.size), "dev": int(split.dev.size), "test": int(split.test.size),
+                              "seen_dev": label_coverage(Y_train, Y_dev), "seen_test": label_coverage(Y_train, Y_test)}])
+    return {"sweep_dev": sweep_dev, "chosen": chosen, "per_query": per_query, "gains": subset_gains(per_query),
+            "coverage": coverage}
