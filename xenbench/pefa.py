@@ -15,6 +15,12 @@ relevance matrix Y ∈ {0, 1}^{m × n}, a test query q̂ scores item j by the co
 * **PEFA-XS** (Eq. 8): f = ⟨q̂, λ · p_j + (1 − λ) · Π(Qᵀ Y_{:,j})⟩ with Π the L2 normalization (Π(0) = 0
   for items without training queries); query-independent, so one index over the mixed item vectors.
 
+Both kNN models only reach items labelled for some training query (Y_{:,j} ≠ 0). A test query whose gold
+item is such an item has a *seen* gold and can gain; one with an *unseen* gold can only lose ranks to
+labelled items. :func:`seen_golds` marks them, :func:`evaluate_per_query` and :func:`subset_gains` report
+the paired gain over the ERM (λ = 1) on all / seen / unseen test queries at the setting chosen on dev
+(:func:`choose_on_dev`), and :func:`tune_and_test` runs one split end to end.
+
 Indices are faiss inner-product indices: ``index="flat"`` (exact) or ``"hnsw"`` with the paper's
 M = 32, efConstruction = 500, efSearch = 300 (built with one thread, so the graph is reproducible).
 
