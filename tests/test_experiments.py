@@ -311,3 +311,110 @@ def test_load_setup_checks_ids_and_splits(tmp_path) -> None:
     bad.write_chunk(0, M)
     with pytest.raises(DataError, match="was not computed on tiny"):
         ex.load_setup(tmp_path / "b", ds, n_anchor_queries=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# the honest protocol: dev choice, test at the dev choice, pre-declared paired comparisons
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def protocol(M):
+    from xenbench.protocol import query_splits
+
+    splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0, 1, 2])
+    de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
+    runs = ex.protocol_runs(M, splits, [0, 1], [20], k_values=(1, 5), de_scores=de)
+    return splits, de, runs
+
+
+def test_protocol_runs_parts_are_the_splits_rows(protocol):
+    splits, _, runs = protocol
+    by_seed = {s.seed: s for s in splits}
+    for _, r in runs.iterrows():
+        sp = by_seed[r["split_seed"]]
+        assert np.array_equal(r["rows"], sp.dev if r["part"] == "dev" else sp.test)
+        assert r["recall"] == pytest.approx(float(np.mean(r["per_query"])))
+    assert set(runs["method"]) == {ex.METHODS[m] for m in ex.PROTOCOL_METHODS}
+    assert len(runs.groupby(["split_seed", "anchor_seed"])) == 6
+
+
+def test_dev_choice_never_reads_test_rows(M, protocol):
+    splits, de, runs = protocol
+    chosen = ex.chosen_on_dev(runs)
+    # corrupt every test row of every split (the scores the methods see and the recall is measured on)
+    test_rows = np.unique(np.concatenate([s.test for s in splits]))
+    for s in splits:  # the splits' dev/anchor rows must stay intact: use one split's test rows only
+        bad = M.copy()
+        bad[s.test] = np.random.default_rng(9).standard_normal((s.test.size, M.shape[1])).astype(M.dtype)
+        runs_bad = ex.protocol_runs(bad, [s], [0, 1], [20], k_values=(1, 5), de_scores=de)
+        again = ex.chosen_on_dev(runs_bad)
+        key = ["split_seed", "anchor_seed", "method", "budget", "k"]
+        a = chosen[chosen["split_seed"] == s.seed].set_index(key)["n_anchor_items"].sort_index()
+        b = again.set_index(key)["n_anchor_items"].sort_index()
+        assert a.equals(b)
+        assert not np.allclose(again["recall"].to_numpy(), chosen[chosen["split_seed"] == s.seed]["recall"].to_numpy())
+    assert test_rows.size > 0
+
+
+def test_test_recall_is_reported_at_the_dev_choice(protocol):
+    _, _, runs = protocol
+    chosen = ex.chosen_on_dev(runs)
+    key = ["split_seed", "anchor_seed", "method", "budget", "k"]
+    dev, test = runs[runs["part"] == "dev"], runs[runs["part"] == "test"]
+    assert len(chosen) == len(dev.groupby(key))
+    for _, r in chosen.iterrows():
+        same = (dev[key] == r[key].to_numpy()).all(axis=1)
+        g = dev[same].sort_values("n_anchor_items")
+        best = g[g["recall"] == g["recall"].max()]["n_anchor_items"].iloc[0]  # the smallest k_i among the best
+        assert r["n_anchor_items"] == best and r["dev_recall"] == pytest.approx(g["recall"].max())
+        t = test[(test[key] == r[key].to_numpy()).all(axis=1) & (test["n_anchor_items"] == best)]
+        assert len(t) == 1 and r["recall"] == pytest.approx(t["recall"].iloc[0])
+
+
+def _hand_runs(sign: float) -> pd.DataFrame:
+    """Two methods on the same 30 test rows in 3 runs; d_q = sign on 24 queries, 0 on 6."""
+    rows = np.arange(30)
+    hit = (rows < 24).astype(np.float64)
+    chal, base = (hit, np.zeros(30)) if sign > 0 else (np.zeros(30), hit)
+    out = []
+    for run in range(3):
+        for method, v in (("C", chal), ("B", base)):
+            out.append({"split_seed": run, "anchor_seed": 0, "method": method, "budget": 10, "k": 1,
+                        "n_anchor_items": 0, "recall": v.mean(), "recall_se": 0.0, "rows": rows, "per_query": v})
+    return pd.DataFrame(out)
+
+
+def test_paired_comparisons_verdicts_follow_the_numbers():
+    beats = ex.paired_comparisons(_hand_runs(1.0), pairs=[("C", "B")]).iloc[0]
+    assert beats["verdict"] == "beats" and beats["mean"] == pytest.approx(0.8)
+    assert (beats["n_better"], beats["n_worse"], beats["n_queries"]) == (24, 0, 30)
+    trails = ex.paired_comparisons(_hand_runs(-1.0), pairs=[("C", "B")]).iloc[0]
+    assert trails["verdict"] == "trails" and trails["mean"] == pytest.approx(-0.8)
+    level = _hand_runs(1.0)
+    level["per_query"] = [np.zeros(30)] * len(level)
+    assert ex.paired_comparisons(level, pairs=[("C", "B")]).iloc[0]["verdict"] == "within noise"
+
+
+def _results(sign: float) -> dict:
+    comp = [{"challenger": "ADACUR TopK No-Split", "baseline": "ANNCUR", "budget": 50, "k": 1, "mean": sign * 0.05,
+             "lo": sign * 0.05 - 0.02, "hi": sign * 0.05 + 0.02, "p": 0.001, "verdict": "beats" if sign > 0 else "trails"},
+            {"challenger": "ADACUR TopK No-Split", "baseline": "ANNCUR", "budget": 50, "k": 10, "mean": 0.004,
+             "lo": -0.01, "hi": 0.018, "p": 0.6, "verdict": "within noise"}]
+    summary = [{"method": "ANNCUR", "budget": 50, "k": 1, "mean": 0.375, "lo": 0.355, "hi": 0.395, "n_runs": 15}]
+    spread = [{"method": "ANNCUR", "budget": 50, "k": 1, "split_seed": 0, "min": 0.355, "max": 0.395, "mean": 0.37}]
+    return {"protocol": {"ce": "cls-ce", "n_items": 100, "n_splits": 3, "n_anchor_seeds": 5, "n_dev_queries": 150,
+                         "n_test_queries": 351},
+            "comparisons": comp, "summary": summary, "seed_spread": spread}
+
+
+def test_findings_say_what_the_numbers_say():
+    from xenbench.findings.adacur import findings
+
+    text = "\n".join(findings(_results(+1.0)))
+    assert "15 runs = 3 query splits × 5 anchor seeds" in text and "150 dev queries" in text
+    assert "ADACUR TopK No-Split vs ANNCUR" in text and "beats it at 1 (B_CE = 50, k = 1: +5.0 points" in text
+    assert "within noise at 1 (B_CE = 50/k = 10 (+0.4))" in text and "trails" not in text
+    assert "from 0.355 to 0.395" in text and "0.375 (95% interval across runs 0.355 to 0.395)" in text
+    flipped = "\n".join(findings(_results(-1.0)))
+    assert "trails it at 1 (B_CE = 50, k = 1: -5.0 points" in flipped and "beats" not in flipped
+    with pytest.raises(ParameterError, match="protocol"):
+        findings({"comparisons": []})

@@ -61,13 +61,18 @@ from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, approximation_errors, mean_se, recall_under_budget, topk_indices
 
 __all__ = [
+    "ALPHA",
     "METHODS",
+    "PAIRS",
+    "PROTOCOL_METHODS",
     "RANDOM_START",
     "SPLIT_FRACTIONS",
     "QuerySplit",
     "Setup",
     "RoundTrace",
+    "all_retriever_scores",
     "at_lambda",
+    "chosen_on_dev",
     "ce_seconds_per_call",
     "de_embeddings",
     "describe_gain",
@@ -76,10 +81,14 @@ __all__ = [
     "gain_table",
     "latency_vs_rounds",
     "load_setup",
+    "paired_comparisons",
+    "protocol_runs",
+    "protocol_summary",
     "recall_vs_budget",
     "recall_vs_rounds",
     "retriever_scores",
     "round_trace",
+    "seed_spread",
     "select_lambda",
     "split_rows",
     "standard_comparisons",
@@ -260,13 +269,14 @@ def _split_grid(budget: int, fractions: Sequence[float], lo: int, hi: int, k_q: 
 
 
 def _rows(method: str, budget: int, k_values: list[int], per_query: dict[int, np.ndarray], k_i: int,
-          n_rounds: int | None) -> list[dict[str, Any]]:
+          n_rounds: int | None, keep: bool = False) -> list[dict[str, Any]]:
     out = []
     for k in k_values:
         r = per_query[k]
         recall, se = mean_se(r)
         out.append({"method": method, "budget": budget, "k": k, "recall": recall, "recall_se": se,
-                    "n_anchor_items": k_i, "n_rounds": n_rounds, "n_test_queries": int(r.size)})
+                    "n_anchor_items": k_i, "n_rounds": n_rounds, "n_test_queries": int(r.size)}
+                   | ({"per_query": r} if keep else {}))
     return out
 
 
@@ -278,7 +288,7 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                      k_values: Sequence[int] = (1, 10, 100), de_scores: np.ndarray | None = None,
                      tfidf_scores: np.ndarray | None = None, *, n_rounds: int = 5,
                      split_fractions: Sequence[float] = SPLIT_FRACTIONS, temperature: float = 1.0, seed: int = 0,
-                     device: str = "cpu", all_splits: bool = False) -> pd.DataFrame:
+                     device: str = "cpu", all_splits: bool = False, per_query: bool = False) -> pd.DataFrame:
     """Top-k-Recall of ANNCUR, ADACUR and retrieve-and-rerank at equal CE budgets ([ADACUR] Fig. 2).
 
     Parameters
@@ -309,6 +319,11 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
         Torch device of ADACUR.
     all_splits : bool
         Return one row per grid point of the split methods instead of the best per (budget, k).
+        The best per (budget, k) reads the test rows' recall (optimistic); :func:`protocol_runs`
+        chooses on dev rows instead.
+    per_query : bool
+        Add a column ``per_query``: each row's per-query recalls (float array in the order of
+        ``split.test``), for paired tests.
 
     Returns
     -------
@@ -345,6 +360,7 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
     orders = {name: topk_indices(scores, max_budget) for name, scores in
               (("de_scores", de_scores), ("tfidf_scores", tfidf_scores)) if scores is not None}
     rows: list[dict[str, Any]] = []
+    keep = bool(per_query)
 
     def best(candidates: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         if all_splits:
@@ -364,7 +380,8 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                 for k_i in _split_grid(budget, split_fractions, 1, budget, k_q):
                     counter = BudgetCounter(M_test, budget)
                     _, I = anncur_with_budget(AnnCur(k_i, seed=seed).fit(R_anc), counter, budget)
-                    cands.append(_rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), k_i, None))
+                    cands.append(_rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), k_i, None,
+                                       keep))
                 rows += best(cands)
             elif method in _ADACUR_SPLIT or method == "anncur_de":
                 # ANNCUR_DE is ADACUR with one round whose anchors are the DE's top k_i items.
@@ -378,7 +395,7 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                                  temperature=temperature, seed=seed, device=device).fit(R_anc)
                     res = ada.run(M_test, candidates=candidates, query_ids=test)
                     cands.append(_rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), k_i,
-                                       None if method == "anncur_de" else n_rounds))
+                                       None if method == "anncur_de" else n_rounds, keep))
                 if cands:
                     rows += best(cands)
             elif method in ("adacur_nosplit", "adacur_de_nosplit"):
@@ -387,14 +404,15 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                 candidates = orders["de_scores"] if method == "adacur_de_nosplit" else None
                 ada = AdaCur(budget, n_rounds=n_rounds, sampler="topk", seed=seed, device=device).fit(R_anc)
                 res = ada.run(M_test, candidates=candidates, query_ids=test)
-                rows += _rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), budget, n_rounds)
+                rows += _rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), budget, n_rounds,
+                              keep)
             else:  # retrieve-and-rerank
                 counter = BudgetCounter(M_test, budget)
                 _, I = rerank_baseline(counter, orders[_NEEDS[method]], budget)
-                rows += _rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), 0, None)
+                rows += _rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), 0, None, keep)
             logger.info("%s at B_CE=%d: %.1f s", label, budget, time.perf_counter() - t0)
     return pd.DataFrame(rows, columns=["method", "budget", "k", "recall", "recall_se", "n_anchor_items",
-                                       "n_rounds", "n_test_queries"])
+                                       "n_rounds", "n_test_queries"] + (["per_query"] if keep else []))
 
 
 def gain_over(results: pd.DataFrame, baseline: str | Sequence[str] = METHODS["anncur"],
@@ -855,3 +873,193 @@ def retriever_scores(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
     queries = [setup.dataset.queries[r] for r in setup.split.test]
     items = [setup.dataset.items[i] for i in setup.items]
     return DualEncoder().fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
+
+
+# ==============================================================================================
+# the honest protocol: k_i chosen on dev rows, test results over anchor seeds x query splits, paired tests
+# ==============================================================================================
+#: Pre-declared comparisons (challenger label, baseline label), fixed before any result is seen: the
+#: like-for-like random-start pair and the DE-start pair of [ADACUR] Fig. 2, plus the DE-start pair
+#: without adaptive rounds. Every pair is tested at every (budget, k); nothing is a "best of" several.
+PAIRS: tuple[tuple[str, str], ...] = (
+    (METHODS["adacur_nosplit"], METHODS["anncur"]),
+    (METHODS["adacur_de_nosplit"], METHODS["de_rerank"]),
+    (METHODS["adacur_de_nosplit"], METHODS["anncur_de"]),
+)
+#: Methods the protocol runs by default: those the pairs of :data:`PAIRS` need (method keys).
+PROTOCOL_METHODS: tuple[str, ...] = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", "de_rerank")
+#: Significance level of the paired tests that decide "beats"/"trails" vs "within noise".
+ALPHA: float = 0.05
+
+
+def all_retriever_scores(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
+    """DE and TF-IDF scores of **every** query row on the kept items: two arrays (n_queries, n_items).
+
+    The protocol needs them for dev and test rows of several splits; slice rows with ``[rows]``.
+    """
+    from xenbench.retrievers import DualEncoder, TfidfRetriever
+
+    items = [setup.dataset.items[i] for i in setup.items]
+    queries = list(setup.dataset.queries)
+    return DualEncoder().fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
+
+
+def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
+                  methods: Sequence[str] = PROTOCOL_METHODS, k_values: Sequence[int] = (1, 10, 100),
+                  de_scores: np.ndarray | None = None, tfidf_scores: np.ndarray | None = None, n_rounds: int = 5,
+                  split_fractions: Sequence[float] = SPLIT_FRACTIONS, device: str = "cpu") -> pd.DataFrame:
+    """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
+
+    One run = one query split (:func:`xenbench.protocol.query_splits`: anchor rows Q_anc, dev rows,
+    test rows) × one anchor seed (ANNCUR's random anchors, ADACUR's first round and draws). Dev and test
+    rows are run together (ADACUR's randomness is keyed by the query row and ANNCUR's anchors do not
+    depend on the queries, so each row's result is the one it gets alone) and labelled by ``part``.
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores.
+    splits : sequence of xenbench.protocol.Split
+        Query splits (>= 3 for the issue's protocol).
+    anchor_seeds : sequence of int
+        Anchor / first-round seeds (>= 5 for the issue's protocol).
+    budgets, methods, k_values, n_rounds, split_fractions, device
+        As in :func:`recall_vs_budget` (every grid point is kept: ``all_splits=True``).
+    de_scores, tfidf_scores : ndarray of shape (n_queries, n_items), optional
+        Retriever scores of **every** row of M (:func:`all_retriever_scores`).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``split_seed``, ``anchor_seed``, ``part`` (``"dev"``/``"test"``), the columns of
+        :func:`recall_vs_budget` for that part's rows (``recall`` is their mean), ``rows`` (the part's
+        query rows) and ``per_query`` (their recalls, same order).
+    """
+    from tqdm.auto import tqdm
+
+    owner = "protocol_runs"
+    M = np.asarray(M)
+    seeds = [_check_int(s, "anchor_seeds", 0, None, owner) for s in anchor_seeds]
+    if not seeds or not len(splits):
+        raise ParameterError("anchor_seeds" if not seeds else "splits", "a non-empty list", [] if not seeds else splits,
+                             owner)
+    for name, sc in (("de_scores", de_scores), ("tfidf_scores", tfidf_scores)):
+        if sc is not None and np.shape(sc) != M.shape:
+            raise ParameterError(name, f"scores of every query row, shape {M.shape}", np.shape(sc), owner)
+    frames = []
+    runs = [(sp, seed) for sp in splits for seed in seeds]
+    for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):
+        if not hasattr(sp, "dev"):
+            raise ParameterError("splits", "xenbench.protocol.Split objects (anchor, dev, test)", type(sp).__name__,
+                                 owner)
+        rows = np.concatenate([sp.dev, sp.test])
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        is_dev = np.isin(rows, sp.dev)
+        res = recall_vs_budget(M, QuerySplit(sp.anchor, rows), budgets, methods, k_values,
+                               None if de_scores is None else np.asarray(de_scores)[rows],
+                               None if tfidf_scores is None else np.asarray(tfidf_scores)[rows], n_rounds=n_rounds,
+                               split_fractions=split_fractions, seed=seed, device=device, all_splits=True,
+                               per_query=True)
+        for part, mask in (("dev", is_dev), ("test", ~is_dev)):
+            df = res.copy()
+            df["per_query"] = [v[mask] for v in res["per_query"]]
+            df["rows"] = [rows[mask]] * len(df)
+            df["recall"] = [float(v.mean()) for v in df["per_query"]]
+            df["recall_se"] = [mean_se(v)[1] for v in df["per_query"]]
+            df["n_test_queries"] = int(mask.sum())
+            df.insert(0, "part", part)
+            df.insert(0, "anchor_seed", seed)
+            df.insert(0, "split_seed", int(sp.seed))
+            frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+_RUN = ["split_seed", "anchor_seed"]
+_GROUP = ["method", "budget", "k"]
+
+
+def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run and (method, budget, k): the k_i with the best **dev** recall, and the **test** row at that k_i.
+
+    Returns
+    -------
+    DataFrame
+        The ``part == "test"`` rows of ``runs`` at the dev-chosen ``n_anchor_items``, plus ``dev_recall``.
+    """
+    from xenbench.protocol import at_chosen, choose_on_dev
+
+    by = _RUN + _GROUP
+    chosen = choose_on_dev(runs[runs["part"] == "dev"], by=by, setting="n_anchor_items")
+    test = at_chosen(runs[runs["part"] == "test"], chosen, by=by, setting="n_anchor_items")
+    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["n_anchor_items"], how="left")
+
+
+def protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Test recall per (method, budget, k): mean over runs, interval across runs, per-query SE, and how
+    often each k_i was chosen (:func:`xenbench.protocol.summarize` of :func:`chosen_on_dev`)."""
+    from xenbench.protocol import summarize
+
+    out = summarize(test_at_chosen, _GROUP, confidence=confidence)
+    ki = (test_at_chosen.groupby(_GROUP)["n_anchor_items"]
+          .agg(lambda s: ", ".join(f"{int(v)}×{int(c)}" for v, c in s.value_counts().sort_index().items()))
+          .rename("k_i chosen (value×runs)").reset_index())
+    return out.merge(ki, on=_GROUP, how="left")
+
+
+def paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PAIRS, *,
+                       alpha: float = ALPHA, confidence: float = 0.95) -> pd.DataFrame:
+    """Pre-declared paired comparisons on the test rows, at the dev-chosen settings.
+
+    For each pair (challenger, baseline) and (budget, k):
+
+    * per run, the per-query differences d_q = recall_challenger − recall_baseline on the run's test
+      rows; ``run_mean``/``run_lo``/``run_hi``: mean over runs of the runs' mean difference with a
+      t-interval across runs (contains the anchor-seed and split variance);
+    * per query row, d_q averaged over the runs in which it was a test row
+      (:func:`xenbench.protocol.pool_by_query`), then :func:`xenbench.protocol.paired_test` on those
+      values: ``mean``, ``lo``, ``hi``, ``p`` (paired t), ``p_wilcoxon``, ``n`` (distinct queries).
+
+    ``verdict`` is ``"beats"`` (``"trails"``) when both p-values are below ``alpha`` and the run interval
+    lies above (below) 0, else ``"within noise"``.
+    """
+    from xenbench.protocol import paired_test, pool_by_query, summarize
+
+    out = []
+    for challenger, baseline in pairs:
+        a = test_at_chosen[test_at_chosen["method"] == challenger]
+        b = test_at_chosen[test_at_chosen["method"] == baseline]
+        if a.empty or b.empty:
+            continue
+        both = a.merge(b, on=_RUN + ["budget", "k"], suffixes=("_a", "_b"))
+        for (budget, k), g in both.groupby(["budget", "k"]):
+            rows, diffs, per_run = [], [], []
+            for _, r in g.iterrows():
+                if not np.array_equal(r["rows_a"], r["rows_b"]):
+                    raise ParameterError("test_at_chosen", "both methods measured on the same test rows per run",
+                                         "different rows", "paired_comparisons")
+                d = np.asarray(r["per_query_a"], np.float64) - np.asarray(r["per_query_b"], np.float64)
+                rows.append(r["rows_a"])
+                diffs.append(d)
+                per_run.append({"pair": 0, "recall": float(d.mean()), "recall_se": mean_se(d)[1]})
+            q_rows, q_diff = pool_by_query(rows, diffs)
+            test = paired_test(q_diff, np.zeros_like(q_diff), confidence=confidence)
+            run = summarize(pd.DataFrame(per_run), ["pair"], confidence=confidence).iloc[0]
+            significant = test["p"] < alpha and test["p_wilcoxon"] < alpha
+            verdict = ("beats" if significant and run["lo"] > 0 else
+                       "trails" if significant and run["hi"] < 0 else "within noise")
+            out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget), "k": int(k),
+                        "mean": test["mean"], "lo": test["lo"], "hi": test["hi"], "p": test["p"],
+                        "p_wilcoxon": test["p_wilcoxon"], "n_queries": test["n"],
+                        "n_better": test["n_a_better"], "n_worse": test["n_b_better"],
+                        "run_mean": float(run["mean"]), "run_lo": float(run["lo"]), "run_hi": float(run["hi"]),
+                        "n_runs": int(run["n_runs"]), "verdict": verdict})
+    return pd.DataFrame(out, columns=["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon",
+                                      "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs",
+                                      "verdict"])
+
+
+def seed_spread(test_at_chosen: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, budget, k, split): min and max test recall over anchor seeds (the seed variance alone)."""
+    g = test_at_chosen.groupby(_GROUP + ["split_seed"])["recall"]
+    return g.agg(["min", "max", "mean"]).reset_index()
