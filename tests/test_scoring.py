@@ -396,3 +396,71 @@ def test_a_second_writer_is_refused_up_front(small_ce, tmp_path):
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+
+
+# --- Ray backend: a local cluster of 2 CPUs --------------------------------------------------------------
+
+
+def _ray_job():
+    """The bundled-size MiniLM CE (random head, seeded) on 7 queries x 48 items: blocks of a few tenths of a s."""
+    items = [Item(f"{it.id}-{r}", it.title, f"{it.text} (copy {r})") for r in range(4) for it in ITEMS][:48]
+    return build_cross_encoder(CEConfig(kind="cls"), seed=0), QUERIES, items
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray  # the ray extra: make setup installs it
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):
+    ce, queries, items = _ray_job()
+    kw = dict(batch_size=16, query_chunk=1, progress=False)
+    ref = score_matrix(ce, queries, items, tmp_path / "local", **kw).to_numpy()
+    store = score_matrix(ce, queries, items, tmp_path / "ray", backend="ray", ray_options={"workers": 2}, **kw)
+    assert np.array_equal(store.to_numpy(), ref)  # the same bits: same token ids, batches and precision
+    workers = {store.chunk_info(k)["worker"] for k in range(store.n_chunks)}
+    assert len(workers) == 2  # both actors scored blocks
+    assert store.attrs["batch_size"] == 16 and store.verify() == []
+
+    # A resumed job skips finished blocks: forget two, resume on Ray, only those are scored.
+    from xenbench.store import ScoreStore
+
+    writable = ScoreStore.open(tmp_path / "ray", mode="r+")
+    writable.invalidate(2)
+    writable.invalidate(5)
+    _, timing = score_matrix(ce, queries, items, tmp_path / "ray", backend="ray", ray_options={"workers": 2},
+                             return_timing=True, **kw)
+    assert timing.n_pairs == 2 * len(items)
+    assert np.array_equal(ScoreStore.open(tmp_path / "ray").to_numpy(), ref)
+
+
+def test_ray_backend_recovers_a_killed_worker(ray_cluster, tmp_path):
+    import threading
+
+    ce, queries, items = _ray_job()
+    kw = dict(batch_size=16, query_chunk=1, progress=False)
+    ref = score_matrix(ce, queries, items, **kw)
+    out, killed = tmp_path / "ray", []
+
+    def kill_one(actors):
+        def run():
+            done = out / "scores" / "_done"
+            while not (done.is_dir() and any(done.glob("*.json"))):
+                time.sleep(0.01)
+            pid = ray_cluster.get(actors[0].pid.remote())
+            os.kill(pid, signal.SIGKILL)  # the worker process dies mid-job
+            killed.append(pid)
+        threading.Thread(target=run, daemon=True).start()
+
+    store = score_matrix(ce, queries, items, out, backend="ray", ray_options={"workers": 2, "on_actors": kill_one}, **kw)
+    assert killed, "the worker was not killed"
+    assert store.is_complete and np.array_equal(store.to_numpy(), ref)
+
+
+def test_ray_backend_needs_a_store(small_ce):
+    with pytest.raises(ParameterError, match="'out' parameter of score_matrix must be a store path when backend='ray'"):
+        score_matrix(small_ce, QUERIES, ITEMS, backend="ray")

@@ -66,6 +66,11 @@ def _score(args: argparse.Namespace) -> None:
     ds = load_dataset(args.dataset)
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
     i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
+    if args.model in ("de", "tfidf") and args.backend != "local":
+        from xenbench.errors import ParameterError
+
+        raise ParameterError("--backend", "'local' for de/tfidf (they take seconds; ray is for cross-encoders)",
+                             args.backend, "xenbench score")
     if args.model in ("de", "tfidf"):
         from xenbench.retrievers import retriever_score_store
 
@@ -73,9 +78,10 @@ def _score(args: argparse.Namespace) -> None:
     else:
         from xenbench.scoring import run_score_job
 
+        ray_options = {"address": args.address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
         store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
                               device=args.device, precision=args.precision, chunk_pairs=args.chunk_pairs,
-                              seed=args.seed)
+                              seed=args.seed, backend=args.backend, ray_options=ray_options)
     print(store)
 
 
@@ -206,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto")
     s.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="ray: row blocks as tasks on actors holding the model (pip install xenbench[ray])")
+    s.add_argument("--address", default=None, help="Ray cluster address (e.g. auto); default a local Ray")
+    s.add_argument("--workers", type=int, default=None, help="Ray actors (default one per GPU, or per CPU)")
+    s.add_argument("--gpus-per-worker", type=float, default=None, help="GPUs per actor (default 1 on CUDA, else 0)")
     s.set_defaults(func=_score)
 
     r = sub.add_parser("run", help="execute a notebook with papermill into reports/ (+ HTML)")

@@ -297,6 +297,8 @@ def score_matrix(
     query_chunk: int | None = None,
     manifest: Mapping[str, Any] | None = None,
     return_timing: bool = False,
+    backend: Literal["local", "ray"] = "local",
+    ray_options: Mapping[str, Any] | None = None,
 ) -> ScoreStore | np.ndarray | tuple[ScoreStore | np.ndarray, ScoreTiming]:
     """Exact dense scores ``f(q, i)`` for every query × item.
 
@@ -328,6 +330,14 @@ def score_matrix(
         Extra JSON fields for the store attributes (model path, dataset, domain, seed, ...).
     return_timing
         Also return a :class:`ScoreTiming`.
+    backend
+        ``"local"``: this process. ``"ray"`` (needs ``out``; ``pip install xenbench[ray]``): row blocks are Ray
+        tasks on actors that each hold the model (one per GPU, or per CPU slot); this process stays the only
+        writer of the store, with the same verification, identity and lock, so a resumed job skips finished
+        blocks and a killed worker's block is retried on a restarted actor (:func:`_score_blocks_ray`).
+    ray_options
+        ``address`` (a running cluster, e.g. ``"auto"``; default a local Ray started here), ``workers`` (actors;
+        default one per GPU, or per CPU), ``gpus_per_worker`` (default 1 on CUDA, else 0).
 
     Returns
     -------
@@ -356,16 +366,21 @@ def score_matrix(
         query_chunk = max(1, min(n_q, math.ceil(TARGET_CHUNK_PAIRS / n_i)))
     t_start = time.perf_counter()
 
+    if backend not in ("local", "ray"):
+        raise ParameterError("backend", "'local' or 'ray'", backend, owner)
+    if backend == "ray" and out is None:
+        raise ParameterError("out", "a store path when backend='ray' (blocks are written as they arrive)", out, owner)
     # One writer per store: a second job into the same `out` is refused before it touches anything.
     with contextlib.nullcontext() if out is None else writer_lock(out):
         return _score_matrix(ce, queries, items, out, batch_size, dev, precision, progress, query_chunk,
-                             explicit_chunk, manifest, return_timing, t_start)
+                             explicit_chunk, manifest, return_timing, t_start, backend, dict(ray_options or {}))
 
 
 def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
                   out: str | os.PathLike[str] | None, batch_size: int, dev: torch.device, precision: Precision,
                   progress: bool, query_chunk: int, explicit_chunk: bool, manifest: Mapping[str, Any] | None,
-                  return_timing: bool, t_start: float) -> ScoreStore | np.ndarray | tuple[ScoreStore | np.ndarray, ScoreTiming]:
+                  return_timing: bool, t_start: float, backend: str = "local", ray_options: dict[str, Any] | None = None,
+                  ) -> ScoreStore | np.ndarray | tuple[ScoreStore | np.ndarray, ScoreTiming]:
     n_q, n_i = len(queries), len(items)
     store = None
     if out is not None:
@@ -385,7 +400,11 @@ def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[It
     n_pairs = sum(n_i * (b - a) for a, b in map(rows_of, todo))
     bar = _progress_bar(n_pairs, progress, "scoring")
     try:
-        if todo:
+        if todo and backend == "ray":
+            assert store is not None
+            _score_blocks_ray(ce, queries, items, store, todo, rows_of, batch_size=batch_size, device=dev,
+                              precision=precision, on_pairs=bar.update, **(ray_options or {}))
+        elif todo:
             with _on_device(ce, dev):
                 # Tokenize only the rows still to do: a resumed job does not pay for finished chunks.
                 rows_todo = np.concatenate([np.arange(*rows_of(k)) for k in todo])
@@ -422,6 +441,87 @@ def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[It
     else:
         result = matrix
     return (result, timing) if return_timing else result
+
+
+class _BlockScorer:
+    """Scores whole row blocks of one job; a Ray actor holds one (the model stays loaded between blocks).
+
+    Computes exactly what the local path computes for a block: the same token ids, the same length-sorted
+    batches of ``batch_size`` pairs, the same precision.
+    """
+
+    def __init__(self, ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], device: str,
+                 batch_size: int, precision: str) -> None:
+        self.ce, self.dev = ce, resolve_device(device)
+        self.ce.eval().to(self.dev)
+        self.n_items, self.batch_size, self.precision = len(items), batch_size, precision
+        self.asm = PairAssembler(ce.pairs, ce.pairs.encode_queries(list(queries)), ce.pairs.encode_items(list(items)),
+                                 self.dev)
+
+    def score(self, start: int, stop: int) -> tuple[np.ndarray, float, str]:
+        t0 = time.perf_counter()
+        qr = np.repeat(np.arange(start, stop, dtype=np.int64), self.n_items)
+        ir = np.tile(np.arange(self.n_items, dtype=np.int64), stop - start)
+        block = _score_indexed(self.ce, self.asm, qr, ir, batch_size=self.batch_size, precision=self.precision,
+                               on_batch=lambda n: None).reshape(stop - start, self.n_items)
+        return block, time.perf_counter() - t0, f"{os.uname().nodename}:{os.getpid()}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _score_blocks_ray(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], store: ScoreStore,
+                      todo: Sequence[int], rows_of: Callable[[int], tuple[int, int]], *, batch_size: int,
+                      device: torch.device, precision: str, on_pairs: Callable[[int], None], address: str | None = None,
+                      workers: int | None = None, gpus_per_worker: float | None = None,
+                      on_actors: Callable[[list[Any]], None] | None = None) -> None:
+    """Score the blocks ``todo`` as Ray tasks and write each into ``store`` here, as it arrives.
+
+    One actor per worker holds the model (``gpus_per_worker`` GPUs each, default 1 on CUDA; else one CPU
+    slot). Blocks are handed out one at a time to whichever actor is free. An actor that dies (a killed worker
+    process, a lost node) is restarted and its block retried (``max_restarts``/``max_task_retries``); blocks
+    already written stay written, so even a job that fails can be resumed.
+    """
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                 log_to_driver=False)
+    try:
+        gpus = (1.0 if device.type == "cuda" else 0.0) if gpus_per_worker is None else float(gpus_per_worker)
+        if workers is None:
+            res = ray.available_resources()
+            workers = max(1, int(res.get("GPU", 0) // gpus) if gpus else int(res.get("CPU", 1)))
+        actor_cls = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=3, max_task_retries=3)(_BlockScorer)
+        ce_ref = ray.put(ce)
+        actors = [actor_cls.remote(ce_ref, list(queries), list(items), str(device), batch_size, precision)
+                  for _ in range(workers)]
+        if on_actors is not None:
+            on_actors(actors)
+        queue = list(todo)
+        running: dict[Any, tuple[int, Any]] = {}
+
+        def submit(actor: Any) -> None:
+            if queue:
+                k = queue.pop(0)
+                running[actor.score.remote(*rows_of(k))] = (k, actor)
+
+        for actor in actors:
+            submit(actor)
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1)
+            k, actor = running.pop(ready[0])
+            block, wall_s, worker = ray.get(ready[0])
+            a, b = rows_of(k)
+            store.write_chunk(k, block, {"wall_s": wall_s, "n_pairs": (b - a) * len(items), "device": str(device),
+                                         "precision": precision, "batch_size": batch_size, "worker": worker})
+            store.update_attrs({"wall_s": store.wall_s, "chunks_done": len(store.done_chunks())})
+            on_pairs((b - a) * len(items))
+            submit(actor)
+    finally:
+        if started:
+            ray.shutdown()
 
 
 # Manifest keys that identify a job: every argument that changes the float bits of a block. Resuming into a
@@ -499,6 +599,14 @@ def score_pairs_sparse(
         ``(query_row, item_row)`` per entry, rows into ``queries`` and ``items``.
     return_timing
         Also return a :class:`ScoreTiming`.
+    backend
+        ``"local"``: this process. ``"ray"`` (needs ``out``; ``pip install xenbench[ray]``): row blocks are Ray
+        tasks on actors that each hold the model (one per GPU, or per CPU slot); this process stays the only
+        writer of the store, with the same verification, identity and lock, so a resumed job skips finished
+        blocks and a killed worker's block is retried on a restarted actor (:func:`_score_blocks_ray`).
+    ray_options
+        ``address`` (a running cluster, e.g. ``"auto"``; default a local Ray started here), ``workers`` (actors;
+        default one per GPU, or per CPU), ``gpus_per_worker`` (default 1 on CUDA, else 0).
 
     Returns
     -------
@@ -558,6 +666,8 @@ def run_score_job(
     query_chunk: int | None = None,
     chunk_pairs: int | None = None,
     seed: int = 0,
+    backend: Literal["local", "ray"] = "local",
+    ray_options: Mapping[str, Any] | None = None,
 ) -> ScoreStore:
     """Score a dataset's queries × items into a store at ``out`` (``xenbench score``); resumes if interrupted.
 
@@ -573,7 +683,7 @@ def run_score_job(
         Rows and columns in this order; ``None`` means all, in dataset order.
     out
         Store folder.
-    batch_size, device, precision, progress, query_chunk
+    batch_size, device, precision, progress, query_chunk, backend, ray_options
         As in :func:`score_matrix`.
     chunk_pairs
         Pairs per resumable block instead of ``query_chunk``: blocks of ``ceil(chunk_pairs / n_items)``
@@ -622,7 +732,8 @@ def run_score_job(
     domain = dataset.name.split(":", 1)[1] if ":" in dataset.name else dataset.name
     manifest = {"model": name, "dataset": dataset.name, "domain": domain, "seed": seed}
     return score_matrix(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
-                        progress=progress, query_chunk=query_chunk, manifest=manifest)  # type: ignore[return-value]
+                        progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
+                        ray_options=ray_options)  # type: ignore[return-value]
 
 
 def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, name: str, ds: str,
