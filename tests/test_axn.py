@@ -150,3 +150,93 @@ def test_axn_pinv_cutoff_follows_the_dtype_of_v(factors):
     V, _, _ = factors
     assert Axn(budget=10).fit(V.astype(np.float32)).engine_.plan_.score_eps == np.finfo(np.float32).eps
     assert Axn(budget=10).fit(V).engine_.plan_.score_eps == np.finfo(np.float64).eps
+
+
+# ----------------------------------------------------------------------------------------------
+# notebook 04's protocol: λ chosen on dev only, seeds × splits, pre-declared paired comparisons
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def protocol_run():
+    from xenbench import axn, protocol
+
+    rng = np.random.default_rng(0)
+    V, U = rng.standard_normal((120, D)), rng.standard_normal((50, D))
+    M = (U @ V.T + 0.3 * rng.standard_normal((50, 120))).astype(np.float32)
+    U_de = U + 0.4 * rng.standard_normal(U.shape)  # a noisy "DE"
+    splits = protocol.query_splits(50, 15, 12, seeds=[0, 1, 2])
+    runs, dev = axn.protocol_runs(M, splits, V, U_de, seeds=[0, 1, 2], lambdas=[0.0, 0.5, 1.0], budgets=[8, 16],
+                                  k_values=(1, 5), n_rounds=2, mf_items_per_query=20, mf_epochs=2, progress=False)
+    return M, V, U_de, splits, runs, dev
+
+
+def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_run):
+    from xenbench.axn import prior_scale
+
+    M, V, U_de, splits, runs, dev = protocol_run
+    n = runs.groupby("method")[["split", "seed"]].apply(lambda g: len(set(zip(g["split"], g["seed"]))))
+    assert n["AXN, tuned λ"] == n["ADACUR TopK No-Split"] == 9  # 3 splits × 3 first-round seeds
+    assert n["AXN DE, tuned λ"] == n["AXN DE, MF-IND, tuned λ"] == n["DE re-rank"] == 3  # deterministic: per split
+    s = splits[1]
+    for (budget, k), g in runs[(runs["method"] == "AXN, tuned λ") & (runs["split"] == 1) & (runs["seed"] == 2)].groupby(["budget", "k"]):
+        # the λ used on test is the best dev λ of that run (ties to the smaller λ) ...
+        d = dev[(dev["method"] == "AXN") & (dev["split"] == 1) & (dev["seed"] == 2) & (dev["budget"] == budget) & (dev["k"] == k)]
+        best = d[d["recall"] == d["recall"].max()]["lam"].min()
+        assert g["lam"].item() == best
+        # ... and its test recall is AXN at that λ on the split's test rows, keyed by global query id
+        beta = prior_scale(M[s.anchor], U_de[s.anchor] @ V.T)
+        res = Axn(budget, n_rounds=2, lam=best, seed=2).fit(V).run(
+            M[s.test], u_param=beta * U_de[s.test] if best > 0 else None, query_ids=s.test)
+        assert g["recall"].item() == pytest.approx(topk_recall(M[s.test], res.I, k))
+        np.testing.assert_array_equal(g["rows"].item(), s.test)
+    assert set(dev["split"]) == {0, 1, 2}
+
+
+def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run):
+    from xenbench.axn import PAIRS, paired_comparisons
+    from xenbench.protocol import paired_test
+
+    *_, runs, _ = protocol_run
+    comp = paired_comparisons(runs)
+    assert set(zip(comp["challenger"], comp["baseline"])) == set(PAIRS)
+    row = comp[(comp["challenger"] == "AXN, tuned λ") & (comp["budget"] == 8) & (comp["k"] == 5)].iloc[0]
+    per = {}
+    for m in ("AXN, tuned λ", "AXN, λ = 0"):  # by hand: each query's mean over the runs it was a test query in
+        g = runs[(runs["method"] == m) & (runs["budget"] == 8) & (runs["k"] == 5)]
+        acc: dict[int, list[float]] = {}
+        for rows, vals in zip(g["rows"], g["per_query"]):
+            for q, v in zip(rows, vals):
+                acc.setdefault(int(q), []).append(float(v))
+        per[m] = {q: np.mean(v) for q, v in acc.items()}
+    qs = sorted(per["AXN, tuned λ"])
+    want = paired_test([per["AXN, tuned λ"][q] for q in qs], [per["AXN, λ = 0"][q] for q in qs])
+    assert row["mean"] == pytest.approx(want["mean"]) and row["p"] == pytest.approx(want["p"])
+    assert row["n"] == len(qs)
+    p = np.sort(comp["p"].to_numpy())
+    m = len(p)
+    holm = np.minimum(1, np.maximum.accumulate((m - np.arange(m)) * p))
+    np.testing.assert_allclose(np.sort(comp["p_holm"].to_numpy()), holm)
+    assert (comp["p_holm"] >= comp["p"]).all()
+
+
+def _results(mean: float, p_holm: float, lams: str = "0.2, 0.8") -> dict:
+    cells = [{"challenger": "AXN DE, tuned λ", "baseline": "DE re-rank", "budget": b, "k": 1, "mean": mean,
+              "lo": mean - 0.01, "hi": mean + 0.01, "p": p_holm / 2, "p_holm": p_holm, "n": 40} for b in (50, 100)]
+    summary = [{"method": "AXN DE, tuned λ", "budget": 50, "k": 1, "lams": lams},
+               {"method": "DE re-rank", "budget": 50, "k": 1, "lams": ""}]
+    return {"ce": "cls-ce", "n_items": 900, "comparisons": cells, "summary": summary,
+            "protocol": {"split_seeds": [0, 1, 2], "first_round_seeds": [0, 1, 2, 3, 4], "n_declared_cells": 2}}
+
+
+def test_findings_follow_the_numbers():
+    from xenbench.findings.axn import findings
+
+    win = findings(_results(0.05, 0.001))
+    assert "3 query splits × 5 first-round seeds" in win[0] and "cls-ce" in win[0]
+    assert "AXN DE, tuned λ beats DE re-rank in all 2 (budget, k) cells" in win[1]
+    assert "+5.0 points [+4.0, +6.0]" in win[1]
+    lose = findings(_results(-0.05, 0.001))
+    assert "AXN DE, tuned λ is behind DE re-rank in all 2" in lose[1] and "-5.0 points" in lose[1]
+    noise = findings(_results(0.05, 0.2))  # same gain, but the Holm-adjusted p is not below 0.05
+    assert "within noise in all 2" in noise[1] and "beats" not in noise[1]
+    assert win[-1] == "AXN DE: λ chosen on dev from 0.2 to 0.8 over runs, budgets and k."
+    assert findings(_results(0.05, 0.001, lams="0.4"))[-1] == "AXN DE: λ chosen on dev 0.4 over runs, budgets and k."

@@ -35,7 +35,8 @@ from xenbench.errors import ParameterError
 from xenbench.experiments import RoundTrace, trace_from_result
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
 
-__all__ = ["Axn", "lambda_sweep", "prior_scale", "round_trace"]
+__all__ = ["PAIRS", "Axn", "lambda_sweep", "paired_comparisons", "prior_scale", "protocol_runs", "protocol_summary",
+           "round_trace"]
 
 
 class Axn:
@@ -293,3 +294,186 @@ def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_
                      candidates=None if candidates is None else np.asarray(candidates)[None],
                      query_ids=np.array([query_row]), trace_query=0, return_approx=True)
     return trace_from_result(result, query_row, M[query_row], budget, f"AXN, λ = {lam:g}")
+
+
+# ==============================================================================================
+# the notebook-04 protocol: λ chosen on dev, test over first-round seeds × query splits, paired tests
+# ==============================================================================================
+#: Pre-declared comparisons of notebook 04, (challenger, baseline); fixed before any result is seen.
+PAIRS: tuple[tuple[str, str], ...] = (
+    ("AXN DE, tuned λ", "DE re-rank"),                          # tuned AXN vs retrieve-and-rerank
+    ("AXN, tuned λ", "AXN, λ = 0"),                             # does u_param (Eq. 7) help?
+    ("AXN DE, MF-IND, tuned λ", "ADACUR TopK No-Split"),        # AXN MF-IND vs ADACUR TopK No-Split
+    ("AXN DE, MF-IND, tuned λ", "AXN DE, tuned λ"),             # does fitting V to the CE help?
+)
+
+
+def _per_query_recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int,
+                       k_values: Sequence[int]) -> dict[int, np.ndarray]:
+    return {k: recall_under_budget(M_test, I, k, calls=calls, budget=budget, per_query=True)
+            for k in k_values if k <= budget}
+
+
+def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray, *, seeds: Sequence[int],
+                  lambdas: Sequence[float], budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100),
+                  n_rounds: int = 5, mf_items_per_query: int = 100, mf_epochs: int = 0, mf_lr: float = 0.005,
+                  progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Notebook 04's protocol: every split × first-round seed is one run; λ is chosen on its dev rows.
+
+    Per split (:class:`xenbench.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
+    on the anchor (training) queries, u_param = β · U; with ``mf_epochs > 0`` MF-IND is fitted on
+    ``mf_items_per_query`` random scores of each anchor query ([AXN] §2.1). Then for each method:
+
+    * "AXN" (random first round, keyed by (seed, global query row)), once per seed in ``seeds``;
+    * "AXN DE" (the DE's top B_CE / R items first) and "AXN DE, MF-IND": deterministic given the split
+      (TopK rounds, DE first round), so run once per split (``seed`` = the first seed);
+
+    λ is chosen on the split's dev rows per (method, budget, k) (:func:`xenbench.protocol.choose_on_dev`,
+    ties to the smaller λ) and the method is run on the test rows at the chosen λ ("…, tuned λ") and at
+    λ = 0 ("…, λ = 0"). Baselines on the same test rows: ADACUR TopK No-Split (R_anc = M[anchor],
+    random first round, per seed) and DE re-rank (per split).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores (every read by a method is a counted CE call).
+    splits : sequence of Split
+        From :func:`xenbench.protocol.query_splits`.
+    V, U : ndarray of shape (n_items, d), (n_queries, d)
+        DE item and query embeddings.
+    seeds : sequence of int
+        First-round seeds (>= 1).
+    lambdas, budgets, k_values, n_rounds
+        As in :func:`lambda_sweep`.
+    mf_items_per_query, mf_epochs, mf_lr
+        MF-IND's sparse matrix G and training (:class:`xenbench.mf.MatrixFactorization`); 0 epochs: no MF-IND.
+
+    Returns
+    -------
+    runs : DataFrame
+        One row per (split, seed, method, budget, k) on the test rows: ``lam`` (NaN for baselines),
+        ``recall``, ``recall_se`` (over queries), ``n_test_queries``, ``rows`` and ``per_query`` (arrays).
+    dev : DataFrame
+        The dev λ sweeps (:func:`lambda_sweep` frames with ``split`` and ``seed`` columns).
+    """
+    from tqdm.auto import tqdm
+
+    from xenbench.adacur import rerank_baseline
+    from xenbench.metrics import BudgetCounter
+    from xenbench.mf import MatrixFactorization, observed_pairs
+    from xenbench.protocol import choose_on_dev
+
+    owner = "protocol_runs"
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ParameterError("seeds", "a non-empty list of ints >= 0", seeds, owner)
+    if not splits:
+        raise ParameterError("splits", "a non-empty list of protocol.Split", splits, owner)
+    M = np.asarray(M)
+    de = U @ V.T
+    de_order = np.argsort(-de, axis=1, kind="stable")
+    k_values = [int(k) for k in k_values]
+    runs, dev_frames = [], []
+    n_steps = len(splits) * (len(seeds) + 2 + (1 if mf_epochs else 0))
+    bar = tqdm(total=n_steps, desc="04 protocol (split × method × seed)", disable=not progress)
+
+    def add(split, seed, method, budget, lam, test, recalls):
+        for k, r in recalls.items():
+            recall, se = mean_se(r)
+            runs.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
+                         "k": int(k), "lam": float(lam), "recall": recall, "recall_se": se,
+                         "n_test_queries": int(r.size), "rows": test, "per_query": r})
+
+    for split in splits:
+        anchor, dev, test = split.anchor, split.dev, split.test
+        M_test = M[test]
+        beta = prior_scale(M[anchor], de[anchor])
+        variants = [("AXN", V, beta * U, None, seeds), ("AXN DE", V, beta * U, de_order, seeds[:1])]
+        if mf_epochs:
+            rows_g, cols_g = observed_pairs(anchor.size, M.shape[1], mf_items_per_query, seed=int(split.seed))
+            mf = MatrixFactorization("ind", epochs=mf_epochs, lr=mf_lr, seed=int(split.seed)).fit(
+                U[anchor], V, rows_g, cols_g, M[anchor][rows_g, cols_g])
+            variants.append(("AXN DE, MF-IND", mf.item_embeddings_, mf.transform_queries(U), de_order, seeds[:1]))
+        for name, V_m, u_m, cand, method_seeds in variants:
+            for seed in method_seeds:
+                sweep = lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
+                                     candidates=None if cand is None else cand[dev], method=name, seed=seed,
+                                     query_ids=dev)
+                dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
+                chosen = choose_on_dev(sweep, ["budget", "k"], "lam")
+                for budget in budgets:
+                    at_b = chosen[chosen["budget"] == budget]
+                    for lam in sorted(set(at_b["lam"]) | {0.0}):
+                        axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device="cpu").fit(V_m)
+                        res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
+                                      candidates=None if cand is None else cand[test], query_ids=test)
+                        rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
+                        tuned = set(at_b.loc[at_b["lam"] == lam, "k"])
+                        add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned})
+                        if lam == 0.0:
+                            add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
+                bar.update(1)
+        for seed in seeds:
+            for budget in budgets:
+                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler="topk", seed=seed, device="cpu")
+                res = ada.fit(M[anchor]).run(M_test, query_ids=test)
+                add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
+                    _per_query_recalls(M_test, res.I, res.calls, budget, k_values))
+        for budget in budgets:
+            counter = BudgetCounter(M_test, budget)
+            _, I = rerank_baseline(counter, de_order[test], budget)
+            add(split, seeds[0], "DE re-rank", budget, np.nan, test,
+                _per_query_recalls(M_test, I, counter.calls, budget, k_values))
+        bar.update(1)
+    bar.close()
+    return pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)
+
+
+def protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Test recall per (method, budget, k): mean over runs with a t-interval over runs (seed × split;
+    split only for the deterministic methods), :func:`xenbench.protocol.summarize`; plus ``recall`` (the
+    mean) and ``recall_se`` (sd over runs / √runs) for the plots, and the chosen λ values."""
+    from xenbench.protocol import summarize
+
+    out = summarize(runs, ["method", "budget", "k"], confidence=confidence)
+    out["recall"] = out["mean"]
+    out["recall_se"] = out["sd_runs"] / np.sqrt(out["n_runs"])
+    lams = runs.groupby(["method", "budget", "k"])["lam"].agg(
+        lambda x: ", ".join(f"{v:g}" for v in sorted(set(x.dropna()))))
+    return out.merge(lams.rename("lams").reset_index(), on=["method", "budget", "k"])
+
+
+def paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PAIRS, *,
+                       confidence: float = 0.95) -> pd.DataFrame:
+    """Per-query paired tests of the pre-declared ``pairs`` (challenger a, baseline b) per (budget, k).
+
+    Each method's per-query recall is first averaged over the runs in which the query was a test query
+    (:func:`xenbench.protocol.pool_by_query`), so a query counts once; the test is then on the queries
+    both methods were run on (:func:`xenbench.protocol.paired_test`: mean difference a − b, its
+    interval, paired t and Wilcoxon p-values). ``p_holm`` is the Holm-adjusted t-test p-value over all
+    rows of the table (every pair and cell was declared in advance, so the family is this table).
+    """
+    from xenbench.protocol import paired_test, pool_by_query
+
+    out = []
+    for a, b in pairs:
+        for (budget, k), g in runs[runs["method"].isin([a, b])].groupby(["budget", "k"], sort=True):
+            pooled = {}
+            for m in (a, b):
+                gm = g[g["method"] == m]
+                if not gm.empty:
+                    pooled[m] = dict(zip(*pool_by_query(list(gm["rows"]), list(gm["per_query"]))))
+            if len(pooled) < 2:
+                continue
+            common = sorted(set(pooled[a]) & set(pooled[b]))
+            if len(common) < 2:
+                continue
+            t = paired_test([pooled[a][q] for q in common], [pooled[b][q] for q in common], confidence=confidence)
+            out.append({"challenger": a, "baseline": b, "budget": int(budget), "k": int(k), **t})
+    df = pd.DataFrame(out)
+    if not df.empty:
+        order = np.argsort(df["p"].to_numpy(), kind="stable")
+        m = len(df)
+        adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * df["p"].to_numpy()[order]))
+        df.loc[df.index[order], "p_holm"] = adj
+    return df
