@@ -3,6 +3,7 @@ matching, faiss's imbalance factor on hand cases, determinism and the regularize
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -11,8 +12,13 @@ from xenbench.ccsa import (
     CompositeCodeAE,
     _hard_gumbel_softmax,
     activation_frequency,
+    code_bytes,
     imbalance_factor,
+    normalized_uniformity_loss,
+    pq_for_bytes,
+    rerank,
     uniformity_loss,
+    ur_noise_floor,
 )
 from xenbench.cur import NotFittedError
 from xenbench.errors import ParameterError
@@ -96,19 +102,91 @@ def test_errors():
         CodeIndex(2, 4).search(np.array([[0, 1]]), 1)
 
 
-def test_sweep_and_ivf_baseline_rows_and_figures():
-    from xenbench.ccsa import balance_sweep, ivf_baseline
+def test_normalized_uniformity_loss_balanced_vs_random_batch():
+    C, L, B = 3, 8, 64
+    # perfectly balanced: in each chunk every code is on for exactly B / L = 8 items -> 0
+    balanced = torch.nn.functional.one_hot(torch.arange(B).repeat(C, 1).T % L, L).float().flatten(1)
+    assert normalized_uniformity_loss(balanced, C, L).item() == pytest.approx(0.0)
+    # codes drawn uniformly at random: E[L_UR^2] = C (1 - 1/L) (Binomial(B, 1/L) counts), so the mean of the
+    # squared normalized loss is 1 (Monte Carlo over 4000 batches, SE ~ 0.01)
+    g = torch.Generator().manual_seed(0)
+    sq = [normalized_uniformity_loss(torch.nn.functional.one_hot(torch.randint(0, L, (B, C), generator=g), L)
+                                     .float().flatten(1), C, L).item() ** 2 for _ in range(4000)]
+    assert np.mean(sq) == pytest.approx(1.0, abs=0.05)
+    assert ur_noise_floor(16, 64) == pytest.approx(np.sqrt(16 * 63 / 64))  # 3.97, the number
+    # one chunk of L = 2 with all B items on one code: sums (B, 0), target B/2 -> L_UR = sqrt(B/2), floor sqrt(1/2)
+    skew = torch.tensor([[1.0, 0.0]] * 8)
+    assert normalized_uniformity_loss(skew, 1, 2).item() == pytest.approx(np.sqrt(4) / np.sqrt(0.5))
+
+
+def test_rerank_of_all_items_equals_brute_force_and_dedups():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((60, 5)).astype(np.float32)
+    Q = rng.standard_normal((7, 5)).astype(np.float32)
+    every = [np.concatenate([np.arange(60), np.arange(30)]) for _ in range(7)]  # duplicates count once
+    I = rerank(Q, X, every, 10)
+    S = Q.astype(np.float64) @ X.astype(np.float64).T
+    np.testing.assert_array_equal(I, np.argsort(-S, axis=1, kind="stable")[:, :10])
+    few = rerank(Q[:1], X, [np.array([5, 3, 5, -1])], 4)  # fewer candidates than m: -1 pads
+    assert sorted(few[0, :2]) == [3, 5] and (few[0, 2:] == -1).all()
+
+
+def test_bytes_per_item_accounting():
+    assert code_bytes(16, 64) == 16 * 6 / 8 == 12.0  # C codes of log2(L) bits
+    assert code_bytes(256, 256) == 256.0
+    M, nbits = pq_for_bytes(16, 64, 384)
+    assert M * nbits == 16 * 6 and 384 % M == 0 and nbits == 8  # PQ12x8: 12 bytes, like the code
+    assert pq_for_bytes(4, 8, 384) == (4, 3)  # 12 bits are no whole number of bytes: M = C sub-quantizers of 3 bits
+    with pytest.raises(ParameterError, match="chunk_size"):
+        code_bytes(4, 6)
+
+
+def test_findings_follow_the_numbers():
+    from xenbench.findings.ccsa import findings
+
+    def rows(reg, imb, rec, gold, se=0.01):
+        return [{"method": "CCSA", "reg": reg, "batch_size": 100, "split": sp, "imbalance": imb, "recall": rec,
+                 "recall_se": se, "gold_recall": gold, "gold_recall_se": se, "scored": 100.0, "bytes_per_item": 2.0}
+                for sp in ("dev", "test")]
+
+    base = [{"method": "IVF-PQ", "nprobe": w, "split": sp, "bytes_per_item": 2.0, "scored": s, "recall": r,
+             "recall_se": 0.01, "gold_recall": r, "gold_recall_se": 0.01}
+            for w, s, r in ((1, 50.0, 0.3), (2, 100.0, 0.5)) for sp in ("dev", "test")]
+    res = {"by_reg": rows(0.0, 1.8, 0.5, 0.4) + rows(1.0, 1.1, 0.8, 0.6), "by_batch": rows(1.0, 1.1, 0.8, 0.6),
+           "baselines": base}
+    text = findings(res)
+    assert "imbalance falls (1.80 → 1.10)" in text[0] and "Top-k-Recall vs the exact DE rises" in text[0]
+    assert "λ = 1, chosen on dev" in text[1] and "IVF-PQ (w = 2" in text[1] and "beats (0.800 vs 0.500)" in text[1]
+    res["by_reg"] = rows(0.0, 1.8, 0.8, 0.6) + rows(1.0, 1.1, 0.5, 0.595)
+    text = findings(res)
+    assert "Top-k-Recall vs the exact DE falls" in text[0] and "gold Recall@k is level (within noise)" in text[0]
+    assert "λ = 0, chosen on dev" in text[1]
+
+
+def test_sweep_and_baselines_rows_and_figures():
+    import scipy.sparse as sp
+
+    from xenbench.ccsa import balance_sweep, exact_topk, faiss_baselines, query_split
     from xenbench.plots import activation_frequency_lines, recall_vs_scored
 
-    X = _clustered(400)
-    Q = X[:40]  # queries that are items: their own row is their exact top-1
-    results, freqs = balance_sweep(X, Q, [0.0, 1.0], [100], n_chunks=4, chunk_size=8, k=1, m=20, epochs=5,
-                                   lr=1e-2, progress=False)
-    assert list(results["reg"]) == [0.0, 1.0] and (results["steps"] == 5 * 4).all()
+    X = _clustered(400, d=16)
+    Q = X[:40]  # queries that are items: their own row is their exact top-1 and their gold item
+    relevant = sp.csr_matrix((np.ones(40), (np.arange(40), np.arange(40))), shape=(40, 400))
+    _, split = query_split(40, 40, 0)
+    exact = exact_topk(Q, X, 1)
+    kw = dict(exact=exact, relevant=relevant, split=split, k=1, m=20)
+    results, freqs = balance_sweep(X, X, Q, [(0.0, 100), (1.0, 100)], n_chunks=4, chunk_size=8, steps=7, lr=1e-2,
+                                   progress=False, **kw)
+    assert list(results["reg"]) == [0.0, 0.0, 1.0, 1.0] and (results["steps"] == 7).all()
     assert set(freqs) == {(0.0, 100), (1.0, 100)}
     assert all(f.size == 32 and np.isclose(f.sum(), 4.0) for f in freqs.values())  # C chunks, each sums to 1
-    ivf, sizes = ivf_baseline(X, Q, 8, [1, 8], k=1, m=20)
-    assert sizes.sum() == 400 and ivf["scored"].iloc[-1] == 400  # probing every list reads every item
-    assert ivf["recall"].iloc[-1] == 1.0  # ... and finds each query's exact top-1 (itself)
-    assert len(recall_vs_scored(results, ivf).data) == 2
+    # exact re-ranking of its own posting lists always finds the query itself (it shares all C codes)
+    assert (results["recall"] == 1.0).all() and (results["gold_recall"] == 1.0).all()
+    assert (results["scored"] <= results["postings"]).all()
+    base = faiss_baselines(X, X, Q, 8, [1, 8], pq=(4, 8), shortlist=50, **kw)
+    flat = base[base["method"] == "IVF-Flat"]
+    assert (flat["postings"].iloc[-2:] == 400).all() and (flat["scored"] == flat["postings"]).all()
+    assert (flat["recall"].iloc[-2:] == 1.0).all()  # probing every list re-ranks every item: exact
+    assert set(base["method"]) == {"IVF-Flat", "IVF-PQ", "OPQ+IVF-PQ"}
+    assert len(recall_vs_scored(pd.concat([results, base]), k=1, m=20).data) == 4
     assert len(activation_frequency_lines({str(key): f for key, f in freqs.items()}, 8).data) == 2

@@ -7,11 +7,26 @@ exactly one dimension on per chunk, then decodes it back (Eq. 1, f(x) = d(g(e(x)
     g(·) = per chunk, hard Gumbel-softmax with temperature τ and a straight-through gradient
     d(z) = V · z                     (C·L → d)
 
-It is trained with MSE(x, f(x)) + λ · L_UR, where the uniformity regularizer (Eq. 5)
+The uniformity regularizer (Eq. 5)
 
     L_UR = sqrt( Σ_j ( Σ_{i ∈ batch} g(e(x_i))_j − B / L )² / B )
 
-pushes every dimension to be on for B / L of a batch of B items. Each (chunk, code) is a posting list
+pushes every dimension to be on for B / L of a batch of B items. **Its scale.** Even a batch whose codes
+are drawn uniformly at random (or a batch sampled at random from a perfectly balanced index, up to the
+finite-population factor (N − B) / (N − 1)) has, per dimension, a Binomial(B, 1/L) count with variance
+B (1/L)(1 − 1/L); summed over the C·L dimensions and divided by B,
+
+    E[L_UR²] = C (1 − 1/L)          (the sampling-noise floor; ≈ 3.97² for C = 16, L = 64),
+
+while the paper's MSE averaged over the d = 384 coordinates of unit vectors is ≤ 1/d ≈ 0.0026. Taken
+literally, λ · L_UR swamps the reconstruction at every λ ≥ 0.001. We therefore train on
+
+    loss = ‖x − f(x)‖²  +  λ · L_UR / sqrt(C (1 − 1/L))
+
+(squared error summed over the d coordinates and averaged over the batch: 1 = reconstructing a unit
+vector by 0; the uniformity term is 1 for random codes and 0 for a perfectly balanced batch), so both terms
+are O(1) and λ ≈ 1 is where balance and reconstruction trade off. ``history_`` also logs the paper's
+per-coordinate ``mse`` and the raw ``uniformity`` (L_UR). Each (chunk, code) is a posting list
 of an inverted index; a query scores the items that share its code in each chunk (the number of shared
 codes, 0..C). The index is balanced when every list holds N / L items; :func:`imbalance_factor` is
 faiss's single-number summary k · Σ n_i² / (Σ n_i)² (1 = perfect).
@@ -34,14 +49,25 @@ from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_recall
 
-__all__ = ["CodeIndex", "CompositeCodeAE", "activation_frequency", "balance_sweep", "imbalance_factor",
-           "ivf_baseline", "uniformity_loss"]
+__all__ = ["CodeIndex", "CompositeCodeAE", "activation_frequency", "balance_sweep", "binary_hnsw", "code_bytes",
+           "exact_topk", "faiss_baselines", "imbalance_factor", "normalized_uniformity_loss", "pq_for_bytes",
+           "query_split", "rerank", "retrieval_metrics", "ur_noise_floor", "uniformity_loss"]
 
 
 def uniformity_loss(codes: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """L_UR of Eq. 5 for a batch of (relaxed or hard) codes of shape (B, C·L)."""
     B = codes.shape[0]
     return torch.sqrt(((codes.sum(dim=0) - B / chunk_size) ** 2).sum() / B)
+
+
+def ur_noise_floor(n_chunks: int, chunk_size: int) -> float:
+    """sqrt(C (1 − 1/L)): the root of E[L_UR²] for a batch of codes drawn uniformly at random (module docstring)."""
+    return float(np.sqrt(n_chunks * (1 - 1 / chunk_size)))
+
+
+def normalized_uniformity_loss(codes: torch.Tensor, n_chunks: int, chunk_size: int) -> torch.Tensor:
+    """L_UR / sqrt(C (1 − 1/L)): 0 for a perfectly balanced batch, about 1 (E[·²] = 1) for random codes."""
+    return uniformity_loss(codes, chunk_size) / ur_noise_floor(n_chunks, chunk_size)
 
 
 def _hard_gumbel_softmax(logits: torch.Tensor, tau: float, generator: torch.Generator) -> torch.Tensor:
@@ -77,29 +103,35 @@ class CompositeCodeAE:
     chunk_size : int, default 64
         L, codes per chunk (posting lists per chunk).
     reg : float, default 0.0
-        λ, weight of the uniformity regularizer L_UR (the paper tries 0, 0.1, 1, 10, 100).
+        λ, weight of the *normalized* uniformity term L_UR / sqrt(C (1 − 1/L)) against the summed squared
+        reconstruction error (module docstring; the paper weighs the raw L_UR against the mean MSE).
     temperature : float, default 1.0
         τ of the Gumbel-softmax (the paper: 100 for retrieval, 1 for binary codes).
     batch_size : int, default 1000
         B; L_UR is computed per batch, so larger batches estimate the balance better (Fig. 3).
     epochs : int, default 100
-        Passes over the items.
+        Passes over the rows of X (ignored when ``steps`` is given).
+    steps : int, optional
+        Train exactly this many optimizer steps (batches), reshuffling after each pass ([CCSA] §4: ~8,800).
     lr : float, default 1e-3
         Adam learning rate.
     seed : int, default 0
         Seeds the initialization, the batch order and the Gumbel noise.
     progress : bool, default True
-        Show a progress bar over epochs.
+        Show a progress bar over the optimizer steps.
 
     Attributes
     ----------
     history_ : list of dict
-        Per epoch: mean ``loss``, ``mse`` and ``uniformity`` (L_UR) over its batches.
+        Per pass over the data: mean ``loss``, ``recon`` (‖x − f(x)‖²), ``mse`` (per coordinate),
+        ``uniformity`` (raw L_UR) and ``uniformity_norm`` (L_UR / floor) over its batches.
+    steps_ : int
+        Optimizer steps taken.
     """
 
     def __init__(self, n_chunks: int = 16, chunk_size: int = 64, *, reg: float = 0.0, temperature: float = 1.0,
                  batch_size: int = 1000, epochs: int = 100, lr: float = 1e-3, seed: int = 0,
-                 progress: bool = True) -> None:
+                 steps: int | None = None, progress: bool = True) -> None:
         self.n_chunks = n_chunks
         self.chunk_size = chunk_size
         self.reg = reg
@@ -108,6 +140,7 @@ class CompositeCodeAE:
         self.epochs = epochs
         self.lr = lr
         self.seed = seed
+        self.steps = steps
         self.progress = progress
 
     def _check(self) -> None:
@@ -117,6 +150,8 @@ class CompositeCodeAE:
         _check_int(self.batch_size, "batch_size", 2, 2**31, owner, "2**31")
         _check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
         _check_int(self.seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
+        if self.steps is not None:
+            _check_int(self.steps, "steps", 1, 2**31, owner, "2**31")
         for name in ("reg", "temperature", "lr"):
             value = getattr(self, name)
             ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (value >= 0 if name == "reg" else value > 0)
@@ -133,24 +168,37 @@ class CompositeCodeAE:
         optimizer = torch.optim.Adam(net.parameters(), lr=self.lr)
         data = torch.from_numpy(X)
         batch = min(self.batch_size, len(X))
+        per_pass = len(X) // batch  # full batches only: L_UR's target is B / L
+        total = self.steps if self.steps is not None else self.epochs * per_pass
+        floor = ur_noise_floor(self.n_chunks, self.chunk_size)
         self.history_ = []
         net.train()
-        for _ in tqdm(range(self.epochs), desc="CCSA epochs", disable=not self.progress):
+        bar = tqdm(total=total, desc="CCSA steps", disable=not self.progress)
+        done = 0
+        while done < total:
             order = torch.randperm(len(X), generator=generator)
-            sums = np.zeros(3)
+            sums = np.zeros(5)
             n_batches = 0
-            for start in range(0, len(X) - batch + 1, batch):  # full batches only: L_UR's target is B / L
+            for start in range(0, per_pass * batch, batch):
+                if done == total:
+                    break
                 x = data[order[start:start + batch]]
                 codes = _hard_gumbel_softmax(net.logits(x), self.temperature, generator).flatten(1)
-                mse = torch.nn.functional.mse_loss(net.decoder(codes), x)
+                err = (net.decoder(codes) - x) ** 2
+                recon = err.sum(dim=1).mean()
                 ur = uniformity_loss(codes, self.chunk_size)
-                loss = mse + self.reg * ur
+                loss = recon + self.reg * ur / floor
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                sums += (loss.item(), mse.item(), ur.item())
+                sums += (loss.item(), recon.item(), recon.item() / x.shape[1], ur.item(), ur.item() / floor)
                 n_batches += 1
-            self.history_.append(dict(zip(("loss", "mse", "uniformity"), sums / n_batches)))
+                done += 1
+                bar.update(1)
+            self.history_.append(dict(zip(("loss", "recon", "mse", "uniformity", "uniformity_norm"),
+                                          sums / n_batches)))
+        bar.close()
+        self.steps_ = done
         self.net_ = net.eval()
         return self
 
@@ -223,7 +271,7 @@ class CodeIndex:
         return np.diff(self.offsets_).reshape(self.n_chunks, self.chunk_size)
 
     def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Top-k items of each query by shared codes, ties to the lower item row.
+        """Top-k items of each query by shared codes, ties to the lower item row (no re-ranking).
 
         Returns
         -------
@@ -270,69 +318,259 @@ def activation_frequency(list_sizes: np.ndarray) -> np.ndarray:
 
 
 # ==============================================================================================
-# experiments ([CCSA] §4.1.3, RQ3)
+# retrieval with exact re-ranking, and its accounting (shared by CCSA and every baseline)
 # ==============================================================================================
-def balance_sweep(items: np.ndarray, queries: np.ndarray, regs: Sequence[float], batch_sizes: Sequence[int], *,
-                  n_chunks: int = 16, chunk_size: int = 64, k: int = 10, m: int = 100, progress: bool = True,
-                  **fit_params) -> tuple[pd.DataFrame, dict[tuple[float, int], np.ndarray]]:
-    """Train one CCSA per (λ, B), index the items, search the queries: balance, work and recall.
+# Work of one query, defined once for every method:
+#   postings  = posting-list entries (or compressed codes) the query touches; an item in two of its lists counts twice;
+#   scored    = UNIQUE items whose float vector is scored exactly (inner product) in the re-ranking step.
+# Every method ends with the same step: exact inner product over its unique candidates, best m kept.
 
-    Recall is Top-k-Recall@m against the exact inner-product neighbours of the dense embeddings: the
-    share of each query's exact top-k items among the m items with the most shared codes.
+
+def code_bytes(n_chunks: int, chunk_size: int) -> float:
+    """Bytes per item of a composite code: C codes of log2(L) bits ([CCSA] §3.2), C · log2(L) / 8."""
+    if chunk_size < 2 or chunk_size & (chunk_size - 1):
+        raise ParameterError("chunk_size", "a power of two >= 2 (codes of log2(L) bits)", chunk_size, "code_bytes")
+    return n_chunks * int(np.log2(chunk_size)) / 8
+
+
+def pq_for_bytes(n_chunks: int, chunk_size: int, d: int) -> tuple[int, int]:
+    """(M, nbits) of a product quantizer whose codes take exactly as many bits as a C × L composite code.
+
+    M · nbits = C · log2(L); prefers nbits = 8 (faiss's fast path), else M = C sub-quantizers of log2(L)
+    bits; M must divide d.
+    """
+    bits = int(round(code_bytes(n_chunks, chunk_size) * 8))
+    for nbits in (8, int(np.log2(chunk_size))):
+        if bits % nbits == 0 and d % (bits // nbits) == 0 and nbits <= 16:
+            return bits // nbits, nbits
+    raise ParameterError("n_chunks", f"C, L such that C·log2(L) = {bits} bits split into M sub-quantizers "
+                         f"dividing d = {d}", (n_chunks, chunk_size), "pq_for_bytes")
+
+
+def exact_topk(queries: np.ndarray, items: np.ndarray, k: int) -> np.ndarray:
+    """Rows of the k items with the largest inner product per query (faiss flat index), int64 (nq, k)."""
+    import faiss
+
+    index = faiss.IndexFlatIP(items.shape[1])
+    index.add(np.ascontiguousarray(items, dtype=np.float32))
+    return index.search(np.ascontiguousarray(queries, dtype=np.float32), k)[1].astype(np.int64)
+
+
+def rerank(queries: np.ndarray, items: np.ndarray, candidates: Sequence[np.ndarray], m: int) -> np.ndarray:
+    """Exact re-ranking: per query, the m best of its UNIQUE candidate rows by inner product (ties to the lower
+    row); -1 pads when fewer than m candidates. int64 (nq, m)."""
+    if len(candidates) != len(queries):
+        raise ParameterError("candidates", f"one array of item rows per query ({len(queries)})", len(candidates),
+                             "rerank")
+    out = np.full((len(queries), m), -1, np.int64)
+    for r, cand in enumerate(candidates):
+        cand = np.unique(np.asarray(cand, dtype=np.int64))
+        cand = cand[cand >= 0]
+        if cand.size == 0:
+            continue
+        s = items[cand].astype(np.float64) @ queries[r].astype(np.float64)
+        top = np.lexsort((cand, -s))[:m]
+        out[r, :top.size] = cand[top]
+    return out
+
+
+def _pad(I: np.ndarray) -> np.ndarray:
+    return np.where(I < 0, -1, I).astype(np.int64)
+
+
+def code_candidates(index: CodeIndex, query_codes: np.ndarray, shortlist: int | None = None
+                    ) -> tuple[list[np.ndarray], np.ndarray]:
+    """A CCSA query's candidates: the unique items of its C posting lists (§3.2); with ``shortlist`` R, only the
+    R with the most shared codes (ties to the lower row). Returns (candidates, postings touched per query)."""
+    lists = np.asarray(query_codes, dtype=np.int64) + index.chunk_size * np.arange(index.n_chunks)
+    cands, postings = [], np.zeros(len(lists), np.int64)
+    for r, row in enumerate(lists):
+        hits = np.concatenate([index.items_[index.offsets_[j]:index.offsets_[j + 1]] for j in row])
+        postings[r] = hits.size
+        items, counts = np.unique(hits, return_counts=True)
+        if shortlist is not None and items.size > shortlist:
+            items = items[np.lexsort((items, -counts))[:shortlist]]
+        cands.append(items)
+    return cands, postings
+
+
+def query_split(n_queries: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, split): ``n_eval`` query rows drawn without replacement (seeded), the first half labelled "dev" and
+    the rest "test" (settings are chosen on dev, reported on test)."""
+    n_eval = min(int(n_eval), n_queries)
+    rows = np.sort(np.random.default_rng(seed).choice(n_queries, n_eval, replace=False))
+    split = np.array(["test"] * n_eval, dtype=object)
+    split[np.random.default_rng(seed + 1).permutation(n_eval)[:n_eval // 2]] = "dev"
+    return rows, split
+
+
+def retrieval_metrics(I: np.ndarray, exact: np.ndarray, relevant, split: np.ndarray, *, k: int,
+                      postings: np.ndarray, scored: np.ndarray) -> list[dict]:
+    """One row per split: Top-k-Recall@m against the exact DE top-k (|T ∩ S| / k over the m returned S), Recall@k
+    against the gold labels (of the first k returned; :func:`xenbench.metrics.label_recall`), each with its
+    standard error over queries, and the mean ``postings`` and ``scored`` work (defined above)."""
+    from xenbench.metrics import label_recall
+
+    T = exact[:, :k]
+    topk = np.array([np.isin(T[r], I[r][I[r] >= 0]).mean() for r in range(len(I))])
+    has = np.asarray(relevant.sum(axis=1)).ravel() > 0
+    gold = np.full(len(I), np.nan)
+    gold[has] = label_recall(I[has], relevant[has], k, per_query=True)
+    rows = []
+    for name in ("dev", "test"):
+        sel = split == name
+        g = gold[sel][~np.isnan(gold[sel])]
+        rows.append({"split": name, "n_queries": int(sel.sum()),
+                     "recall": float(topk[sel].mean()), "recall_se": float(topk[sel].std(ddof=1) / np.sqrt(sel.sum())),
+                     "gold_recall": float(g.mean()), "gold_recall_se": float(g.std(ddof=1) / np.sqrt(g.size)),
+                     "postings": float(postings[sel].mean()), "scored": float(scored[sel].mean())})
+    return rows
+
+
+# ==============================================================================================
+# experiments ([CCSA] §4.1.3 RQ3, §4.1.2 RQ2)
+# ==============================================================================================
+def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, settings: Sequence[tuple[float, int]], *,
+                  exact: np.ndarray, relevant, split: np.ndarray, n_chunks: int = 16, chunk_size: int = 64,
+                  k: int = 10, m: int = 100, shortlist: int | None = None, progress: bool = True,
+                  **fit_params) -> tuple[pd.DataFrame, dict[tuple[float, int], np.ndarray]]:
+    """Train one CCSA per (λ, B) on ``train`` (queries and items), index the items, search the queries.
+
+    Search = the unique items of the query's C posting lists (the ``shortlist`` R with the most shared codes
+    when given), re-ranked by exact inner product (:func:`rerank`), best m returned.
 
     Returns
     -------
     results : DataFrame
-        One row per (λ, B): ``reg``, ``batch_size``, ``steps`` (optimizer steps), ``imbalance``
-        (:func:`imbalance_factor`),
-        ``scored`` (mean postings read per query; ideal C · N / L), ``recall``, ``mse`` (last epoch).
+        One row per (λ, B, split): ``reg``, ``batch_size``, ``steps``, ``bytes_per_item``, ``imbalance``
+        (:func:`imbalance_factor`), ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), and the columns of
+        :func:`retrieval_metrics`.
     frequencies : dict
         (λ, B) -> :func:`activation_frequency` of its index (Fig. 2/3).
     """
-    exact = queries.astype(np.float64) @ items.astype(np.float64).T
     rows, frequencies = [], {}
-    for reg in regs:
-        for batch in batch_sizes:
-            ae = CompositeCodeAE(n_chunks, chunk_size, reg=reg, batch_size=batch, progress=progress,
-                                 **fit_params).fit(items)
-            index = CodeIndex(n_chunks, chunk_size).add(ae.encode(items))
-            _, I, scored = index.search(ae.encode(queries), m)
-            rows.append({"reg": float(reg), "batch_size": int(batch),
-                         "steps": ae.epochs * (len(items) // min(batch, len(items))),
-                         "imbalance": imbalance_factor(index.list_sizes),
-                         "scored": float(scored.mean()), "recall": topk_recall(exact, I, k),
-                         "mse": ae.history_[-1]["mse"]})
-            frequencies[float(reg), int(batch)] = activation_frequency(index.list_sizes)
+    for reg, batch in settings:
+        ae = CompositeCodeAE(n_chunks, chunk_size, reg=reg, batch_size=batch, progress=progress,
+                             **fit_params).fit(train)
+        index = CodeIndex(n_chunks, chunk_size).add(ae.encode(items))
+        cands, postings = code_candidates(index, ae.encode(queries), shortlist)
+        I = rerank(queries, items, cands, m)
+        scored = np.array([c.size for c in cands])
+        last = ae.history_[-1]
+        head = {"method": "CCSA", "reg": float(reg), "batch_size": int(batch), "steps": ae.steps_,
+                "bytes_per_item": code_bytes(n_chunks, chunk_size), "imbalance": imbalance_factor(index.list_sizes),
+                "recon": last["recon"], "mse": last["mse"], "uniformity_norm": last["uniformity_norm"]}
+        for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=postings, scored=scored):
+            rows.append({**head, **row})
+        frequencies[float(reg), int(batch)] = activation_frequency(index.list_sizes)
     return pd.DataFrame(rows), frequencies
 
 
-def ivf_baseline(items: np.ndarray, queries: np.ndarray, n_lists: int, nprobes: Sequence[int], *, k: int = 10,
-                 m: int = 100, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
-    """faiss IVF (k-means into ``n_lists`` lists, inner product) on the same items and queries.
+def faiss_baselines(train: np.ndarray, items: np.ndarray, queries: np.ndarray, n_lists: int, nprobes: Sequence[int], *,
+                    exact: np.ndarray, relevant, split: np.ndarray, pq: tuple[int, int], k: int = 10, m: int = 100,
+                    shortlist: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """faiss IVF-Flat, IVF-PQ and OPQ+IVF-PQ (``n_lists`` k-means lists, inner product) trained on ``train``.
 
-    Returns
-    -------
-    results : DataFrame
-        One row per nprobe w: ``nprobe``, ``imbalance`` of the k-means lists, ``scored`` (mean items in
-        the w probed lists), ``recall`` (Top-k-Recall@m of the exact inner-product neighbours).
-    list_sizes : ndarray of shape (n_lists,)
+    Each probes w lists; IVF-Flat's candidates are all their items (its exact search is the re-ranking), IVF-PQ's
+    the ``shortlist`` R best of them by the PQ approximation (with PQ codes of ``pq`` = (M, nbits), the bytes of a CCSA code:
+    :func:`pq_for_bytes`). All are then re-ranked by exact inner product like CCSA (:func:`rerank`).
+    ``postings`` = items in the w lists, ``scored`` = unique candidates re-ranked.
     """
     import faiss
 
     X = np.ascontiguousarray(items, dtype=np.float32)
     Q = np.ascontiguousarray(queries, dtype=np.float32)
-    quantizer = faiss.IndexFlatIP(X.shape[1])
-    index = faiss.IndexIVFFlat(quantizer, X.shape[1], n_lists, faiss.METRIC_INNER_PRODUCT)
-    index.cp.seed = seed
-    index.train(X)
-    index.add(X)
-    sizes = np.array([index.invlists.list_size(i) for i in range(n_lists)])
-    _, nearest_lists = quantizer.search(Q, max(nprobes))
-    exact = Q.astype(np.float64) @ X.astype(np.float64).T
+    T = np.ascontiguousarray(train, dtype=np.float32)
+    d = X.shape[1]
+    M, nbits = pq
+    specs = {"IVF-Flat": f"IVF{n_lists},Flat", "IVF-PQ": f"IVF{n_lists},PQ{M}x{nbits}",
+             "OPQ+IVF-PQ": f"OPQ{M},IVF{n_lists},PQ{M}x{nbits}"}
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # OpenMP spin-waits on a busy 2-core machine; one thread is faster and deterministic
+    try:
+        return _faiss_rows(specs, T, X, Q, d, n_lists, nprobes, M, nbits, exact, relevant, split, k, m, shortlist, seed)
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _faiss_rows(specs, T, X, Q, d, n_lists, nprobes, M, nbits, exact, relevant, split, k, m, shortlist, seed):
+    import faiss
+
     rows = []
-    for w in nprobes:
-        index.nprobe = w
-        _, I = index.search(Q, m)
-        rows.append({"nprobe": int(w), "imbalance": imbalance_factor(sizes),
-                     "scored": float(sizes[nearest_lists[:, :w]].sum(axis=1).mean()), "recall": topk_recall(exact, I, k)})
-    return pd.DataFrame(rows), sizes
+    for method, spec in specs.items():
+        index = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+        ivf.cp.seed = seed
+        if method != "IVF-Flat":
+            ivf.pq.cp.seed = seed
+        index.train(T)
+        index.add(X)
+        sizes = np.array([ivf.invlists.list_size(i) for i in range(n_lists)])
+        q_in = index.chain.at(0).apply(Q) if isinstance(index, faiss.IndexPreTransform) else Q
+        _, nearest = ivf.quantizer.search(np.ascontiguousarray(q_in), max(nprobes))
+        for w in nprobes:
+            ivf.nprobe = int(w)
+            postings = sizes[nearest[:, :w]].sum(axis=1)
+            if method == "IVF-Flat":  # it scores every item of its w lists exactly: that IS the re-ranking
+                I = _pad(index.search(Q, m)[1])
+                scored = postings
+            else:
+                _, cand = index.search(Q, shortlist)
+                I = rerank(Q, X, list(cand), m)
+                scored = np.array([np.unique(c[c >= 0]).size for c in cand])
+            head = {"method": method, "nprobe": int(w),
+                    "bytes_per_item": float(d * 4 if method == "IVF-Flat" else M * nbits / 8),
+                    "imbalance": imbalance_factor(sizes)}
+            for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=postings, scored=scored):
+                rows.append({**head, **row})
+    return pd.DataFrame(rows)
+
+
+def binary_hnsw(train: np.ndarray, items: np.ndarray, queries: np.ndarray, n_bits: int, *, exact: np.ndarray,
+                relevant, split: np.ndarray, k: int = 10, m: int = 100, shortlist: int = 100, hnsw_m: int = 32,
+                ef_search: int = 128, seed: int = 0, progress: bool = True, **fit_params) -> pd.DataFrame:
+    """RQ2 ([CCSA] §4.1.2): binary CCSA codes (C = ``n_bits`` chunks of L = 2, τ = 1, λ = 0) in faiss's binary HNSW
+    (Hamming) against HNSW over PQ codes of the same bytes (M = n_bits / 8 sub-quantizers of 8 bits).
+
+    Each returns its ``shortlist`` R nearest by its codes, re-ranked by exact inner product (:func:`rerank`).
+    ``postings`` is NaN (graph search has no lists), ``scored`` = R.
+    """
+    import faiss
+
+    if n_bits % 8:
+        raise ParameterError("n_bits", "a multiple of 8 (whole bytes per item)", n_bits, "binary_hnsw")
+    X = np.ascontiguousarray(items, dtype=np.float32)
+    Q = np.ascontiguousarray(queries, dtype=np.float32)
+    fit_params = {**fit_params, "temperature": 1.0}
+    ae = CompositeCodeAE(n_bits, 2, reg=0.0, seed=seed, progress=progress, **fit_params).fit(train)
+    bx, bq = np.packbits(ae.encode(X).astype(np.uint8), axis=1), np.packbits(ae.encode(Q).astype(np.uint8), axis=1)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # graph construction is deterministic single-threaded only
+    try:
+        cand_b, cand_p = _hnsw_candidates(bx, bq, X, Q, train, n_bits, hnsw_m, ef_search, shortlist, seed)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    rows = []
+    for method, cand in (("CCSA-binary+HNSW", cand_b), ("PQ+HNSW", cand_p)):
+        I = rerank(Q, X, list(cand), m)
+        scored = np.array([np.unique(c[c >= 0]).size for c in cand])
+        head = {"method": method, "bytes_per_item": n_bits / 8, "shortlist": int(shortlist)}
+        for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=np.full(len(Q), np.nan), scored=scored):
+            rows.append({**head, **row})
+    return pd.DataFrame(rows)
+
+
+def _hnsw_candidates(bx, bq, X, Q, train, n_bits, hnsw_m, ef_search, shortlist, seed):
+    import faiss
+
+    hb = faiss.IndexBinaryHNSW(n_bits, hnsw_m)
+    hb.add(bx)
+    hb.hnsw.efSearch = max(ef_search, shortlist)
+    cand_b = hb.search(bq, shortlist)[1]
+    hp = faiss.IndexHNSWPQ(X.shape[1], n_bits // 8, hnsw_m)  # L2 on unit vectors orders like inner product
+    faiss.downcast_index(hp.storage).pq.cp.seed = seed
+    hp.train(np.ascontiguousarray(train, dtype=np.float32))
+    hp.add(X)
+    hp.hnsw.efSearch = max(ef_search, shortlist)
+    cand_p = hp.search(Q, shortlist)[1]
+    return cand_b, cand_p

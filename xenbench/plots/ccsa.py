@@ -1,4 +1,4 @@
-"""Figures of CCSA's index balance ([CCSA] Fig. 2/3) and its recall-vs-work trade-off against faiss IVF."""
+"""Figures of CCSA's index balance ([CCSA] Fig. 2/3) and its recall-vs-work trade-off against faiss IVF / IVF-PQ."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -34,25 +34,28 @@ def activation_frequency_lines(frequencies: Mapping[str, np.ndarray], chunk_size
     return _style(fig, title, height)
 
 
-def recall_vs_scored(ccsa: pd.DataFrame, ivf: pd.DataFrame | None = None, *, k: int = 10, m: int = 100,
+def recall_vs_scored(rows: pd.DataFrame, *, k: int = 10, m: int = 100, y: str = "recall", split: str = "test",
                      title: str | None = None, height: int | None = 420) -> go.Figure:
-    """Top-k-Recall@m against postings read per query: CCSA models (points) and IVF over nprobe (line).
+    """Recall against unique items re-ranked per query, one trace per method (CCSA models, faiss over nprobe).
 
     Parameters
     ----------
-    ccsa : DataFrame
-        :func:`xenbench.ccsa.balance_sweep` results.
-    ivf : DataFrame, optional
-        :func:`xenbench.ccsa.ivf_baseline` results.
+    rows : DataFrame
+        Rows of :func:`xenbench.ccsa.balance_sweep` and :func:`xenbench.ccsa.faiss_baselines` (``method``,
+        ``scored``, ``recall``/``gold_recall``, ``split``; ``reg``/``batch_size`` or ``nprobe`` label points).
+    y : str
+        ``"recall"`` (Top-k-Recall@m against the exact DE) or ``"gold_recall"`` (Recall@k against the labels).
     """
+    rows = rows[rows["split"] == split]
     fig = go.Figure()
-    labels = [f"λ = {r:g}, B = {b}" for r, b in zip(ccsa["reg"], ccsa["batch_size"])]
-    fig.add_trace(go.Scatter(x=ccsa["scored"], y=ccsa["recall"], mode="markers+text", text=labels,
-                             textposition="top center", name="CCSA", marker={"size": 10}))
-    if ivf is not None:
-        fig.add_trace(go.Scatter(x=ivf["scored"], y=ivf["recall"], mode="lines+markers+text",
-                                 text=[f"w = {w}" for w in ivf["nprobe"]], textposition="bottom right",
-                                 name="faiss IVF (nprobe w)", line={"dash": "dot"}))
-    fig.update_xaxes(title_text="items scored per query (postings read)", type="log")
-    fig.update_yaxes(title_text=f"Top-{k}-Recall@{m}", range=[0, 1.02])
-    return _style(fig, title or f"Recall vs work: exact top-{k} neighbours among the {m} returned", height)
+    for method, part in rows.groupby("method", sort=False):
+        if "nprobe" in part and part["nprobe"].notna().any():
+            text = [f"w = {int(w)}" for w in part["nprobe"]]
+        else:
+            text = [f"λ = {r:g}, B = {int(b)}" for r, b in zip(part["reg"], part["batch_size"])]
+        fig.add_trace(go.Scatter(x=part["scored"], y=part[y], mode="lines+markers" if method != "CCSA" else "markers",
+                                 text=text, name=str(method), hovertemplate="%{text}<br>%{x:.0f} scored, %{y:.3f}"))
+    fig.update_xaxes(title_text="unique items re-ranked exactly per query", type="log")
+    label = f"Top-{k}-Recall@{m} (exact DE)" if y == "recall" else f"Recall@{k} (gold labels)"
+    fig.update_yaxes(title_text=label, range=[0, 1.02])
+    return _style(fig, title or f"{label} vs work ({split} queries)", height)
