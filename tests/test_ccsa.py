@@ -137,6 +137,7 @@ def test_bytes_per_item_accounting():
     M, nbits = pq_for_bytes(16, 64, 384)
     assert M * nbits == 16 * 6 and 384 % M == 0 and nbits == 8  # PQ12x8: 12 bytes, like the code
     assert pq_for_bytes(4, 8, 384) == (4, 3)  # 12 bits are no whole number of bytes: M = C sub-quantizers of 3 bits
+    assert pq_for_bytes(256, 256, 384) == (128, 16)  # the paper's 256 bytes: 256 x 8 bits would not divide d = 384
     with pytest.raises(ParameterError, match="chunk_size"):
         code_bytes(4, 6)
 

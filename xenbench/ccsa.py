@@ -337,10 +337,10 @@ def pq_for_bytes(n_chunks: int, chunk_size: int, d: int) -> tuple[int, int]:
     """(M, nbits) of a product quantizer whose codes take exactly as many bits as a C × L composite code.
 
     M · nbits = C · log2(L); prefers nbits = 8 (faiss's fast path), else M = C sub-quantizers of log2(L)
-    bits; M must divide d.
+    bits, else the largest nbits <= 16 that works; M must divide d.
     """
     bits = int(round(code_bytes(n_chunks, chunk_size) * 8))
-    for nbits in (8, int(np.log2(chunk_size))):
+    for nbits in (8, int(np.log2(chunk_size)), *range(16, 0, -1)):
         if bits % nbits == 0 and d % (bits // nbits) == 0 and nbits <= 16:
             return bits // nbits, nbits
     raise ParameterError("n_chunks", f"C, L such that C·log2(L) = {bits} bits split into M sub-quantizers "
