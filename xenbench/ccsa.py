@@ -368,7 +368,7 @@ def rerank(queries: np.ndarray, items: np.ndarray, candidates: Sequence[np.ndarr
         cand = cand[cand >= 0]
         if cand.size == 0:
             continue
-        s = items[cand].astype(np.float64) @ queries[r].astype(np.float64)
+        s = items[cand] @ queries[r]  # float32, like faiss's exact scores
         top = np.lexsort((cand, -s))[:m]
         out[r, :top.size] = cand[top]
     return out
