@@ -12,8 +12,16 @@ budget B_CE). They return tidy DataFrames (one row per measured number) that the
 :func:`recall_vs_rounds`   Top-k-Recall of ADACUR for a number of rounds N_r ([ADACUR] Fig. 3)
 :func:`latency_vs_rounds`  time per query in CE calls, pinv, matmul, sampling ([ADACUR] Fig. 4)
 :func:`round_trace`        exact vs approximate scores of one test query, round by round (Fig. 6/8)
-:func:`gain_over`          per (budget, k): best challenger minus a baseline, for the conclusion
+:func:`gain_over`          per (budget, k): best challenger minus a baseline (test-chosen; optimistic)
+:func:`protocol_runs`      per-query recall on dev and test rows, per (query split, anchor seed)
+:func:`chosen_on_dev`      k_i chosen on dev rows, test recall read at that k_i
+:func:`protocol_summary`   test recall: mean over runs, 95 % interval across runs, k_i chosen
+:func:`paired_comparisons` the pre-declared pairs (:data:`PAIRS`), per-query paired tests
 =========================  ==================================================================
+
+Notebook 03 reports the protocol functions (built on :mod:`xenbench.protocol`): every setting is chosen
+on dev queries, every number is a mean over anchor seeds × query splits with an interval that contains
+their variance, and only the pre-declared pairs are compared, with paired tests over queries.
 
 Methods compared at equal budget (:data:`METHODS`, keys -> labels in the ``method`` column):
 
@@ -33,9 +41,9 @@ Methods compared at equal budget (:data:`METHODS`, keys -> labels in the ``metho
 ``de_rerank``, ``tfidf_rerank``
     Retrieve-and-rerank: the retriever's top B_CE items scored with the CE.
 
-The best-split selection reads the test queries' recall (as the papers' "best possible budget
-split" does), so it is optimistic for the split methods; No-Split and the re-rank baselines are
-not tuned at all.
+The best-split selection of :func:`recall_vs_budget` reads the test queries' recall (as the papers'
+"best possible budget split" does), so it is optimistic for the split methods; :func:`chosen_on_dev`
+chooses on dev queries instead. No-Split and the re-rank baselines are not tuned at all.
 
 References
 ----------
