@@ -409,11 +409,10 @@ def _ray_job():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    import ray  # the ray extra: make setup installs it
+    from xenbench._ray import ray_session  # the ray extra: make setup installs it
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    with ray_session(num_cpus=2) as ray:
+        yield ray
 
 
 def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):

@@ -482,13 +482,9 @@ def _score_blocks_ray(ce: CrossEncoder, queries: Sequence[Query], items: Sequenc
     process, a lost node) is restarted and its block retried (``max_restarts``/``max_task_retries``); blocks
     already written stay written, so even a job that fails can be resumed.
     """
-    import ray
+    from xenbench._ray import ray_session
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                 log_to_driver=False)
-    try:
+    with ray_session(address, workers) as ray:
         gpus = (1.0 if device.type == "cuda" else 0.0) if gpus_per_worker is None else float(gpus_per_worker)
         if workers is None:
             res = ray.available_resources()
@@ -519,9 +515,6 @@ def _score_blocks_ray(ce: CrossEncoder, queries: Sequence[Query], items: Sequenc
             store.update_attrs({"wall_s": store.wall_s, "chunks_done": len(store.done_chunks())})
             on_pairs((b - a) * len(items))
             submit(actor)
-    finally:
-        if started:
-            ray.shutdown()
 
 
 # Manifest keys that identify a job: every argument that changes the float bits of a block. Resuming into a

@@ -221,22 +221,15 @@ def _execute(notebook: str, profile: str, todo: list[tuple[dict[str, Any], Path]
     bar = tqdm(total=len(todo), desc=f"sweep {Path(notebook).stem}", unit="point", disable=not todo)
     try:
         if backend == "ray":
-            import ray
+            from xenbench._ray import ray_session
 
-            started = not ray.is_initialized()
-            if started:
-                ray.init(address=address, num_cpus=None if address else jobs, include_dashboard=False,
-                         log_to_driver=False)
-            try:
+            with ray_session(address, jobs) as ray:
                 task = ray.remote(num_cpus=1, max_retries=1)(_run_point)
                 pending = [task.remote(notebook, profile, p, str(f), timeout) for p, f in todo]
                 while pending:
                     ready, pending = ray.wait(pending)
                     ray.get(ready)
                     bar.update(len(ready))
-            finally:
-                if started:
-                    ray.shutdown()
         elif jobs == 1:
             for params, folder in todo:
                 _run_point(notebook, profile, params, str(folder), timeout)
