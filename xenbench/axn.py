@@ -328,8 +328,9 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     * "AXN DE" (the DE's top B_CE / R items first) and "AXN DE, MF-IND": deterministic given the split
       (TopK rounds, DE first round), so run once per split (``seed`` = the first seed);
 
-    λ is chosen on the split's dev rows per (method, budget, k) (:func:`xenbench.protocol.choose_on_dev`,
-    ties to the smaller λ) and the method is run on the test rows at the chosen λ ("…, tuned λ") and at
+    λ is chosen once per split on its dev rows per (method, budget, k) (:func:`xenbench.protocol.choose_on_dev`,
+    ties to the smaller λ; for "AXN" with the first seed's first round, which halves the cost of the
+    protocol) and every seed's run uses it on the test rows ("…, tuned λ") and at
     λ = 0 ("…, λ = 0"). Baselines on the same test rows: ADACUR TopK No-Split (R_anc = M[anchor],
     random first round, per seed) and DE re-rank (per split).
 
@@ -354,7 +355,8 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
         One row per (split, seed, method, budget, k) on the test rows: ``lam`` (NaN for baselines),
         ``recall``, ``recall_se`` (over queries), ``n_test_queries``, ``rows`` and ``per_query`` (arrays).
     dev : DataFrame
-        The dev λ sweeps (:func:`lambda_sweep` frames with ``split`` and ``seed`` columns).
+        The dev λ sweeps, one per split and method (:func:`lambda_sweep` frames with ``split`` and
+        ``seed`` columns).
     """
     from tqdm.auto import tqdm
 
@@ -396,11 +398,12 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
             variants.append(("AXN DE, MF-IND", mf.item_embeddings_, mf.transform_queries(U), de_order, seeds[:1]))
         for name, V_m, u_m, cand, method_seeds in variants:
             for seed in method_seeds:
-                sweep = lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
-                                     candidates=None if cand is None else cand[dev], method=name, seed=seed,
-                                     query_ids=dev)
-                dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
-                chosen = choose_on_dev(sweep, ["budget", "k"], "lam")
+                if seed == method_seeds[0]:  # λ is chosen once per split, on its dev rows (first seed's draws)
+                    sweep = lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
+                                         candidates=None if cand is None else cand[dev], method=name, seed=seed,
+                                         query_ids=dev)
+                    dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
+                    chosen = choose_on_dev(sweep, ["budget", "k"], "lam")
                 for budget in budgets:
                     at_b = chosen[chosen["budget"] == budget]
                     for lam in sorted(set(at_b["lam"]) | {0.0}):
