@@ -245,6 +245,10 @@ CASES = [
     Case("notebook-unknown-param", raw("run", "00_data", "-p", "n_candidate", "64"), r"n_candidate"),
     Case("notebook-param-out-of-range", raw("run", "00_data", "-p", "n_candidates", "0"),
          r"'n_candidates' parameter of notebook 00_data must be an int"),
+    Case("notebook-04-lambda-out-of-range", raw("run", "04_axn_lambda", "-p", "lambdas", "-0.5,0.5"),
+         r"'lambdas' parameter of notebook 04_axn_lambda must be a list of float with length >= 1, each in \[0, 1\]"),
+    Case("notebook-05-lambda-out-of-range", raw("run", "05_pefa_lambda", "-p", "lambdas", "0.5,1.5"),
+         r"'lambdas' parameter of notebook 05_pefa_lambda must be a list of float with length >= 1, each in \[0, 1\]"),
     Case("notebook-param-wrong-type", raw("run", "00_data", "-p", "seed", "abc"), r"'seed' parameter of notebook 00_data"),
     Case("findings-stale-readme-dir", raw("findings", "--check", "--results-dir", "{tmp}/none"), r"the findings section disagrees with .*none; run `xenbench findings --write`"),
 ]
