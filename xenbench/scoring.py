@@ -592,14 +592,6 @@ def score_pairs_sparse(
         ``(query_row, item_row)`` per entry, rows into ``queries`` and ``items``.
     return_timing
         Also return a :class:`ScoreTiming`.
-    backend
-        ``"local"``: this process. ``"ray"`` (needs ``out``; ``pip install xenbench[ray]``): row blocks are Ray
-        tasks on actors that each hold the model (one per GPU, or per CPU slot); this process stays the only
-        writer of the store, with the same verification, identity and lock, so a resumed job skips finished
-        blocks and a killed worker's block is retried on a restarted actor (:func:`_score_blocks_ray`).
-    ray_options
-        ``address`` (a running cluster, e.g. ``"auto"``; default a local Ray started here), ``workers`` (actors;
-        default one per GPU, or per CPU), ``gpus_per_worker`` (default 1 on CUDA, else 0).
 
     Returns
     -------
