@@ -31,3 +31,14 @@ def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *
         finally:
             os.close(fd)
     return path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (for stale lock and staging files)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True

@@ -49,7 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xenbench._io import write_text_atomic
+from xenbench._io import pid_alive, write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
 __all__ = [
@@ -668,19 +668,6 @@ def light_html(body: str, out_dir: Path, *, self_contained: bool = False) -> str
     return body[: match.start()] + f'<script type="text/javascript" src="{name}"></script>' + body[match.end() :]
 
 
-def _pid_alive(pid: str) -> bool:
-    """Whether a process of this id runs on this machine (an unparsable id counts as gone)."""
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -775,7 +762,8 @@ def run_notebook(
     final, failed = out / f"{stem}.ipynb", out / f"{stem}.failed.ipynb"
     report, results = out / f"{stem}.html", out / f"{stem}.results.json"
     for old in out.glob(f".{stem}.*.staging"):  # left by a killed run (its pid is gone)
-        if not _pid_alive(old.name[len(stem) + 2 :].split(".", 1)[0]):
+        pid = old.name[len(stem) + 2 :].split(".", 1)[0]
+        if not (pid.isdigit() and pid_alive(int(pid))):
             shutil.rmtree(old, ignore_errors=True)
     stage = out / f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.staging"
     stage.mkdir()

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from xenbench._io import write_text_atomic
+from xenbench._io import pid_alive, write_text_atomic
 from xenbench.errors import DataError, ParameterError
 
 __all__ = ["ScoreStore", "STORE_FORMAT", "ids_fingerprint", "writer_lock"]
@@ -86,16 +86,6 @@ def _lock_path(path: Path) -> Path:
     return path.parent / f".{path.name}.lock"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def writer_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold the exclusive writer lock of the store at ``path`` (which need not exist yet).
@@ -123,7 +113,7 @@ def writer_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
                 continue  # released meanwhile
             except (ValueError, KeyError, TypeError, json.JSONDecodeError):
                 raise DataError(lock, "unreadable writer lock: delete it if no job is writing this store") from None
-            if host == me["host"] and not _pid_alive(pid):
+            if host == me["host"] and not pid_alive(pid):
                 logger.warning("taking over the stale lock %s of process %d, which is gone", lock, pid)
                 lock.unlink(missing_ok=True)
                 continue

@@ -37,6 +37,12 @@ def _trend(df: pd.DataFrame, by: str, name: str) -> str:
     return (f"**{name} {lo[by]:g} → {hi[by]:g}** (test queries): " + "; ".join(parts) + ".")
 
 
+def _verdicts(a, b) -> tuple[str, str]:
+    """How row a compares with row b on Top-k-Recall and on gold Recall@k (2 combined SE)."""
+    return tuple(versus(a[col] - b[col], _se_diff(a, b, col), higher="beats", lower="loses to")
+                 for col in ("recall", "gold_recall"))  # type: ignore[return-value]
+
+
 @register("06_ccsa_balance")
 def findings(results: Mapping[str, Any]) -> list[str]:
     """Trends over λ and B, then CCSA (its dev-best λ) against each faiss method at the nprobe whose re-ranking work is
@@ -56,9 +62,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     clauses = []
     for method, part in base.groupby("method", sort=False):
         b = part.iloc[(part["scored"] - c["scored"]).abs().argmin()]
-        word = versus(c["recall"] - b["recall"], _se_diff(c, b, "recall"), higher="beats", lower="loses to")
-        gword = versus(c["gold_recall"] - b["gold_recall"], _se_diff(c, b, "gold_recall"), higher="beats",
-                       lower="loses to")
+        word, gword = _verdicts(c, b)
         clauses.append(f"{method} (w = {int(b['nprobe'])}, {b['bytes_per_item']:g} B/item, {b['scored']:.0f} re-ranked): "
                        f"Top-k-Recall {word} ({c['recall']:.3f} vs {b['recall']:.3f}), gold Recall@k {gword} "
                        f"({c['gold_recall']:.3f} vs {b['gold_recall']:.3f})")
@@ -68,9 +72,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         hn = pd.DataFrame(results["binary"])
         hn = hn[hn["split"] == "test"].set_index("method")
         a, b = hn.loc["CCSA-binary+HNSW"], hn.loc["PQ+HNSW"]
-        word = versus(a["recall"] - b["recall"], _se_diff(a, b, "recall"), higher="beats", lower="loses to")
-        gword = versus(a["gold_recall"] - b["gold_recall"], _se_diff(a, b, "gold_recall"), higher="beats",
-                       lower="loses to")
+        word, gword = _verdicts(a, b)
         out.append(f"**Binary CCSA codes in HNSW ({a['bytes_per_item']:g} B/item, {int(a['shortlist'])} re-ranked)** "
                    f"Top-k-Recall {word} HNSW over PQ codes ({a['recall']:.3f} vs {b['recall']:.3f}); gold Recall@k "
                    f"{gword} ({a['gold_recall']:.3f} vs {b['gold_recall']:.3f}).")
