@@ -394,11 +394,29 @@ def test_paired_comparisons_verdicts_follow_the_numbers():
     assert ex.paired_comparisons(level, pairs=[("C", "B")]).iloc[0]["verdict"] == "within noise"
 
 
+def test_paired_comparisons_holm_adjust_over_every_declared_cell():
+    # d_q = 1 on 6 of 30 queries: paired t p = .012, Wilcoxon p = .031, a win on its own. Two such cells form
+    # a family of 2: Holm doubles the smaller p-values (cumulative max), so neither survives.
+    def cell(budget: int) -> pd.DataFrame:
+        runs = _hand_runs(1.0).assign(budget=budget)
+        hit = (np.arange(30) < 6).astype(np.float64)
+        runs["per_query"] = [hit if m == "C" else np.zeros(30) for m in runs["method"]]
+        return runs
+
+    alone = ex.paired_comparisons(cell(10), pairs=[("C", "B")]).iloc[0]
+    assert alone["verdict"] == "beats" and alone["p_holm"] == pytest.approx(alone["p"])
+    family = ex.paired_comparisons(pd.concat([cell(10), cell(20)], ignore_index=True), pairs=[("C", "B")])
+    assert family["p"].tolist() == pytest.approx([alone["p"]] * 2)
+    assert family["p_holm"].tolist() == pytest.approx([2 * alone["p"]] * 2)
+    assert family["p_wilcoxon_holm"].tolist() == pytest.approx([2 * alone["p_wilcoxon"]] * 2)
+    assert family["verdict"].tolist() == ["within noise"] * 2
+
+
 def _results(sign: float) -> dict:
     comp = [{"challenger": "ADACUR TopK No-Split", "baseline": "ANNCUR", "budget": 50, "k": 1, "mean": sign * 0.05,
-             "lo": sign * 0.05 - 0.02, "hi": sign * 0.05 + 0.02, "p": 0.001, "verdict": "beats" if sign > 0 else "trails"},
+             "lo": sign * 0.05 - 0.02, "hi": sign * 0.05 + 0.02, "p": 0.001, "p_holm": 0.002, "verdict": "beats" if sign > 0 else "trails"},
             {"challenger": "ADACUR TopK No-Split", "baseline": "ANNCUR", "budget": 50, "k": 10, "mean": 0.004,
-             "lo": -0.01, "hi": 0.018, "p": 0.6, "verdict": "within noise"}]
+             "lo": -0.01, "hi": 0.018, "p": 0.6, "p_holm": 0.6, "verdict": "within noise"}]
     summary = [{"method": "ANNCUR", "budget": 50, "k": 1, "mean": 0.375, "lo": 0.355, "hi": 0.395, "n_runs": 15}]
     spread = [{"method": "ANNCUR", "budget": 50, "k": 1, "split_seed": 0, "min": 0.355, "max": 0.395, "mean": 0.37}]
     return {"protocol": {"ce": "cls-ce", "n_items": 100, "n_splits": 3, "n_anchor_seeds": 5, "n_dev_queries": 150,
@@ -413,6 +431,7 @@ def test_findings_say_what_the_numbers_say():
     assert "15 runs = 3 query splits × 5 anchor seeds" in text and "150 dev queries" in text
     assert "ADACUR TopK No-Split vs ANNCUR" in text and "beats it at 1 (B_CE = 50, k = 1: +5.0 points" in text
     assert "within noise at 1 (B_CE = 50/k = 10 (+0.4))" in text and "trails" not in text
+    assert "Holm-adjusted p = 0.002)" in text and "Holm-adjusted over the 2 declared" in text
     assert "from 0.355 to 0.395" in text and "0.375 (95% interval across runs 0.355 to 0.395)" in text
     flipped = "\n".join(findings(_results(-1.0)))
     assert "trails it at 1 (B_CE = 50, k = 1: -5.0 points" in flipped and "beats" not in flipped

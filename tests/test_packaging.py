@@ -58,3 +58,16 @@ def test_ci_constraints_pin_the_kernel_stack() -> None:
     for name in ("ipykernel", "papermill", "nbclient", "jupyter_client", "transformers", "zarr"):
         assert name in pins, f"{name} must be pinned for reproducible CI"
     assert "torch" not in pins, "torch is pinned by the Makefile's TORCH variable, not the constraints"
+
+
+def test_import_sets_passive_openmp_waiting_unless_the_user_chose() -> None:
+    import os
+    import subprocess
+
+    probe = "import os, xenbench, torch; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "PASSIVE"
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ACTIVE"

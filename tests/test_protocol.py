@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from xenbench.errors import ParameterError
-from xenbench.protocol import at_chosen, choose_on_dev, paired_test, pool_by_query, query_splits, summarize
+from xenbench.protocol import at_chosen, choose_on_dev, holm, paired_test, pool_by_query, query_splits, summarize
 
 
 def test_query_splits_disjoint_seeded_and_distinct():
@@ -47,6 +47,15 @@ def test_choose_on_dev_picks_dev_best_and_ignores_test():
     assert reported["recall"].tolist() == [0.1]  # the test value at the dev choice, not the test best (0.9)
     corrupted = test.assign(recall=np.random.default_rng(0).random(len(test)))
     assert at_chosen(corrupted, chosen, ["method", "budget"], "n_anchor_items")["n_anchor_items"].tolist() == [5]
+
+
+def test_holm_matches_hand_computation_and_keeps_the_input_order():
+    # m = 4, sorted p = .01, .02, .03, .04 -> 4·.01, 3·.02, max(.06, 2·.03), max(.06, 1·.04)
+    np.testing.assert_allclose(holm([0.03, 0.01, 0.04, 0.02]), [0.06, 0.04, 0.06, 0.06])
+    np.testing.assert_allclose(holm([0.5, 0.9]), [1.0, 1.0])  # 2·.5 capped at 1; monotone after
+    assert holm([0.2]).tolist() == [0.2] and holm([]).size == 0
+    with pytest.raises(ParameterError, match="'p_values' parameter of holm"):
+        holm([0.1, 1.5])
 
 
 def test_paired_test_matches_hand_computation_and_scipy():

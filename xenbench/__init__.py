@@ -5,6 +5,13 @@ Submodules load on first access (``xb.data``, ``xb.plots``, ...) so ``import xen
 from __future__ import annotations
 
 import importlib
+import os
+
+# OpenMP threads (torch, faiss) spin while they wait for each other. When another process holds a
+# core, that spinning made small batched solves ~1000x slower on a 2-core machine (ADACUR/AXN rounds
+# 25x slower end to end); passive waiting costs ~5% when the machine is idle. It must be set before
+# the OpenMP runtime loads, i.e. before the first submodule imports torch; a user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 

@@ -456,7 +456,7 @@ def paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PA
     interval, paired t and Wilcoxon p-values). ``p_holm`` is the Holm-adjusted t-test p-value over all
     rows of the table (every pair and cell was declared in advance, so the family is this table).
     """
-    from xenbench.protocol import paired_test, pool_by_query
+    from xenbench.protocol import holm, paired_test, pool_by_query
 
     out = []
     for a, b in pairs:
@@ -475,8 +475,5 @@ def paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PA
             out.append({"challenger": a, "baseline": b, "budget": int(budget), "k": int(k), **t})
     df = pd.DataFrame(out)
     if not df.empty:
-        order = np.argsort(df["p"].to_numpy(), kind="stable")
-        m = len(df)
-        adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * df["p"].to_numpy()[order]))
-        df.loc[df.index[order], "p_holm"] = adj
+        df["p_holm"] = holm(df["p"].to_numpy())
     return df

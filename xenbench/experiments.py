@@ -1028,10 +1028,12 @@ def paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, 
       (:func:`xenbench.protocol.pool_by_query`), then :func:`xenbench.protocol.paired_test` on those
       values: ``mean``, ``lo``, ``hi``, ``p`` (paired t), ``p_wilcoxon``, ``n`` (distinct queries).
 
-    ``verdict`` is ``"beats"`` (``"trails"``) when both p-values are below ``alpha`` and the run interval
-    lies above (below) 0, else ``"within noise"``.
+    Every (pair, budget, k) cell was declared in advance, so the table is one family: ``p_holm`` and
+    ``p_wilcoxon_holm`` are both p-values Holm-adjusted over its rows (:func:`xenbench.protocol.holm`).
+    ``verdict`` is ``"beats"`` (``"trails"``) when both adjusted p-values are below ``alpha`` and the run
+    interval lies above (below) 0, else ``"within noise"``.
     """
-    from xenbench.protocol import paired_test, pool_by_query, summarize
+    from xenbench.protocol import holm, paired_test, pool_by_query, summarize
 
     out = []
     for challenger, baseline in pairs:
@@ -1053,18 +1055,20 @@ def paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, 
             q_rows, q_diff = pool_by_query(rows, diffs)
             test = paired_test(q_diff, np.zeros_like(q_diff), confidence=confidence)
             run = summarize(pd.DataFrame(per_run), ["pair"], confidence=confidence).iloc[0]
-            significant = test["p"] < alpha and test["p_wilcoxon"] < alpha
-            verdict = ("beats" if significant and run["lo"] > 0 else
-                       "trails" if significant and run["hi"] < 0 else "within noise")
             out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget), "k": int(k),
                         "mean": test["mean"], "lo": test["lo"], "hi": test["hi"], "p": test["p"],
                         "p_wilcoxon": test["p_wilcoxon"], "n_queries": test["n"],
                         "n_better": test["n_a_better"], "n_worse": test["n_b_better"],
                         "run_mean": float(run["mean"]), "run_lo": float(run["lo"]), "run_hi": float(run["hi"]),
-                        "n_runs": int(run["n_runs"]), "verdict": verdict})
-    return pd.DataFrame(out, columns=["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon",
-                                      "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs",
-                                      "verdict"])
+                        "n_runs": int(run["n_runs"])})
+    df = pd.DataFrame(out, columns=["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon",
+                                    "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs"])
+    df["p_holm"] = holm(df["p"].to_numpy())
+    df["p_wilcoxon_holm"] = holm(df["p_wilcoxon"].to_numpy())
+    significant = (df["p_holm"] < alpha) & (df["p_wilcoxon_holm"] < alpha)
+    df["verdict"] = np.select([significant & (df["run_lo"] > 0), significant & (df["run_hi"] < 0)],
+                              ["beats", "trails"], "within noise")
+    return df
 
 
 def seed_spread(test_at_chosen: pd.DataFrame) -> pd.DataFrame:

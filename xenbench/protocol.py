@@ -15,7 +15,7 @@ module is the small set of pieces that replaces that by:
 4. :func:`paired_test` — a per-query paired comparison of two methods measured on the same queries:
    mean difference, its t-interval, the paired t-test and Wilcoxon signed-rank p-values (scipy.stats).
    :func:`pool_by_query` first averages a query's values over the runs in which it was a test query, so
-   each query counts once.
+   each query counts once. :func:`holm` adjusts the p-values of a family of declared comparisons.
 
 References
 ----------
@@ -34,7 +34,7 @@ import pandas as pd
 
 from xenbench.errors import ParameterError
 
-__all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query"]
+__all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query", "holm"]
 
 
 class Split(NamedTuple):
@@ -251,6 +251,26 @@ def paired_test(a_per_query: Any, b_per_query: Any, *, confidence: float = 0.95)
     p_w = float(stats.wilcoxon(nz).pvalue) if nz.size else 1.0
     return {"mean": mean, "se": sd / np.sqrt(d.size), "lo": lo if sd else mean, "hi": hi if sd else mean, "p": p,
             "p_wilcoxon": p_w, "n": int(d.size), "n_a_better": int((d > 0).sum()), "n_b_better": int((d < 0).sum())}
+
+
+def holm(p_values: Any) -> np.ndarray:
+    """Holm's step-down adjusted p-values for a family of m tests (Holm 1979).
+
+    With p sorted ascending, p̃_(i) = max_{j <= i} min(1, (m − j + 1) · p_(j)); rejecting where p̃ < α
+    controls the family-wise error rate at α. Returned in the input order.
+
+    >>> holm([0.01, 0.04, 0.03]).round(3).tolist()  # sorted: 3·0.01, 2·0.03, then max(0.06, 1·0.04)
+    [0.03, 0.06, 0.06]
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):
+        raise ParameterError("p_values", "a 1-d array of p-values in [0, 1]", f"shape {p.shape}", "holm")
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty_like(p)
+    out[order] = adjusted
+    return out
 
 
 def pool_by_query(rows: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -406,7 +406,9 @@ def cur_grid(
     (True, [1.0, 1.0, 1.0, 1.0])
     """
     owner = "cur_grid"
-    M = _check_matrix(M, owner).astype(np.float64)
+    stored = _check_matrix(M, owner)
+    score_dtype = stored.dtype if np.issubdtype(stored.dtype, np.floating) else np.dtype(np.float64)
+    M = stored.astype(np.float64)
     n_queries, n_items = M.shape
     if n_queries < 2:
         raise ParameterError("M", "a matrix with at least 2 queries (anchor and test)", f"shape {M.shape}", owner)
@@ -445,7 +447,7 @@ def cur_grid(
             # One SVD gives both U = pinv(R_anc[:, I_anc]) (same cut-off as AnnCur.fit) and the
             # condition number; tests check that this path equals AnnCur + anncur_with_budget.
             u, sv, vt = np.linalg.svd(intersection, full_matrices=False)
-            keep = sv > pinv_rtol(intersection.shape) * sv[0]
+            keep = sv > pinv_rtol(intersection.shape, score_dtype) * sv[0]  # cut-off from the stored precision
             C_test = M_test[:, anchors]  # e_q = f(q, I_anc), (n_test, k_i)
             weights = ((C_test @ vt[keep].T) / sv[keep]) @ u[:, keep].T  # C_test · U, (n_test, k_q)
             M_hat = weights @ R_anc  # ŝ for all items, (n_test, n_items)

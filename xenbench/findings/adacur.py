@@ -5,8 +5,8 @@ Every statement is computed from the notebook's saved results:
 * ``protocol``: how many query splits and anchor seeds, dev and test sizes;
 * ``comparisons``: the pre-declared paired comparisons of :func:`xenbench.experiments.paired_comparisons`
   (test rows, k_i chosen on dev rows): a pair "beats" / "trails" its baseline at a (budget, k) only where
-  that function's verdict says so (paired t and Wilcoxon p < α and the interval across (seed, split) runs
-  excludes 0), else it is "within noise";
+  that function's verdict says so (paired t and Wilcoxon p, Holm-adjusted over every declared cell, < α and
+  the interval across (seed, split) runs excludes 0), else it is "within noise";
 * ``summary``: test recall per (method, budget, k), mean over runs with its interval across runs;
 * ``seed_spread``: the range of a method's test recall over anchor seeds within one split.
 """
@@ -35,7 +35,7 @@ def _pts(x: float) -> str:
 
 def _cells(d: pd.DataFrame) -> str:
     return "; ".join(f"B_CE = {int(r.budget)}, k = {int(r.k)}: {_pts(r.mean)} points "
-                     f"(95% CI {_pts(r.lo)} to {_pts(r.hi)}, p = {r.p:.2g})" for r in d.itertuples())
+                     f"(95% CI {_pts(r.lo)} to {_pts(r.hi)}, Holm-adjusted p = {r.p_holm:.2g})" for r in d.itertuples())
 
 
 def describe_pair(d: pd.DataFrame) -> str:
@@ -65,13 +65,14 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         raise ParameterError("results['protocol']", f"a mapping with keys {need}", sorted(proto),
                              "findings 03_adacur_rounds")
     comp = _frame(results, "comparisons", ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p",
-                                           "verdict"])
+                                           "p_holm", "verdict"])
     summary = _frame(results, "summary", ["method", "budget", "k", "mean", "lo", "hi", "n_runs"])
     n_runs = int(summary["n_runs"].max())
     lines = [f"Protocol ({proto['ce']}, {proto['n_items']} items): {n_runs} runs = {proto['n_splits']} query splits × "
              f"{proto['n_anchor_seeds']} anchor seeds; ANNCUR's and ANNCUR DE's split k_i is chosen on "
              f"{proto['n_dev_queries']} dev queries per split and reported on {proto['n_test_queries']} test queries; "
-             "intervals are 95% intervals (across runs for recall, over queries for paired differences)."]
+             "intervals are 95% intervals (across runs for recall, over queries for paired differences); "
+             f"paired p-values are Holm-adjusted over the {len(comp)} declared (pair, budget, k) cells."]
     for _, d in comp.groupby(["challenger", "baseline"], sort=False):
         lines.append(describe_pair(d.sort_values(["budget", "k"])))
     spread = pd.DataFrame(results.get("seed_spread") or [])
