@@ -1,4 +1,5 @@
-# xenbench: `make demo` runs every notebook on the bundled data; `make test` runs all tests.
+# xenbench: `make demo` runs every notebook on the bundled data (quick profile); `make test` runs all tests;
+# `make full` runs the complete study (profile full) and `make findings` records it as the README's reference run.
 # Both create .venv and install the project on first use (CPU torch pinned; see README "Set-up").
 PYTHON ?= python3
 VENV   := .venv
@@ -9,7 +10,7 @@ TORCH  ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast test-browser bench findings clean-reports
+.PHONY: setup demo full test test-fast test-browser bench findings clean-reports
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +22,10 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/xenbench run all --profile default
+	$(BIN)/xenbench run all --profile quick
+
+full: setup
+	$(BIN)/xenbench run all --profile full
 
 test: setup
 	$(BIN)/python -m pytest
@@ -38,9 +42,9 @@ bench: setup
 	$(BIN)/python benchmarks/bench_scoring.py --ce models/cls-ce --n-queries 20 --n-items 100
 	$(BIN)/python benchmarks/bench_adacur.py --matrix data/scores/noun.cognition/cls-ce --n-test 501 --n-anchor-queries 500
 
-# Record the last `make demo` as the reference run and regenerate the README's findings from it.
+# Record the last `make full` as the reference run and regenerate the README's findings from it.
 findings: setup
-	cp reports/*.default.results.json notebooks/results/
+	cp reports/*.full.results.json notebooks/results/
 	$(BIN)/xenbench findings --write
 
 clean-reports:

@@ -36,10 +36,10 @@ def browser():
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, notebook_kwargs) -> Path:
-    """Reports of two real notebooks under their ci profile: the shared plotly.js and the self-contained form."""
+    """Reports of two real notebooks under their quick profile: the shared plotly.js and the self-contained form."""
     out = tmp_path_factory.mktemp("reports")
-    run_notebook("00_data", profile="ci", out_dir=out, **notebook_kwargs)
-    run_notebook("01_score_matrices", profile="ci", out_dir=out / "single", self_contained=True, **notebook_kwargs)
+    run_notebook("00_data", profile="quick", out_dir=out, **notebook_kwargs)
+    run_notebook("01_score_matrices", profile="quick", out_dir=out / "single", self_contained=True, **notebook_kwargs)
     return out
 
 

@@ -15,7 +15,7 @@ from xenbench.errors import DataError, ParameterError
 from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, list_notebooks
 
 README = REPO_ROOT / "README.md"
-COMMITTED = sorted(findings.RESULTS_DIR.glob("*.default.results.json"))
+COMMITTED = sorted(findings.RESULTS_DIR.glob("*.full.results.json"))
 
 
 def _readme_block() -> str:
@@ -33,10 +33,10 @@ def test_readme_findings_agree_with_committed_results():
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
-def test_committed_results_are_default_runs_of_existing_notebooks(path):
+def test_committed_results_are_full_runs_of_existing_notebooks(path):
     doc = findings.load_results(path)
-    assert path.name == f"{doc['notebook']}.default.results.json"
-    assert doc["profile"] == "default"
+    assert path.name == f"{doc['notebook']}.full.results.json"
+    assert doc["profile"] == "full"
     assert doc["notebook"] in list_notebooks()
     assert findings.lines(doc["notebook"], doc["results"])  # states something
 
@@ -135,8 +135,8 @@ def test_score_findings_follow_the_numbers():
 def test_update_readme_rewrites_only_the_block(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    _write(results / "00_data.default.results.json",
-           {"notebook": "00_data", "profile": "default", "results": _baselines(0.4, 0.2)})
+    _write(results / "00_data.full.results.json",
+           {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2)})
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{findings.README_BEGIN}\nold\n{findings.README_END}\nafter\n", encoding="utf-8")
     assert findings.update_readme(readme, results, write=False)  # stale

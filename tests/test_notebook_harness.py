@@ -2,7 +2,7 @@
 
 Unit tests use small profiles files written into ``tmp_path``; the execution tests (marked
 ``notebook``) run a throwaway notebook through papermill. The last tests check that every notebook in
-notebooks/ follows the template: its ``default`` profile equals its parameters cell, it validates its
+notebooks/ follows the template: its ``quick`` profile equals its parameters cell, it validates its
 parameters right after that cell and saves its results last.
 """
 from __future__ import annotations
@@ -32,12 +32,12 @@ params:
   limit: {type: int, min: 1, nullable: true}
   flag: {type: bool}
 profiles:
-  default: {n: 3, scale: 1.0, label: a, tags: [x], limit: null, flag: false}
-  ci: {n: 2, tags: [x, y]}
+  quick: {n: 3, scale: 1.0, label: a, tags: [x], limit: null, flag: false}
+  small: {n: 2, tags: [x, y]}
 """
 
 TINY_PARAMETERS = """\
-profile = "default"
+profile = "quick"
 n = 3
 scale = 1.0
 label = "a"
@@ -86,32 +86,32 @@ def test_load_spec_reads_params_and_profiles(tiny):
     assert spec.name == "tiny"
     assert list(spec.params) == ["n", "scale", "label", "tags", "limit", "flag"]
     assert spec.params["n"].help == "bars"
-    assert xnb.profile_values(spec, "default") == {
+    assert xnb.profile_values(spec, "quick") == {
         "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None, "flag": False,
     }
-    # other profiles override default
-    assert xnb.profile_values(spec, "ci") == {
+    # other profiles override quick
+    assert xnb.profile_values(spec, "small") == {
         "n": 2, "scale": 1.0, "label": "a", "tags": ["x", "y"], "limit": None, "flag": False,
     }
 
 
 def test_unknown_profile_lists_the_profiles(tiny):
     with pytest.raises(ParameterError, match=r"The 'profile' parameter of notebook tiny must be one of "
-                                             r"\['ci', 'default'\]. Got 'cii' instead."):
+                                             r"\['quick', 'small'\]. Got 'cii' instead."):
         xnb.profile_values(tiny, "cii")
 
 
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
-        ("params: {}\nprofiles: {ci: {}}\n", r"at least a 'default' mapping"),
-        ("params: {n: {type: integer}}\nprofiles: {default: {n: 1}}\n", r"parameter 'n': expected a mapping with 'type' one of"),
-        ("params: {n: {type: int, maximum: 3}}\nprofiles: {default: {n: 1}}\n", r"unknown keys \['maximum'\]"),
-        ("params: {n: {type: int}, m: {type: int}}\nprofiles: {default: {n: 1}}\n", r"missing \['m'\]"),
-        ("params: {n: {type: int, max: 3}}\nprofiles: {default: {n: 1}, ci: {n: 5}}\n",
-         r"profile 'ci': The 'n' parameter of notebook tiny must be an int <= 3. Got 5 instead."),
-        ("params: {n: {type: int}}\nprofiles: {default: {n: 1}, ci: {m: 5}}\n", r"profile 'ci': The 'm' parameter"),
-        ("params: {profile: {type: str}}\nprofiles: {default: {profile: a}}\n", r"other than 'profile'"),
+        ("params: {}\nprofiles: {small: {}}\n", r"at least a 'quick' mapping"),
+        ("params: {n: {type: integer}}\nprofiles: {quick: {n: 1}}\n", r"parameter 'n': expected a mapping with 'type' one of"),
+        ("params: {n: {type: int, maximum: 3}}\nprofiles: {quick: {n: 1}}\n", r"unknown keys \['maximum'\]"),
+        ("params: {n: {type: int}, m: {type: int}}\nprofiles: {quick: {n: 1}}\n", r"missing \['m'\]"),
+        ("params: {n: {type: int, max: 3}}\nprofiles: {quick: {n: 1}, small: {n: 5}}\n",
+         r"profile 'small': The 'n' parameter of notebook tiny must be an int <= 3. Got 5 instead."),
+        ("params: {n: {type: int}}\nprofiles: {quick: {n: 1}, small: {m: 5}}\n", r"profile 'small': The 'm' parameter"),
+        ("params: {profile: {type: str}}\nprofiles: {quick: {profile: a}}\n", r"other than 'profile'"),
         ("params: [n\n", r"not valid YAML"),
     ],
 )
@@ -168,14 +168,14 @@ def test_unknown_name_names_notebook_bad_name_and_allowed_names(tiny):
 def test_close_choice_is_suggested(tmp_path):
     path = tmp_path / "nb.yaml"
     path.write_text("params: {domain: {type: str, choices: [noun.food, verb.contact]}}\n"
-                    "profiles: {default: {domain: noun.food}}\n", encoding="utf-8")
+                    "profiles: {quick: {domain: noun.food}}\n", encoding="utf-8")
     with pytest.raises(ParameterError, match=r"\(did you mean 'noun.food'\?\). Got 'noun.fod' instead."):
         xnb.validate_params(path, {"domain": "noun.fod"})
 
 
 def test_valid_values_are_cleaned(tiny):
-    cleaned = xnb.validate_params(tiny, {"n": 10, "scale": 2, "tags": ("z",), "limit": None, "profile": "ci"})
-    assert cleaned == {"n": 10, "scale": 2.0, "tags": ["z"], "limit": None, "profile": "ci"}
+    cleaned = xnb.validate_params(tiny, {"n": 10, "scale": 2, "tags": ("z",), "limit": None, "profile": "small"})
+    assert cleaned == {"n": 10, "scale": 2.0, "tags": ["z"], "limit": None, "profile": "small"}
     assert isinstance(cleaned["scale"], float)
 
 
@@ -194,15 +194,46 @@ def test_parse_cli_params_types_text_by_the_spec(tiny):
 
 def test_check_validates_a_notebook_namespace(tiny, monkeypatch):
     monkeypatch.chdir(tiny.parent)  # as in a kernel: the profiles file is found beside the notebook
-    namespace = {"profile": "default", "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None,
+    namespace = {"profile": "quick", "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None,
                  "flag": False, "unrelated": object()}
-    assert xnb.check(namespace, "tiny") == {**xnb.profile_values(tiny), "profile": "default"}
+    assert xnb.check(namespace, "tiny") == {**xnb.profile_values(tiny), "profile": "quick"}
     with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. "
                                              r"Got 11 instead."):
         xnb.check({**namespace, "n": 11}, "tiny")
     del namespace["flag"]
     with pytest.raises(DataError, match=r"declares \['flag'\] but the notebook's parameters cell does not define"):
         xnb.check(namespace, "tiny")
+
+
+def test_check_switches_the_profile_but_keeps_edited_values(tiny, monkeypatch):
+    # JupyterLab: the parameters cell holds the quick values; profile = "small" switches every value still at
+    # its quick value, in the namespace too, and keeps the ones the user edited.
+    monkeypatch.chdir(tiny.parent)
+    monkeypatch.delenv(xnb.REPORTS_ENV, raising=False)
+    cell = {"n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None, "flag": False}
+    namespace = {**cell, "profile": "small"}
+    assert xnb.check(namespace, "tiny") == {**xnb.profile_values(tiny, "small"), "profile": "small"}
+    assert namespace["n"] == 2 and namespace["tags"] == ["x", "y"]
+    edited = {**cell, "n": 7, "profile": "small"}
+    assert xnb.check(edited, "tiny") == {**xnb.profile_values(tiny, "small"), "n": 7, "profile": "small"}
+    # Under run_notebook every value is already resolved and injected: only validated.
+    monkeypatch.setenv(xnb.REPORTS_ENV, str(tiny.parent))
+    injected = {**cell, "profile": "small"}
+    assert xnb.check(injected, "tiny") == injected
+
+
+def test_profiles_extend_another_profile(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("params: {n: {type: int}, m: {type: int}}\n"
+                    "profiles: {quick: {n: 1, m: 1}, full: {n: 5}, paper: {extends: full, m: 9}}\n", encoding="utf-8")
+    assert xnb.profile_values(xnb.load_spec(path), "paper") == {"n": 5, "m": 9}
+    path.write_text("params: {n: {type: int}}\nprofiles: {quick: {n: 1}, a: {extends: b}, b: {extends: a}}\n",
+                    encoding="utf-8")
+    with pytest.raises(DataError, match=r"cycle: a -> b -> a"):
+        xnb.load_spec(path)
+    path.write_text("params: {n: {type: int}}\nprofiles: {quick: {n: 1}, a: {extends: nope}}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"profile 'a' extends 'nope', which is not another profile"):
+        xnb.load_spec(path)
 
 
 def test_unknown_notebook_lists_the_notebooks():
@@ -215,10 +246,10 @@ def test_unknown_notebook_lists_the_notebooks():
 def test_invalid_parameters_fail_before_anything_is_written(tiny, reports_dir):
     with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]"):
         xnb.run_notebook(tiny, params={"n": 0}, out_dir=reports_dir)
-    with pytest.raises(ParameterError, match=r"must be one of \['ci', 'default'\]"):
+    with pytest.raises(ParameterError, match=r"must be one of \['quick', 'small'\]"):
         xnb.run_notebook(tiny, profile="full", out_dir=reports_dir)
     with pytest.raises(ParameterError, match=r"choose the profile with profile="):
-        xnb.run_notebook(tiny, params={"profile": "ci"}, out_dir=reports_dir)
+        xnb.run_notebook(tiny, params={"profile": "small"}, out_dir=reports_dir)
     assert not reports_dir.exists()
 
 
@@ -229,14 +260,14 @@ def test_invalid_parameters_fail_before_anything_is_written(tiny, reports_dir):
 
 def test_save_results_writes_json_atomically(tmp_path, monkeypatch):
     monkeypatch.setenv(xnb.REPORTS_ENV, str(tmp_path / "out"))
-    path = xnb.save_results("00_x", "ci", {"acc": np.float32(0.5), "ks": np.array([1, 64]), "n": np.int64(3)})
-    assert path == tmp_path / "out" / "00_x.ci.results.json"
+    path = xnb.save_results("00_x", "small", {"acc": np.float32(0.5), "ks": np.array([1, 64]), "n": np.int64(3)})
+    assert path == tmp_path / "out" / "00_x.small.results.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
-    assert doc["notebook"] == "00_x" and doc["profile"] == "ci"
+    assert doc["notebook"] == "00_x" and doc["profile"] == "small"
     assert doc["results"] == {"acc": 0.5, "ks": [1, 64], "n": 3}
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     with pytest.raises(TypeError, match="cannot store a object in results JSON"):
-        xnb.save_results("00_x", "ci", {"bad": object()})
+        xnb.save_results("00_x", "small", {"bad": object()})
     assert [p.name for p in path.parent.iterdir()] == [path.name]
     with pytest.raises(ParameterError, match=r"The 'profile' parameter of save_results"):
         xnb.save_results("00_x", "a/b", {})
@@ -260,23 +291,23 @@ def test_setup_plotly_keeps_figures_in_html_exports():
 
 @pytest.mark.notebook
 def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_dir, notebook_kwargs):
-    executed = xnb.run_notebook(tiny, profile="ci", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
+    executed = xnb.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
-    assert executed == (reports_dir / "tiny.ci.ipynb").resolve()
+    assert executed == (reports_dir / "tiny.small.ipynb").resolve()
     shared = f"plotly-{plotly_version()}.min.js"
-    assert sorted(p.name for p in reports_dir.iterdir()) == [shared, "tiny.ci.html", "tiny.ci.ipynb",
-                                                              "tiny.ci.results.json"]
+    assert sorted(p.name for p in reports_dir.iterdir()) == [shared, "tiny.small.html", "tiny.small.ipynb",
+                                                              "tiny.small.results.json"]
     nb = nbformat.read(executed, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1
     # every value is injected, `profile` included: the profile's, then the overrides
-    assert 'profile = "ci"' in injected[0].source and "n = 4" in injected[0].source
+    assert 'profile = "small"' in injected[0].source and "n = 4" in injected[0].source
     assert "tags = [\"x\", \"y\"]" in injected[0].source
 
-    results = json.loads((reports_dir / "tiny.ci.results.json").read_text(encoding="utf-8"))
+    results = json.loads((reports_dir / "tiny.small.results.json").read_text(encoding="utf-8"))
     assert results["results"] == {"n": 4, "tags": ["x", "y"], "arr": [0, 1, 2, 3]}
 
-    html = (reports_dir / "tiny.ci.html").read_text(encoding="utf-8")
+    html = (reports_dir / "tiny.small.html").read_text(encoding="utf-8")
     assert html.count('class="plotly-graph-div"') == 1  # the figure's div ...
     assert "Plotly.newPlot" in html and f'<script type="text/javascript" src="{shared}"></script>' in html
     assert "plotly.js v" not in html  # the 4.6 MB bundle is the shared file beside the report, not inline ...
@@ -284,7 +315,7 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     assert not re.search(r'src="https?://', html)  # nothing fetched from a CDN: the report works offline
     assert len(html) < 2 * 2**20
 
-    contained = xnb.run_notebook(tiny, profile="ci", out_dir=reports_dir / "one", self_contained=True,
+    contained = xnb.run_notebook(tiny, profile="small", out_dir=reports_dir / "one", self_contained=True,
                                  **notebook_kwargs)
     single = contained.with_suffix(".html").read_text(encoding="utf-8")
     assert "plotly.js v" in single and not (reports_dir / "one" / shared).exists()
@@ -302,16 +333,16 @@ def plotly_version() -> str:
 def test_failed_run_keeps_the_previous_report(tmp_path, reports_dir, notebook_kwargs):
     path = write_tiny(tmp_path / "nbs", body=['raise RuntimeError("boom in cell")'])
     reports_dir.mkdir()
-    earlier = ("tiny.default.ipynb", "tiny.default.html", "tiny.default.results.json")
+    earlier = ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json")
     for name in earlier:
         (reports_dir / name).write_text("from an earlier good run")
 
     with pytest.raises(pm.PapermillExecutionError, match="boom in cell"):
         xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
 
-    assert sorted(p.name for p in reports_dir.iterdir()) == sorted([*earlier, "tiny.default.failed.ipynb"])
+    assert sorted(p.name for p in reports_dir.iterdir()) == sorted([*earlier, "tiny.quick.failed.ipynb"])
     assert all((reports_dir / n).read_text() == "from an earlier good run" for n in earlier)
-    failed = nbformat.read(reports_dir / "tiny.default.failed.ipynb", as_version=4)
+    failed = nbformat.read(reports_dir / "tiny.quick.failed.ipynb", as_version=4)
     assert any(o.get("ename") == "RuntimeError" for c in failed.cells if c.cell_type == "code" for o in c.outputs)
 
 
@@ -324,36 +355,36 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
 
     slow = write_tiny(tmp_path / "nbs", body=["import time; time.sleep(600)"])
     reports_dir.mkdir()
-    for name in ("tiny.default.ipynb", "tiny.default.html", "tiny.default.results.json", "tiny.default.failed.ipynb"):
+    for name in ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json", "tiny.quick.failed.ipynb"):
         (reports_dir / name).write_text("earlier")
     code = (f"import xenbench.notebook as x; x.run_notebook({str(slow)!r}, out_dir={str(reports_dir)!r}, "
             f"kernel={notebook_kwargs['kernel']!r}, progress_bar=False)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     deadline = time.time() + 120
-    while not list(reports_dir.glob(".tiny.default.*.staging/tiny.default.ipynb")) and time.time() < deadline:
+    while not list(reports_dir.glob(".tiny.quick.*.staging/tiny.quick.ipynb")) and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(2)  # the kernel is inside the sleeping cell
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     visible = sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("."))
-    assert visible == ["tiny.default.failed.ipynb", "tiny.default.html", "tiny.default.ipynb",
-                       "tiny.default.results.json"]
+    assert visible == ["tiny.quick.failed.ipynb", "tiny.quick.html", "tiny.quick.ipynb",
+                       "tiny.quick.results.json"]
     assert all((reports_dir / n).read_text() == "earlier" for n in visible)
 
     # The next successful run replaces the whole set, drops the stale failed notebook and the killed run's staging.
     good = write_tiny(tmp_path / "nbs2")
     xnb.run_notebook(good, out_dir=reports_dir, **notebook_kwargs)
     assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("plotly-")) == [
-        "tiny.default.html", "tiny.default.ipynb", "tiny.default.results.json"]
-    assert (reports_dir / "tiny.default.results.json").read_text() != "earlier"
+        "tiny.quick.html", "tiny.quick.ipynb", "tiny.quick.results.json"]
+    assert (reports_dir / "tiny.quick.results.json").read_text() != "earlier"
 
 
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
     monkeypatch.delenv(xnb.REPORTS_ENV, raising=False)
-    lab = xnb.save_results("tiny", "default", {"n": 1}, out_dir=tmp_path)
-    assert lab.name == "tiny.default.lab.results.json"
+    lab = xnb.save_results("tiny", "quick", {"n": 1}, out_dir=tmp_path)
+    assert lab.name == "tiny.quick.lab.results.json"
     monkeypatch.setenv(xnb.REPORTS_ENV, str(tmp_path))
-    assert xnb.save_results("tiny", "default", {"n": 1}).name == "tiny.default.results.json"
+    assert xnb.save_results("tiny", "quick", {"n": 1}).name == "tiny.quick.results.json"
 
 
 @pytest.mark.notebook
@@ -375,13 +406,13 @@ def test_list_notebooks_finds_the_workbench_notebooks():
 
 
 @pytest.mark.parametrize("name", xnb.list_notebooks())
-def test_default_profile_equals_parameters_cell(name):
+def test_quick_profile_equals_parameters_cell(name):
     path = xnb.NOTEBOOKS_DIR / f"{name}.ipynb"
     declared = pm.inspect_notebook(str(path))
     cell = {key: ast.literal_eval(p["default"]) for key, p in declared.items()}
-    assert cell.pop("profile", None) == "default", 'the parameters cell must declare profile = "default"'
-    assert cell == xnb.profile_values(name, "default")
-    assert "ci" in xnb.load_spec(name).profiles, "every notebook needs a small `ci` profile"
+    assert cell.pop("profile", None) == "quick", 'the parameters cell must declare profile = "quick"'
+    assert cell == xnb.profile_values(name, "quick")
+    assert "full" in xnb.load_spec(name).profiles, "every notebook needs the `full` profile of the study"
 
 
 @pytest.mark.parametrize("name", xnb.list_notebooks())
@@ -407,21 +438,23 @@ def test_readme_format_example_in_module_docstring_parses(tmp_path):
     doc = xnb.__doc__.split("::", 1)[1].split("\n\n", 2)[1]
     (tmp_path / "doc.yaml").write_text(textwrap.dedent(doc), encoding="utf-8")
     spec = xnb.load_spec(tmp_path / "doc.yaml")
-    assert xnb.profile_values(spec, "ci")["max_queries"] == 100
+    assert xnb.profile_values(spec, "quick")["max_queries"] == 100
+    assert xnb.profile_values(spec, "full")["max_queries"] is None
+    assert xnb.profile_values(spec, "paper") == {**xnb.profile_values(spec, "full"), "lambdas": [0.0, 0.1, 0.5]}
 
 
 def test_run_stem_names_other_data_and_models():
-    assert xnb.run_stem("00_data", "ci", xnb.profile_values("00_data", "ci")) == "00_data.ci"
-    values = {**xnb.profile_values("00_data", "ci"), "dataset": "beir:/data/scifact/"}
-    assert xnb.run_stem("00_data", "ci", values) == "00_data.ci.beir-scifact"
-    values = {**xnb.profile_values("01_score_matrices", "default"), "ces": ["../models/cls-ce", "/x/my ce"]}
-    assert xnb.run_stem("01_score_matrices", "default", values) == "01_score_matrices.default.cls-ce-my-ce"
+    assert xnb.run_stem("00_data", "quick", xnb.profile_values("00_data", "quick")) == "00_data.quick"
+    values = {**xnb.profile_values("00_data", "quick"), "dataset": "beir:/data/scifact/"}
+    assert xnb.run_stem("00_data", "quick", values) == "00_data.quick.beir-scifact"
+    values = {**xnb.profile_values("01_score_matrices", "full"), "ces": ["../models/cls-ce", "/x/my ce"]}
+    assert xnb.run_stem("01_score_matrices", "full", values) == "01_score_matrices.full.cls-ce-my-ce"
 
 
 @pytest.mark.notebook
 def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir, notebook_kwargs):
     yaml_text = TINY_YAML.replace("params:\n", "params:\n  dataset: {type: str}\n", 1).replace(
-        "  default: {", "  default: {dataset: 'wordnet-el:x', ", 1)
+        "  quick: {", "  quick: {dataset: 'wordnet-el:x', ", 1)
     path = write_tiny(tmp_path / "nbs", yaml_text=yaml_text)
     nb = nbformat.read(path, as_version=4)
     nb.cells[2].source += '\ndataset = "wordnet-el:x"'
@@ -429,5 +462,5 @@ def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir
     xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
     xnb.run_notebook(path, out_dir=reports_dir, params={"dataset": "beir:/d/mine"}, **notebook_kwargs)
     names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
-    assert names == ["tiny.default.beir-mine.ipynb", "tiny.default.beir-mine.results.json",
-                     "tiny.default.ipynb", "tiny.default.results.json"]
+    assert names == ["tiny.quick.beir-mine.ipynb", "tiny.quick.beir-mine.results.json",
+                     "tiny.quick.ipynb", "tiny.quick.results.json"]

@@ -1,4 +1,4 @@
-"""One test per notebook in notebooks/: it runs end to end under its small `ci` profile.
+"""One test per notebook in notebooks/: it runs end to end under its `quick` profile.
 
 Run as their own group: ``pytest -m notebook`` (or deselect them with ``-m "not notebook"``).
 """
@@ -18,22 +18,22 @@ NOTEBOOKS = list_notebooks()
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_with_ci_profile(name, reports_dir, notebook_kwargs):
+def test_notebook_runs_with_quick_profile(name, reports_dir, notebook_kwargs):
     start = time.perf_counter()
-    executed = run_notebook(name, profile="ci", out_dir=reports_dir, **notebook_kwargs)
-    print(f"{name} (ci): {time.perf_counter() - start:.1f} s")
+    executed = run_notebook(name, profile="quick", out_dir=reports_dir, **notebook_kwargs)
+    print(f"{name} (quick): {time.perf_counter() - start:.1f} s")
 
-    assert executed == (reports_dir / f"{name}.ci.ipynb").resolve()
+    assert executed == (reports_dir / f"{name}.quick.ipynb").resolve()
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
 
-    results = json.loads((reports_dir / f"{name}.ci.results.json").read_text(encoding="utf-8"))
+    results = json.loads((reports_dir / f"{name}.quick.results.json").read_text(encoding="utf-8"))
     assert results["notebook"] == name
-    assert results["profile"] == "ci"
+    assert results["profile"] == "quick"
     assert results["results"]
 
-    html = (reports_dir / f"{name}.ci.html").read_text(encoding="utf-8")
+    html = (reports_dir / f"{name}.quick.html").read_text(encoding="utf-8")
     assert 'class="plotly-graph-div"' in html  # at least one figure survived the export
     shared = re.search(r'<script type="text/javascript" src="(plotly-[\w.-]+\.min\.js)"></script>', html)
     assert shared and (reports_dir / shared.group(1)).is_file()  # plotly.js beside the report: works offline

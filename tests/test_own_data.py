@@ -68,14 +68,14 @@ def test_own_data_step_by_step(tmp_path, monkeypatch):
 
     # Step 3: the notebooks that take a dataset spec, on both datasets; reports named after the data.
     reports = tmp_path / "reports"
-    assert main(["run", "00_data", "--profile", "ci", "--out", str(reports), "-p", "dataset", beir_spec,
+    assert main(["run", "00_data", "--profile", "quick", "--out", str(reports), "-p", "dataset", beir_spec,
                  "-p", "eval_datasets", f"{beir_spec},{zeshel_spec}", "-p", "n_candidates", "5"]) == 0
-    assert main(["run", "01_score_matrices", "--profile", "ci", "--out", str(reports), "-p", "dataset", zeshel_spec,
+    assert main(["run", "01_score_matrices", "--profile", "quick", "--out", str(reports), "-p", "dataset", zeshel_spec,
                  "-p", "n_queries", "3", "-p", "n_items", "6", "-p", "bundled_scores", ""]) == 0
     names = sorted(p.name for p in reports.glob("*.results.json"))
     assert len(names) == 2
-    assert names[0].startswith("00_data.ci.beir-my-beir.") and names[1].startswith("01_score_matrices.ci.zeshel-")
-    results = json.loads(next(reports.glob("00_data.ci.beir-*.results.json")).read_text(encoding="utf-8"))
+    assert names[0].startswith("00_data.quick.beir-my-beir.") and names[1].startswith("01_score_matrices.quick.zeshel-")
+    results = json.loads(next(reports.glob("00_data.quick.beir-*.results.json")).read_text(encoding="utf-8"))
     assert {r["dataset"] for r in results["results"]["baselines"]} == {"my-beir", "zeshel:w"}
 
 

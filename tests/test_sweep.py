@@ -45,7 +45,7 @@ def _tiny_failing_at(tmp_path, bad: int):
 def test_sweep_collects_records_failures_and_resumes(tmp_path):
     nb = _tiny_failing_at(tmp_path, bad=3)
     out = tmp_path / "sweep"
-    table = sweep.run_sweep(str(nb), {"n": ["1", "2", "3", "4", "5"]}, profile="default", out_dir=out)
+    table = sweep.run_sweep(str(nb), {"n": ["1", "2", "3", "4", "5"]}, profile="quick", out_dir=out)
     points = pd.read_csv(out / "points.csv")
     assert list(points["status"]) == ["ok", "ok", "failed", "ok", "ok"]
     assert "n = 3 is the broken point" in points.loc[2, "error"]
@@ -59,7 +59,7 @@ def test_sweep_collects_records_failures_and_resumes(tmp_path):
     nb_node = nbformat.read(nb, as_version=4)
     nb_node.cells[4].source = "pass"
     nbformat.write(nb_node, nb)
-    table = sweep.run_sweep(str(nb), {"n": ["1", "2", "3", "4", "5"]}, profile="default", out_dir=out)
+    table = sweep.run_sweep(str(nb), {"n": ["1", "2", "3", "4", "5"]}, profile="quick", out_dir=out)
     assert ok_status.stat().st_mtime_ns == before
     assert list(pd.read_csv(out / "points.csv")["status"]) == ["ok"] * 5
     assert sorted(table.loc[table["metric"] == "score.value", "value"]) == [0.1, 0.2, 0.3, 0.4, 0.5]
@@ -79,7 +79,7 @@ def test_cli_sweep_of_notebook_05_over_five_lambdas_local_and_ray(tmp_path, caps
         out = tmp_path / backend
         # one-value axes keep each point small: one split seed, the random split
         assert main(["sweep", "05_pefa_lambda", "-p", "lambdas", *lambdas, "-p", "n_seeds", "1", "-p", "splits",
-                     "[random]", "--profile", "ci", "--backend", backend, "--jobs", "2", "--out", str(out)]) == 0
+                     "[random]", "--profile", "quick", "--backend", backend, "--jobs", "2", "--out", str(out)]) == 0
         points = pd.read_csv(out / "points.csv")
         assert len(points) == 5 and (points["status"] == "ok").all(), points[["status", "error"]]
         table = pd.read_parquet(out / "results.parquet")

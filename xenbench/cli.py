@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="execute a notebook with papermill into reports/ (+ HTML)")
     r.add_argument("notebook", help="a name such as 00_data, a path, or 'all'")
     r.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-    r.add_argument("--profile", default="default", help="parameter profile from notebooks/<name>.yaml")
+    r.add_argument("--profile", default="quick", help="parameter profile from notebooks/<name>.yaml: quick (default), full, ...")
     r.add_argument("--out", default=None, help="output folder (default: <repo>/reports)")
     r.add_argument("--no-html", action="store_true")
     r.add_argument("--self-contained", action="store_true",
@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("notebook", help="a notebook name such as 05_pefa_lambda")
     w.add_argument("-p", "--param", nargs="+", action="append", default=[], metavar="NAME V",
                    help="a swept parameter and its values: -p NAME V1 V2 ... (repeatable: the grid is their product)")
-    w.add_argument("--profile", default="ci", help="profile of the other parameters (default ci)")
+    w.add_argument("--profile", default="quick", help="profile of the other parameters (default quick)")
     w.add_argument("--backend", choices=["local", "ray"], default="local")
     w.add_argument("--jobs", type=int, default=1, help="points run at once (local processes, or a local Ray's CPUs)")
     w.add_argument("--address", default=None, help="Ray cluster address (e.g. auto); default a local Ray")
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_sweep)
 
     f = sub.add_parser("findings", help="conclusions generated from the committed results (README section)")
-    f.add_argument("--results-dir", default=None, help="folder of <name>.default.results.json (default notebooks/results)")
+    f.add_argument("--results-dir", default=None, help="folder of <name>.full.results.json (default notebooks/results)")
     mode = f.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the README's generated findings section")
     mode.add_argument("--check", action="store_true", help="exit 2 if the README's section is stale")

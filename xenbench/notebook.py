@@ -12,23 +12,27 @@ Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``noteb
       eval_domains: {type: list, items: str, choices: [noun.cognition, noun.food]}  # choices per element
       lambdas: {type: list, items: float, min: 1, item_min: 0, item_max: 1}    # bounds per element
     profiles:
-      default: {n_candidates: 64, max_queries: null, eval_domains: [noun.cognition], lambdas: [0.0, 0.5]}
-      ci: {max_queries: 100}      # other profiles override `default`
+      quick: {n_candidates: 64, max_queries: 100, eval_domains: [noun.cognition], lambdas: [0.0, 0.5]}
+      full: {max_queries: null}   # other profiles override `quick`
+      paper: {extends: full, lambdas: [0.0, 0.1, 0.5]}   # ... or the profile they extend
 
-``default`` lists every parameter with the value of the notebook's ``parameters`` cell (a test checks
-this). Every notebook also declares ``profile = "default"`` in that cell; :func:`run_notebook` always
-injects it, so a notebook knows which profile it runs under (file names of its results).
+``quick`` (:data:`BASE_PROFILE`) lists every parameter with the value of the notebook's ``parameters`` cell
+(a test checks this): a notebook opened in JupyterLab runs it, in about a minute on 2 cores. ``full``
+(:data:`FULL_PROFILE`) is the complete study whose saved results the README's findings are generated from.
+That cell also declares ``profile = "quick"``. Setting ``profile = "full"`` there (or ``-p profile full``
+to raw ``papermill``) switches every parameter the cell leaves at its quick value; a value edited in the
+cell stays (:func:`check`). :func:`run_notebook` always injects the profile and every resolved value.
 
 Validation happens twice with the same rules and messages: :func:`run_notebook` checks names and
 values before a kernel starts, and the notebook's first cell after the parameters calls
 :func:`check` on its globals, so values edited in JupyterLab or passed to raw ``papermill`` get the
 same clear error.
 
-Outputs of ``run_notebook("00_data", profile="ci")`` in ``out_dir``: ``00_data.ci.ipynb`` (executed),
-``00_data.ci.html`` (offline report, plotly.js embedded) and, written by the notebook's last cell,
-``00_data.ci.results.json`` (see :func:`save_results`). A run writes into a hidden staging folder and
+Outputs of ``run_notebook("00_data", profile="quick")`` in ``out_dir``: ``00_data.quick.ipynb`` (executed),
+``00_data.quick.html`` (offline report) and, written by the notebook's last cell,
+``00_data.quick.results.json`` (see :func:`save_results`). A run writes into a hidden staging folder and
 replaces the previous report only when it has succeeded: a failed or killed run leaves the previous good
-report in place (a failed one adds ``00_data.ci.failed.ipynb``). A notebook run by hand in JupyterLab
+report in place (a failed one adds ``00_data.quick.failed.ipynb``). A notebook run by hand in JupyterLab
 writes ``<name>.<profile>.lab.results.json``, never the file of a ``xenbench run``.
 """
 from __future__ import annotations
@@ -72,12 +76,18 @@ __all__ = [
     "run_notebook",
     "run_stem",
     "IDENTITY_PARAMS",
+    "BASE_PROFILE",
+    "FULL_PROFILE",
 ]
 
 log = logging.getLogger(__name__)
 
 #: Repository root (holds ``notebooks/``, ``data/`` and, by default, ``reports/``).
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
+#: The profile that lists every parameter, equal to each notebook's parameters cell (fast: JupyterLab, CI, demo).
+BASE_PROFILE = "quick"
+#: The complete study; its committed results (``notebooks/results/<name>.full.results.json``) feed the README.
+FULL_PROFILE = "full"
 #: Where notebooks and their profile files live.
 NOTEBOOKS_DIR: Path = REPO_ROOT / "notebooks"
 #: Environment variable naming the folder :func:`save_results` writes to. :func:`run_notebook` sets
@@ -267,14 +277,14 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
     Returns
     -------
     NotebookSpec
-        ``profiles["default"]`` lists every parameter; other profiles are stored as written
-        (overrides of ``default``, see :func:`profile_values`).
+        ``profiles["quick"]`` lists every parameter; every other profile is stored resolved (its own
+        values over those of the profile it ``extends``, default ``quick``; see :func:`profile_values`).
 
     Raises
     ------
     DataError
-        If the file is missing or malformed: unknown type or key, a ``default`` profile that misses
-        a parameter, a profile naming an unknown parameter or holding an invalid value.
+        If the file is missing or malformed: unknown type or key, a ``quick`` profile that misses
+        a parameter, a profile naming an unknown parameter or profile, or holding an invalid value.
     """
     import yaml  # installed with papermill
 
@@ -296,9 +306,11 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
         params[pname] = _parse_param(path, pname, spec)
 
     profiles = raw.get("profiles")
-    if not isinstance(profiles, dict) or not isinstance(profiles.get("default"), dict):
-        raise DataError(path, "expected 'profiles' with at least a 'default' mapping of parameter values")
+    if not isinstance(profiles, dict) or not isinstance(profiles.get(BASE_PROFILE), dict):
+        raise DataError(path, f"expected 'profiles' with at least a {BASE_PROFILE!r} mapping of parameter values")
     nb_spec = NotebookSpec(name, path, params, {})
+    own: dict[str, dict[str, Any]] = {}
+    parents: dict[str, str | None] = {}
     for pname, values in profiles.items():
         if not isinstance(pname, str) or not _PROFILE_NAME.fullmatch(pname):
             raise DataError(path, f"profile name {pname!r} must be letters, digits, '_' or '-'")
@@ -306,13 +318,26 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
             raise DataError(path, f"profile {pname!r} must map parameter names to values")
         if "profile" in values:
             raise DataError(path, f"profile {pname!r} must not set 'profile' (run_notebook injects it)")
+        values = dict(values)
+        parent = values.pop("extends", None if pname == BASE_PROFILE else BASE_PROFILE)
+        if parent is not None and (parent not in profiles or parent == pname):
+            raise DataError(path, f"profile {pname!r} extends {parent!r}, which is not another profile of this file")
         try:
-            nb_spec.profiles[pname] = validate_params(nb_spec, values)
+            own[pname] = validate_params(nb_spec, values)
         except ParameterError as exc:
             raise DataError(path, f"profile {pname!r}: {exc}") from None
-    missing = sorted(set(params) - set(nb_spec.profiles["default"]))
+        parents[pname] = parent
+    for pname in own:
+        chain, at = [], pname
+        while at is not None:
+            if at in chain:
+                raise DataError(path, f"profiles extend each other in a cycle: {' -> '.join(chain + [at])}")
+            chain.append(at)
+            at = parents[at]
+        nb_spec.profiles[pname] = {k: v for p in reversed(chain) for k, v in own[p].items()}
+    missing = sorted(set(params) - set(nb_spec.profiles[BASE_PROFILE]))
     if missing:
-        raise DataError(path, f"profile 'default' must give every parameter a value; missing {missing}")
+        raise DataError(path, f"profile {BASE_PROFILE!r} must give every parameter a value; missing {missing}")
     return nb_spec
 
 
@@ -397,8 +422,9 @@ def validate_params(name_or_spec: str | os.PathLike[str] | NotebookSpec, values:
     return cleaned
 
 
-def profile_values(name_or_spec: str | os.PathLike[str] | NotebookSpec, profile: str = "default") -> dict[str, Any]:
-    """Every parameter's value under ``profile``: the ``default`` values updated by that profile's.
+def profile_values(name_or_spec: str | os.PathLike[str] | NotebookSpec, profile: str = BASE_PROFILE) -> dict[str, Any]:
+    """Every parameter's value under ``profile``: the ``quick`` values updated by that profile's (and
+    those of the profiles it extends).
 
     Raises
     ------
@@ -408,7 +434,7 @@ def profile_values(name_or_spec: str | os.PathLike[str] | NotebookSpec, profile:
     spec = _as_spec(name_or_spec)
     if profile not in spec.profiles:
         raise ParameterError("profile", f"one of {sorted(spec.profiles)}", profile, spec.owner)
-    return {**spec.profiles["default"], **spec.profiles[profile]}
+    return {**spec.profiles[BASE_PROFILE], **spec.profiles[profile]}
 
 
 def parse_cli_params(name_or_spec: str | os.PathLike[str] | NotebookSpec,
@@ -457,17 +483,23 @@ def parse_cli_params(name_or_spec: str | os.PathLike[str] | NotebookSpec,
     return validate_params(spec, parsed)
 
 
-def check(namespace: Mapping[str, Any], notebook: str | os.PathLike[str]) -> dict[str, Any]:
-    """Validate a notebook's parameters where they live: its globals. Call it right after the parameters.
+def check(namespace: dict[str, Any], notebook: str | os.PathLike[str]) -> dict[str, Any]:
+    """Apply the chosen profile and validate a notebook's parameters where they live: its globals.
 
     ``params = xb.notebook.check(globals(), "00_data")`` in the first cell after the parameters cell
     gives whoever edits a value in JupyterLab, or runs raw papermill, the same error as
     :func:`run_notebook`.
 
+    In JupyterLab (or raw papermill), when ``profile`` is not ``quick``, every parameter still at the
+    parameters cell's (quick) value takes the profile's value, in ``namespace`` too; a parameter set
+    to anything else is the user's override and stays. (So under another profile a value can be pinned
+    to its quick value only with ``xenbench run -p``.) Under :func:`run_notebook` the values are
+    already resolved and injected, and are only validated.
+
     Parameters
     ----------
     namespace
-        The notebook's ``globals()``.
+        The notebook's ``globals()`` (updated with the resolved values).
     notebook
         The notebook's name; its profiles file is looked up in the working directory, then in
         :data:`NOTEBOOKS_DIR`.
@@ -480,7 +512,7 @@ def check(namespace: Mapping[str, Any], notebook: str | os.PathLike[str]) -> dic
     Raises
     ------
     ParameterError
-        On a bad value.
+        On a bad value or an unknown profile.
     DataError
         If a declared parameter is not defined at all (the parameters cell and the profiles file
         disagree).
@@ -490,8 +522,15 @@ def check(namespace: Mapping[str, Any], notebook: str | os.PathLike[str]) -> dic
     if missing:
         raise DataError(spec.path, f"declares {missing} but the notebook's parameters cell does not define them")
     values = {name: namespace[name] for name in spec.params}
-    values["profile"] = namespace.get("profile", "default")
-    return validate_params(spec, values)
+    values["profile"] = namespace.get("profile", BASE_PROFILE)
+    values = validate_params(spec, values)
+    profile = values["profile"]
+    chosen = profile_values(spec, profile)
+    if os.environ.get(REPORTS_ENV) is None and profile != BASE_PROFILE:
+        cell = spec.profiles[BASE_PROFILE]
+        values = {**values, **{name: chosen[name] for name in spec.params if values[name] == cell[name]}}
+        namespace.update(values)
+    return values
 
 
 # ------------------------------------------------------------------------------------------------
@@ -675,7 +714,7 @@ def _in_ci() -> bool:
 def run_notebook(
     notebook: str | os.PathLike[str],
     *,
-    profile: str = "default",
+    profile: str = BASE_PROFILE,
     params: Mapping[str, Any] | None = None,
     out_dir: str | os.PathLike[str] = Path("reports"),
     timeout: int = 1200,
@@ -693,7 +732,7 @@ def run_notebook(
         A name in ``notebooks/`` (``"00_data"``) or the path of an ``.ipynb`` file; its profiles file
         is the ``.yaml`` beside it.
     profile
-        A profile of the profiles file (``default``, ``ci``, ...); its values update ``default``'s.
+        A profile of the profiles file (``quick``, ``full``, ...); its values update ``quick``'s.
     params
         Values overriding the profile's, e.g. ``{"max_queries": 50}``.
     out_dir

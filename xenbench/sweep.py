@@ -1,6 +1,6 @@
 """Sweep a notebook over a parameter grid with papermill and collect every run into one tidy table.
 
-``xenbench sweep 05_pefa_lambda -p lambdas 0.1 0.3 0.5 -p seed 0 1 --profile ci`` runs the notebook once per
+``xenbench sweep 05_pefa_lambda -p lambdas 0.1 0.3 0.5 -p seed 0 1 --profile quick`` runs the notebook once per
 grid point (the Cartesian product of the values), each into ``<out>/points/<point id>/`` with its executed
 notebook, HTML report and results JSON. Then:
 
@@ -130,7 +130,7 @@ def _run_point(notebook: str, profile: str, params: dict[str, Any], folder: str,
     return status
 
 
-def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: str = "ci",
+def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: str = "quick",
               out_dir: str | os.PathLike[str] | None = None, backend: str = "local", jobs: int = 1,
               address: str | None = None, timeout: int = 1200) -> pd.DataFrame:
     """Run ``notebook`` at every point of the grid of ``values`` and collect the results.
