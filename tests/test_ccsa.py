@@ -157,11 +157,50 @@ def test_findings_follow_the_numbers():
            "baselines": base}
     text = findings(res)
     assert "imbalance falls (1.80 → 1.10)" in text[0] and "Top-k-Recall vs the exact DE rises" in text[0]
-    assert "λ = 1, chosen on dev" in text[1] and "IVF-PQ (w = 2" in text[1] and "beats (0.800 vs 0.500)" in text[1]
+    assert "λ chosen on dev per seed: 1;" in text[1] and "IVF-PQ (w = 2" in text[1] and "beats (0.800 vs 0.500)" in text[1]
     res["by_reg"] = rows(0.0, 1.8, 0.8, 0.6) + rows(1.0, 1.1, 0.5, 0.595)
     text = findings(res)
     assert "Top-k-Recall vs the exact DE falls" in text[0] and "gold Recall@k is level (within noise)" in text[0]
-    assert "λ = 0, chosen on dev" in text[1]
+    assert "λ chosen on dev per seed: 0;" in text[1]
+
+
+def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
+    from xenbench.findings.ccsa import findings
+
+    def rows(seed, reg, rec, imb=1.2):
+        return [{"method": "CCSA", "reg": reg, "batch_size": 100, "split": sp, "imbalance": imb, "recall": rec,
+                 "recall_se": 0.001, "gold_recall": rec, "gold_recall_se": 0.001, "scored": 100.0,
+                 "bytes_per_item": 2.0, "seed": seed} for sp in ("dev", "test")]
+
+    base = [{"method": "IVF-PQ", "nprobe": 2, "split": sp, "bytes_per_item": 2.0, "scored": 100.0, "recall": 0.5,
+             "recall_se": 0.001, "gold_recall": 0.5, "gold_recall_se": 0.001, "seed": seed}
+            for seed in (0, 1, 2) for sp in ("dev", "test")]
+    # λ 0 -> 1 changes recall by +0.10, +0.12, +0.08 over 3 seeds: mean +0.10, t-interval (2 df) +0.05 to +0.15.
+    steady = [r for seed, d in zip((0, 1, 2), (0.10, 0.12, 0.08)) for r in rows(seed, 0.0, 0.6) + rows(seed, 1.0, 0.6 + d)]
+    text = findings({"by_reg": steady, "by_batch": [], "baselines": base})
+    assert "Top-k-Recall vs the exact DE rises (0.600 → 0.700; difference +0.100, 95% interval across 3 seeds" in text[0]
+    assert "imbalance is level (within noise)" in text[0]  # identical imbalance in every seed
+    # Per-query SEs are tiny, but the seeds disagree in sign: within noise across seeds.
+    noisy = [r for seed, d in zip((0, 1, 2), (0.10, -0.12, 0.05)) for r in rows(seed, 0.0, 0.6) + rows(seed, 1.0, 0.6 + d)]
+    text = findings({"by_reg": noisy, "by_batch": [], "baselines": base})
+    assert "Top-k-Recall vs the exact DE is level (within noise)" in text[0]
+    assert "λ chosen on dev per seed: 0, 1;" in text[1]  # seed 1 prefers λ = 0 on dev
+
+
+def test_over_seeds_means_and_t_interval():
+    from scipy import stats
+
+    from xenbench.ccsa import over_seeds
+
+    df = pd.DataFrame({"method": "CCSA", "split": "test", "seed": [0, 1, 2], "recall": [0.5, 0.6, 0.7],
+                       "recall_se": [0.01, 0.01, 0.01], "bytes_per_item": 2.0})
+    row = over_seeds(df, ["method", "split"]).iloc[0]
+    half = stats.t.ppf(0.975, 2) * 0.1 / np.sqrt(3)
+    assert row["recall"] == pytest.approx(0.6) and row["n_seeds"] == 3
+    assert (row["recall_lo"], row["recall_hi"]) == (pytest.approx(0.6 - half), pytest.approx(0.6 + half))
+    assert row["recall_se"] == pytest.approx(0.1 / np.sqrt(3)) and row["bytes_per_item"] == 2.0
+    one = over_seeds(df[df["seed"] == 0], ["method", "split"]).iloc[0]
+    assert one["recall_se"] == 0.01 and np.isnan(one["recall_lo"])  # one seed: the per-query SE stays
 
 
 def test_sweep_and_baselines_rows_and_figures():
@@ -191,3 +230,32 @@ def test_sweep_and_baselines_rows_and_figures():
     assert set(base["method"]) == {"IVF-Flat", "IVF-PQ", "OPQ+IVF-PQ"}
     assert len(recall_vs_scored(pd.concat([results, base]), k=1, m=20).data) == 4
     assert len(activation_frequency_lines({str(key): f for key, f in freqs.items()}, 8).data) == 2
+
+
+def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
+    import scipy.sparse as sp
+
+    from xenbench.ccsa import balance_sweep, exact_topk, query_split, study
+
+    X = _clustered(300, d=16)
+    queries = X[:60]
+    relevant = sp.csr_matrix((np.ones(60), (np.arange(60), np.arange(60))), shape=(60, 300))
+    kw = dict(regs=[0.0, 1.0], batch_size=50, batch_sizes=[50, 100], reg_for_batches=1.0, n_chunks=4, chunk_size=4,
+              nprobes=[1, 2], binary_bits=8, n_eval_queries=40, k=5, m=10, shortlist=50, steps=4, progress=False,
+              device="cpu")
+    res = study(X, X, queries, relevant, seeds=[0, 1], **kw)
+    assert res.by_reg.groupby("seed").size().to_dict() == {0: 4, 1: 4}  # 2 λ × (dev, test) per seed
+    assert sorted(set(zip(res.by_batch["reg"], res.by_batch["batch_size"]))) == [(1.0, 50), (1.0, 100)]
+    assert set(res.baselines["seed"]) == set(res.binary["seed"]) == {0, 1}
+    assert set(res.frequencies) == {(0.0, 50), (1.0, 50), (1.0, 100)}
+
+    rows, split = query_split(60, 40, 1)  # seed 1, run by hand
+    direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (1.0, 50)], exact=exact_topk(queries[rows], X, 5),
+                              relevant=relevant[rows], split=split, n_chunks=4, chunk_size=4, k=5, m=10, steps=4,
+                              seed=1, progress=False, device="cpu")
+    got = res.by_reg[res.by_reg["seed"] == 1].drop(columns="seed").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, direct)
+    again = study(X, X, queries, relevant, seeds=[0, 1], **kw)
+    pd.testing.assert_frame_equal(again.by_reg, res.by_reg)  # same seeds, same numbers
+    with pytest.raises(ParameterError, match="'seeds' parameter of study"):
+        study(X, X, queries, relevant, seeds=[0, 0], **kw)

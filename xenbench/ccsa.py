@@ -39,6 +39,7 @@ References
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -49,9 +50,9 @@ from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_recall
 
-__all__ = ["CodeIndex", "CompositeCodeAE", "activation_frequency", "balance_sweep", "binary_hnsw", "code_bytes",
-           "exact_topk", "faiss_baselines", "imbalance_factor", "normalized_uniformity_loss", "pq_for_bytes",
-           "query_split", "rerank", "retrieval_metrics", "ur_noise_floor", "uniformity_loss"]
+__all__ = ["CodeIndex", "CompositeCodeAE", "Study", "activation_frequency", "balance_sweep", "binary_hnsw", "code_bytes",
+           "exact_topk", "faiss_baselines", "imbalance_factor", "normalized_uniformity_loss", "over_seeds",
+           "pq_for_bytes", "query_split", "rerank", "retrieval_metrics", "study", "ur_noise_floor", "uniformity_loss"]
 
 
 def uniformity_loss(codes: torch.Tensor, chunk_size: int) -> torch.Tensor:
@@ -116,9 +117,12 @@ class CompositeCodeAE:
     lr : float, default 1e-3
         Adam learning rate.
     seed : int, default 0
-        Seeds the initialization, the batch order and the Gumbel noise.
+        Seeds the initialization, the batch order and the Gumbel noise (the same seed gives the same model on
+        the same device; CPU and CUDA draw different noise).
     progress : bool, default True
         Show a progress bar over the optimizer steps.
+    device : str or torch.device, default "auto"
+        Where to train and encode: CUDA when available, else CPU (:func:`xenbench.crossencoder.resolve_device`).
 
     Attributes
     ----------
@@ -131,7 +135,7 @@ class CompositeCodeAE:
 
     def __init__(self, n_chunks: int = 16, chunk_size: int = 64, *, reg: float = 0.0, temperature: float = 1.0,
                  batch_size: int = 1000, epochs: int = 100, lr: float = 1e-3, seed: int = 0,
-                 steps: int | None = None, progress: bool = True) -> None:
+                 steps: int | None = None, progress: bool = True, device: str | torch.device = "auto") -> None:
         self.n_chunks = n_chunks
         self.chunk_size = chunk_size
         self.reg = reg
@@ -142,6 +146,7 @@ class CompositeCodeAE:
         self.seed = seed
         self.steps = steps
         self.progress = progress
+        self.device = device
 
     def _check(self) -> None:
         owner = type(self).__name__
@@ -160,13 +165,16 @@ class CompositeCodeAE:
 
     def fit(self, X: np.ndarray) -> "CompositeCodeAE":
         """Train on the rows of X (N × d) with Adam; returns self."""
+        from xenbench.crossencoder import resolve_device
+
         self._check()
         X = _check_X(X, "X", type(self).__name__)
+        device = resolve_device(self.device)
         torch.manual_seed(self.seed)  # the initialization of the linear layers
-        generator = torch.Generator().manual_seed(self.seed)
-        net = _Net(X.shape[1], self.n_chunks, self.chunk_size)
+        generator = torch.Generator(device=device).manual_seed(self.seed)
+        net = _Net(X.shape[1], self.n_chunks, self.chunk_size).to(device)
         optimizer = torch.optim.Adam(net.parameters(), lr=self.lr)
-        data = torch.from_numpy(X)
+        data = torch.from_numpy(X).to(device)
         batch = min(self.batch_size, len(X))
         per_pass = len(X) // batch  # full batches only: L_UR's target is B / L
         total = self.steps if self.steps is not None else self.epochs * per_pass
@@ -176,7 +184,7 @@ class CompositeCodeAE:
         bar = tqdm(total=total, desc="CCSA steps", disable=not self.progress)
         done = 0
         while done < total:
-            order = torch.randperm(len(X), generator=generator)
+            order = torch.randperm(len(X), generator=generator, device=device)
             sums = np.zeros(5)
             n_batches = 0
             for start in range(0, per_pass * batch, batch):
@@ -199,6 +207,7 @@ class CompositeCodeAE:
                                           sums / n_batches)))
         bar.close()
         self.steps_ = done
+        self.device_ = device
         self.net_ = net.eval()
         return self
 
@@ -208,14 +217,14 @@ class CompositeCodeAE:
         if not hasattr(self, "net_"):
             raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(X) first.")
         X = _check_X(X, "X", f"{type(self).__name__}.encode", d=self.net_.norm.num_features)
-        return self.net_.logits(torch.from_numpy(X)).argmax(dim=-1).numpy().astype(np.int64)
+        return self.net_.logits(torch.from_numpy(X).to(self.device_)).argmax(dim=-1).cpu().numpy().astype(np.int64)
 
     @torch.inference_mode()
     def reconstruct(self, X: np.ndarray) -> np.ndarray:
         """f(x) = d(g(e(x))) with hard arg-max codes, float32 of shape (n, d)."""
-        codes = torch.from_numpy(self.encode(X))
+        codes = torch.from_numpy(self.encode(X)).to(self.device_)
         one_hot = torch.nn.functional.one_hot(codes, self.chunk_size).flatten(1).float()
-        return self.net_.decoder(one_hot).numpy()
+        return self.net_.decoder(one_hot).cpu().numpy()
 
 
 def _check_X(X: object, name: str, owner: str, d: int | None = None) -> np.ndarray:
@@ -574,3 +583,94 @@ def _hnsw_candidates(bx, bq, X, Q, train, n_bits, hnsw_m, ef_search, shortlist, 
     hp.hnsw.efSearch = max(ef_search, shortlist)
     cand_p = hp.search(Q, shortlist)[1]
     return cand_b, cand_p
+
+
+# ==============================================================================================
+# the notebook-06 study over seeds (each seed: query split, CCSA initialization/batches/noise, k-means)
+# ==============================================================================================
+@dataclass
+class Study:
+    """Tables of :func:`study`, each with a ``seed`` column (one row per seed, setting and split).
+
+    ``by_reg``: the λ sweep at batch size B; ``by_batch``: the B sweep at λ = ``reg_for_batches`` (sharing the
+    models the λ sweep already trained); ``baselines``: :func:`faiss_baselines`; ``binary``: :func:`binary_hnsw`.
+    ``frequencies``: (λ, B) -> :func:`activation_frequency` of the first seed's index (Fig. 2/3).
+    """
+
+    by_reg: pd.DataFrame
+    by_batch: pd.DataFrame
+    baselines: pd.DataFrame
+    binary: pd.DataFrame
+    frequencies: dict[tuple[float, int], np.ndarray]
+
+
+def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *, seeds: Sequence[int],
+          regs: Sequence[float], batch_size: int, batch_sizes: Sequence[int], reg_for_batches: float,
+          n_chunks: int, chunk_size: int, nprobes: Sequence[int], binary_bits: int, n_eval_queries: int,
+          k: int = 10, m: int = 100, shortlist: int = 1000, progress: bool = True, **fit_params) -> Study:
+    """Notebook 06's experiments, repeated per seed in ``seeds``, so every number has a spread across seeds.
+
+    Per seed s: :func:`query_split` draws ``n_eval_queries`` rows of ``queries`` (half dev, half test) with seed s;
+    every CCSA model (``fit_params``: steps, temperature, lr, device, ...) and the faiss k-means are seeded with s.
+
+    Parameters
+    ----------
+    train : ndarray (N_train, d)
+        What the models are trained on (the paper: queries and documents).
+    items, queries : ndarray (N, d), (nq, d)
+        The indexed items and every query; ``relevant`` (nq, N) sparse gold labels.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ParameterError("seeds", "a non-empty list of distinct ints", seeds, "study")
+    settings_reg = [(float(r), int(batch_size)) for r in regs]
+    settings_batch = [(float(reg_for_batches), int(b)) for b in batch_sizes]
+    extra = [s for s in settings_batch if s not in settings_reg]
+    pq = pq_for_bytes(n_chunks, chunk_size, items.shape[1])
+    tables: dict[str, list[pd.DataFrame]] = {"models": [], "baselines": [], "binary": []}
+    frequencies: dict[tuple[float, int], np.ndarray] = {}
+    for seed in tqdm(seeds, desc="CCSA seeds", disable=not progress or len(seeds) == 1):
+        rows, split = query_split(len(queries), n_eval_queries, seed)
+        Q, rel = queries[rows], relevant[rows]
+        exact = exact_topk(Q, items, k)
+        common = dict(exact=exact, relevant=rel, split=split, k=k, m=m)
+        models, freq = balance_sweep(train, items, Q, settings_reg + extra, n_chunks=n_chunks, chunk_size=chunk_size,
+                                     seed=seed, progress=progress, **common, **fit_params)
+        tables["models"].append(models.assign(seed=seed))
+        tables["baselines"].append(faiss_baselines(train, items, Q, chunk_size, nprobes, pq=pq, shortlist=shortlist,
+                                                   seed=seed, **common).assign(seed=seed))
+        tables["binary"].append(binary_hnsw(train, items, Q, binary_bits, shortlist=min(shortlist, len(items)),
+                                            batch_size=batch_size, seed=seed, progress=progress, **common, **fit_params)
+                                .assign(seed=seed))
+        if not frequencies:
+            frequencies = freq
+    models = pd.concat(tables["models"], ignore_index=True)
+    in_reg = pd.Series(list(zip(models["reg"], models["batch_size"]))).isin(settings_reg).to_numpy()
+    in_batch = pd.Series(list(zip(models["reg"], models["batch_size"]))).isin(settings_batch).to_numpy()
+    return Study(by_reg=models[in_reg].reset_index(drop=True), by_batch=models[in_batch].reset_index(drop=True),
+                 baselines=pd.concat(tables["baselines"], ignore_index=True),
+                 binary=pd.concat(tables["binary"], ignore_index=True), frequencies=frequencies)
+
+
+def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = ("recall", "gold_recall", "imbalance",
+               "scored", "postings"), confidence: float = 0.95) -> pd.DataFrame:
+    """Mean over seeds per group ``by`` of each of ``columns`` present, with ``<col>_lo``/``<col>_hi`` (t-interval
+    across seeds; NaN with one seed) and ``n_seeds``. With one seed, ``recall_se``/``gold_recall_se`` stay the
+    per-query standard errors; with several they become the standard error across seeds."""
+    from xenbench.protocol import _t_interval
+
+    out = []
+    for key, g in rows.groupby(list(by), sort=False, dropna=False):
+        rec = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for col in (c for c in columns if c in g):
+            mean, lo, hi = _t_interval(g[col].to_numpy(np.float64), confidence)
+            rec.update({col: mean, f"{col}_lo": lo, f"{col}_hi": hi})
+            if f"{col}_se" in g:
+                rec[f"{col}_se"] = (float(g[f"{col}_se"].iloc[0]) if len(g) == 1 else
+                                    float(g[col].std(ddof=1) / np.sqrt(len(g))))
+        for col in ("bytes_per_item", "shortlist"):
+            if col in g:
+                rec[col] = g[col].iloc[0]
+        rec["n_seeds"] = int(g["seed"].nunique()) if "seed" in g else 1
+        out.append(rec)
+    return pd.DataFrame(out)
