@@ -58,3 +58,15 @@ def test_round_scatter_without_diagonal_fits_the_scores_it_shows():
     assert all(step.args[0]["visible"][0] is False for step in axn.layout.sliders[0].steps)
     top1 = [tr for tr in axn.data if tr.name == "exact top-1"]
     assert top1 and all(tr.cliponaxis is False for tr in top1)  # the "top-1" label is never cut at the edge
+
+
+def test_activation_frequency_axis_stays_within_100_percent_and_counts_unused_dimensions():
+    from xenbench.plots import activation_frequency_lines
+
+    collapsed = np.array([0.9, 0.1, 0.0, 0.0])  # shares of items per dimension, most used first; 2 unused
+    fig = activation_frequency_lines({"λ = 0": collapsed, "λ = 1": np.full(4, 0.25)}, chunk_size=4)
+    lo, hi = fig.layout.yaxis.range
+    assert fig.layout.yaxis.type == "log" and hi == 0.0  # 10**0 = 100 %: no room above a share of 1
+    assert 10**lo < 0.1  # the smallest non-zero share is inside the axis
+    assert fig.data[0].name == "λ = 0 (2 of 4 dims unused)" and fig.data[1].name == "λ = 1"
+    assert np.isnan(fig.data[0].y[2:]).all() and fig.data[0].y[0] == 0.9  # zeros are gaps, not off-axis points

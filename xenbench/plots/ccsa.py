@@ -23,14 +23,23 @@ def activation_frequency_lines(frequencies: Mapping[str, np.ndarray], chunk_size
         Label -> :func:`xenbench.ccsa.activation_frequency` output.
     chunk_size : int
         L; the dashed line is the perfectly balanced share 1 / L.
+
+    The log axis runs from just below the smallest non-zero share to 100 %. A log axis cannot show a share of 0,
+    so unused dimensions end a line early and are counted in its legend entry instead.
     """
     fig = go.Figure()
+    positive = [float(np.min(f[f > 0])) for f in frequencies.values() if np.any(f > 0)]
     for label, f in frequencies.items():
-        fig.add_trace(go.Scatter(x=np.arange(1, f.size + 1), y=f, mode="lines", name=str(label)))
+        f = np.asarray(f, dtype=np.float64)
+        unused = int((f == 0).sum())
+        name = f"{label} ({unused} of {f.size} dims unused)" if unused else str(label)
+        fig.add_trace(go.Scatter(x=np.arange(1, f.size + 1), y=np.where(f > 0, f, np.nan), mode="lines", name=name,
+                                 hovertemplate="dimension %{x}: %{y:.2%} of items<extra>" + str(label) + "</extra>"))
     fig.add_hline(y=1 / chunk_size, line_dash="dash", line_color="black",
                   annotation_text=f"balanced: 1/L = {1 / chunk_size:.2%}", annotation_position="top right")
+    low = min(positive + [1 / chunk_size]) / 1.5
     fig.update_xaxes(title_text="dimension, most used first")
-    fig.update_yaxes(title_text="share of items", type="log", tickformat=".1%")
+    fig.update_yaxes(title_text="share of items", type="log", tickformat=".1%", range=[np.log10(low), 0.0])
     return _style(fig, title, height)
 
 
