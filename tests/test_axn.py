@@ -3,7 +3,9 @@ retrieve-and-rerank, Eq. 7 against a hand-computed least-squares fit, batched = 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
 
 from xenbench.adacur import rerank_baseline
 from xenbench import plots as xb_plots
@@ -241,3 +243,137 @@ def test_findings_follow_the_numbers():
     assert "within noise in all 2" in noise[1] and "beats" not in noise[1]
     assert win[-1] == "AXN DE: λ chosen on dev from 0.2 to 0.8 over runs, budgets and k."
     assert findings(_results(0.05, 0.001, lams="0.4"))[-1] == "AXN DE: λ chosen on dev 0.4 over runs, budgets and k."
+
+
+# ----------------------------------------------------------------------------------------------
+# device: one resolved device reaches every AXN / ADACUR search and MF-IND; "cpu" is the default here
+# ----------------------------------------------------------------------------------------------
+ONLY_CPU = pytest.mark.skipif(torch.cuda.is_available(), reason="the default device is CUDA on this machine")
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def devices(monkeypatch) -> dict[str, list]:
+    """The torch device of every batched search (AXN runs on ADACUR's engine) and of every MF fit."""
+    from xenbench.adacur import AdaCur
+    from xenbench.mf import MatrixFactorization
+
+    seen = {"search": [], "mf": []}
+    search, fit = AdaCur._torch_device, MatrixFactorization.fit
+
+    def spy_search(self):
+        seen["search"].append(search(self))
+        return seen["search"][-1]
+
+    def spy_fit(self, *args, **kwargs):
+        out = fit(self, *args, **kwargs)
+        seen["mf"].append(self.device_)
+        return out
+
+    monkeypatch.setattr(AdaCur, "_torch_device", spy_search)
+    monkeypatch.setattr(MatrixFactorization, "fit", spy_fit)
+    return seen
+
+
+def _axn_runs(**device) -> dict:
+    """lambda_sweep, round_trace and the notebook-04 protocol (with MF-IND) on small inputs."""
+    from xenbench import axn, protocol
+
+    rng = np.random.default_rng(5)
+    V, U = rng.standard_normal((80, D)), rng.standard_normal((30, D))
+    M = (U @ V.T + 0.3 * rng.standard_normal((30, 80))).astype(np.float32)
+    U_de = U + 0.4 * rng.standard_normal(U.shape)
+    splits = protocol.query_splits(30, 10, 8, seeds=[0, 1])
+    runs, dev = axn.protocol_runs(M, splits, V, U_de, seeds=[0, 1], lambdas=[0.0, 0.5], budgets=[8, 16],
+                                  k_values=(1, 5), n_rounds=2, mf_items_per_query=15, mf_epochs=2, progress=False,
+                                  **device)
+    trace = axn.round_trace(M, V, 3, budget=16, n_rounds=4, lam=0.5, u_param=U_de[3], **device)
+    return {
+        "lambda_sweep": lambda_sweep(M, V, U_de, [0.0, 0.5, 1.0], budgets=[8, 16], k_values=(1, 5), n_rounds=2,
+                                     **device),
+        "protocol_runs": runs,
+        "protocol_dev": dev,
+        "round_trace": {"anchors": np.concatenate(trace.anchors), "approx": trace.approx},
+    }
+
+
+def _check_same(a: pd.DataFrame, b: pd.DataFrame, atol: float = 0.0) -> None:
+    arrays = [c for c in ("rows", "per_query") if c in a]
+    pd.testing.assert_frame_equal(a.drop(columns=arrays).reset_index(drop=True),
+                                  b.drop(columns=arrays).reset_index(drop=True), check_exact=not atol, atol=atol or None)
+    for c in arrays:
+        for x, y in zip(a[c], b[c]):
+            np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+@ONLY_CPU
+def test_explicit_cpu_equals_the_default_device(devices, factors):
+    default = _axn_runs()
+    assert set(devices["search"]) == set(devices["mf"]) == {torch.device("cpu")}  # "auto" is the CPU here
+    explicit = _axn_runs(device="cpu")
+    for name in ("lambda_sweep", "protocol_runs", "protocol_dev"):
+        _check_same(default[name], explicit[name])
+    for key in ("anchors", "approx"):
+        np.testing.assert_array_equal(default["round_trace"][key], explicit["round_trace"][key])
+    V, U, _ = factors
+    assert Axn(budget=10).fit(V).device_ == torch.device("cpu")  # Axn's default (None) is "auto"
+
+
+def test_the_device_reaches_every_search_and_mf_fit(devices):
+    # "cpu:0" is the CPU under another name: a search on a hard-coded "cpu" would show up as torch.device("cpu")
+    runs = _axn_runs(device="cpu:0")
+    assert len(devices["search"]) > 10 and len(devices["mf"]) == 2  # one MF-IND fit per split
+    assert set(devices["search"]) == set(devices["mf"]) == {torch.device("cpu:0")}
+    plain = _axn_runs(device="cpu")
+    for name in ("lambda_sweep", "protocol_runs", "protocol_dev"):
+        _check_same(runs[name], plain[name])
+
+
+@pytest.mark.parametrize("device,message", [
+    ("gpu", "must be 'auto', 'cpu', 'cuda' or 'cuda:<k>'. Got 'gpu'"),
+    ("mps", r"must be .* \(this computation is in float64, which MPS lacks\). Got 'mps'"),
+    pytest.param("cuda", "must be 'auto' or 'cpu': CUDA is not available on this machine. Got 'cuda'",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+])
+def test_a_bad_device_is_one_clear_error_naming_the_function(factors, device, message):
+    from xenbench import axn, protocol
+
+    V, U, U_param = factors
+    M = U @ V.T
+    splits = protocol.query_splits(25, 8, 7, seeds=[0])
+    calls = {
+        "Axn": lambda: Axn(budget=10, device=device).fit(V),
+        "lambda_sweep": lambda: lambda_sweep(M, V, U_param, [0.0], budgets=[10], k_values=(1,), device=device),
+        "round_trace": lambda: axn.round_trace(M, V, 0, budget=10, device=device),
+        "protocol_runs": lambda: axn.protocol_runs(M, splits, V, U_param, seeds=[0], lambdas=[0.0], budgets=[10],
+                                                   k_values=(1,), progress=False, device=device),
+    }
+    for owner, call in calls.items():
+        with pytest.raises(ParameterError, match=rf"^The 'device' parameter of {owner} {message}"):
+            call()
+
+
+@NEEDS_CUDA
+def test_cuda_gives_the_cpu_anchors_and_recall(devices, factors):
+    V, U, U_param = factors
+    M = U @ V.T + 0.3 * np.random.default_rng(1).standard_normal((U.shape[0], N_ITEMS))
+    for lam in (0.0, 0.5):
+        runs = [Axn(budget=20, n_rounds=4, lam=lam, device=d).fit(V).run(M, u_param=U_param if lam else None)
+                for d in ("cpu", "cuda")]
+        np.testing.assert_array_equal(runs[0].anchors, runs[1].anchors)
+        np.testing.assert_array_equal(runs[0].I, runs[1].I)
+    cpu, cuda = _axn_runs(device="cpu"), _axn_runs(device="cuda")
+    assert {d.type for d in devices["search"]} == {d.type for d in devices["mf"]} == {"cpu", "cuda"}
+    _check_same(cpu["lambda_sweep"], cuda["lambda_sweep"], atol=1e-9)  # float64 searches: the same items
+    np.testing.assert_array_equal(cpu["round_trace"]["anchors"], cuda["round_trace"]["anchors"])
+    np.testing.assert_allclose(cpu["round_trace"]["approx"], cuda["round_trace"]["approx"], atol=1e-8)
+    # the protocol: the DE-embedding methods and ADACUR exactly; MF-IND (trained in float32) within tolerance
+    mf = lambda df: df["method"].str.contains("MF-IND")  # noqa: E731
+    for name in ("protocol_runs", "protocol_dev"):
+        a, b = cpu[name], cuda[name]
+        _check_same(a[~mf(a)], b[~mf(b)], atol=1e-9)
+        keys = ["split", "seed", "method", "budget", "k", "lam"]
+        keys = [c for c in keys if c in a and not (c == "lam" and name == "protocol_runs")]  # a tuned λ may differ
+        a_mf, b_mf = (x[mf(x)].sort_values(keys) for x in (a, b))
+        assert len(a_mf) == len(b_mf) > 0
+        assert np.abs(a_mf["recall"].to_numpy() - b_mf["recall"].to_numpy()).mean() <= 0.05

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from xenbench import experiments as ex
 from xenbench.adacur import AdaCur
@@ -437,3 +438,109 @@ def test_findings_say_what_the_numbers_say():
     assert "trails it at 1 (B_CE = 50, k = 1: -5.0 points" in flipped and "beats" not in flipped
     with pytest.raises(ParameterError, match="protocol"):
         findings({"comparisons": []})
+
+
+# ----------------------------------------------------------------------------------------------
+# device: one resolved device reaches every ADACUR search; "cpu" is the default on a CPU machine
+# ----------------------------------------------------------------------------------------------
+ONLY_CPU = pytest.mark.skipif(torch.cuda.is_available(), reason="the default device is CUDA on this machine")
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def adacur_devices(monkeypatch) -> list:
+    """The torch device of every batched ADACUR search run during the test."""
+    seen, original = [], AdaCur._torch_device
+
+    def spy(self):
+        seen.append(original(self))
+        return seen[-1]
+
+    monkeypatch.setattr(AdaCur, "_torch_device", spy)
+    return seen
+
+
+def _device_runs(M, split, retrievers, **device) -> dict:
+    """Every ADACUR-running function of the module on small inputs, with ``device`` (or its default)."""
+    from xenbench.protocol import query_splits
+
+    splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
+    de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
+    trace = ex.round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4, anchor_fraction=0.5, **device)
+    return {
+        "recall_vs_budget": ex.recall_vs_budget(M, split, [20], ["anncur_de", "adacur_softmax", "adacur_de_nosplit"],
+                                                (1, 5), de_scores=retrievers["de_scores"], **device),
+        "recall_vs_rounds": ex.recall_vs_rounds(M, split, [20], rounds=(1, 4), k_values=(1, 5), **device),
+        "protocol_runs": ex.protocol_runs(M, splits, [0], [20], methods=("anncur_de", "adacur_nosplit"),
+                                          k_values=(1, 5), de_scores=de, **device),
+        "round_trace": {"anchors": np.concatenate(trace.anchors), "approx": trace.approx, "retrieved": trace.retrieved},
+    }
+
+
+def _assert_same_runs(a: dict, b: dict, atol: float = 0.0) -> None:
+    for name in a:
+        if name == "round_trace":
+            np.testing.assert_array_equal(a[name]["anchors"], b[name]["anchors"])
+            np.testing.assert_array_equal(a[name]["retrieved"], b[name]["retrieved"])
+            np.testing.assert_allclose(a[name]["approx"], b[name]["approx"], rtol=0, atol=atol or 0)
+            continue
+        arrays = [c for c in ("per_query", "rows") if c in a[name]]
+        pd.testing.assert_frame_equal(a[name].drop(columns=arrays), b[name].drop(columns=arrays), check_exact=not atol,
+                                      atol=atol or None)
+        for c in arrays:
+            for x, y in zip(a[name][c], b[name][c]):
+                np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+@ONLY_CPU
+def test_explicit_cpu_equals_the_default_device(M, split, retrievers, adacur_devices):
+    default = _device_runs(M, split, retrievers)
+    assert adacur_devices and set(adacur_devices) == {torch.device("cpu")}  # "auto" is the CPU here
+    _assert_same_runs(default, _device_runs(M, split, retrievers, device="cpu"))
+    latency = ex.latency_vs_rounds(M, split, [20], rounds=(1, 4), max_queries=2)
+    assert set(latency["device"]) == {"cpu"}
+
+
+def test_the_device_reaches_every_adacur_search(M, split, retrievers, adacur_devices):
+    # "cpu:0" is the CPU under another name: a search on a hard-coded "cpu" would show up as torch.device("cpu")
+    runs = _device_runs(M, split, retrievers, device="cpu:0")
+    n = len(adacur_devices)
+    ex.latency_vs_rounds(M, split, [20], rounds=(1, 4), max_queries=2, device="cpu:0")
+    assert n > 4 and len(adacur_devices) > n
+    assert set(adacur_devices) == {torch.device("cpu:0")}
+    _assert_same_runs(runs, _device_runs(M, split, retrievers, device="cpu"))
+
+
+def _every_device_function(M, split, device):
+    from xenbench.protocol import query_splits
+
+    splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
+    return {
+        "recall_vs_budget": lambda: ex.recall_vs_budget(M, split, [20], ["anncur"], (1,), device=device),
+        "recall_vs_rounds": lambda: ex.recall_vs_rounds(M, split, [20], rounds=(1,), k_values=(1,), device=device),
+        "latency_vs_rounds": lambda: ex.latency_vs_rounds(M, split, [20], rounds=(1,), max_queries=1, device=device),
+        "round_trace": lambda: ex.round_trace(M, split, int(split.test[0]), budget=20, device=device),
+        "protocol_runs": lambda: ex.protocol_runs(M, splits, [0], [20], methods=("anncur",), k_values=(1,),
+                                                  device=device),
+    }
+
+
+@pytest.mark.parametrize("device,message", [
+    ("gpu", "must be 'auto', 'cpu', 'cuda' or 'cuda:<k>'. Got 'gpu'"),
+    ("mps", r"must be .* \(this computation is in float64, which MPS lacks\). Got 'mps'"),
+    pytest.param("cuda", "must be 'auto' or 'cpu': CUDA is not available on this machine. Got 'cuda'",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+])
+def test_a_bad_device_is_one_clear_error_naming_the_function(M, split, device, message):
+    for owner, call in _every_device_function(M, split, device).items():
+        with pytest.raises(ParameterError, match=rf"^The 'device' parameter of {owner} {message}"):
+            call()
+
+
+@NEEDS_CUDA
+def test_cuda_gives_the_cpu_results(M, split, retrievers, adacur_devices):
+    cpu = _device_runs(M, split, retrievers, device="cpu")
+    cuda = _device_runs(M, split, retrievers, device="cuda")
+    assert {d.type for d in adacur_devices} == {"cpu", "cuda"}
+    _assert_same_runs(cpu, cuda, atol=1e-9)  # float64 throughout: the same anchors and recall
+    assert set(ex.latency_vs_rounds(M, split, [20], rounds=(1, 4), max_queries=2, device="cuda")["device"]) == {"cuda"}

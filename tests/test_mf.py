@@ -77,3 +77,61 @@ def test_errors(problem):
         trns.transform_queries(Q)
     with pytest.raises(NotFittedError):
         MatrixFactorization().transform_queries(Q)
+
+
+# ----------------------------------------------------------------------------------------------
+# device
+# ----------------------------------------------------------------------------------------------
+def _fit(problem, kind, **device):
+    Q, V, G = problem
+    rows, cols = observed_pairs(30, 120, 20, seed=2)
+    mf = MatrixFactorization(kind, epochs=5, lr=0.02, batch_size=64, progress=False, **device).fit(
+        Q[:30], V, rows, cols, G[rows, cols])
+    return mf, (mf.transform_queries(Q[30:]) if kind == "ind" else None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the default device is CUDA on this machine")
+@pytest.mark.parametrize("kind", ["trns", "ind"])
+def test_explicit_cpu_equals_the_default_device(problem, kind):
+    default, u_default = _fit(problem, kind)
+    explicit, u_explicit = _fit(problem, kind, device="cpu")
+    assert default.device_ == explicit.device_ == torch.device("cpu")
+    np.testing.assert_array_equal(default.item_embeddings_, explicit.item_embeddings_)
+    assert default.history_ == explicit.history_
+    if kind == "ind":
+        np.testing.assert_array_equal(u_default, u_explicit)
+
+
+@pytest.mark.parametrize("kind", ["trns", "ind"])
+def test_it_trains_on_the_device_it_is_given(problem, kind):
+    # "cpu:0" is the CPU under another name: the same numbers, and the parameters say where they live
+    mf, u = _fit(problem, kind, device="cpu:0")
+    assert mf.device_ == torch.device("cpu:0")
+    params = [mf.U_, mf.V_] if kind == "trns" else [*mf.query_net_.parameters(), *mf.item_net_.parameters()]
+    assert {p.device.type for p in params} == {"cpu"}
+    plain, u_plain = _fit(problem, kind, device="cpu")
+    np.testing.assert_array_equal(mf.item_embeddings_, plain.item_embeddings_)
+    assert mf.item_embeddings_.dtype == np.float64 and (u is None or u.dtype == np.float64)
+
+
+@pytest.mark.parametrize("device,message", [
+    ("gpu", "must be 'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'. Got 'gpu'"),
+    pytest.param("cuda", "must be 'auto' or 'cpu': CUDA is not available on this machine. Got 'cuda'",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+])
+def test_a_bad_device_is_one_clear_error(problem, device, message):
+    with pytest.raises(ParameterError, match=rf"^The 'device' parameter of MatrixFactorization {message}"):
+        _fit(problem, "ind", device=device)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", ["trns", "ind"])
+def test_cuda_gives_the_cpu_embeddings(problem, kind):
+    cpu, u_cpu = _fit(problem, kind, device="cpu")
+    cuda, u_cuda = _fit(problem, kind, device="cuda")
+    assert cuda.device_.type == "cuda"
+    # the same initialization and pair order (drawn on the CPU); float32 round-off only
+    np.testing.assert_allclose(cuda.item_embeddings_, cpu.item_embeddings_, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(cuda.history_, cpu.history_, rtol=1e-3)
+    if kind == "ind":
+        np.testing.assert_allclose(u_cuda, u_cpu, rtol=1e-3, atol=1e-3)

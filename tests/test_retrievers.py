@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from xenbench.data import Item, Query
 from xenbench.errors import ParameterError
@@ -45,3 +46,28 @@ def test_accuracy_at_k_by_hand() -> None:
     I = np.array([[3, 1, 2], [0, 2, 1], [1, 0, 2]])
     gold = np.array([1, 0, -1])
     assert accuracy_at_k(I, gold, (1, 2, 3)) == {1: 1 / 3, 2: 2 / 3, 3: 2 / 3}
+
+
+@pytest.mark.parametrize("device,message", [
+    ("gpu", "must be 'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'. Got 'gpu'"),
+    pytest.param("cuda", "must be 'auto' or 'cpu': CUDA is not available on this machine. Got 'cuda'",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+])
+def test_dual_encoder_refuses_a_bad_device(device, message) -> None:
+    with pytest.raises(ParameterError, match=rf"^The 'device' parameter of DualEncoder {message}"):
+        DualEncoder(device=device)
+
+
+def test_dual_encoder_encodes_on_its_device() -> None:
+    de = DualEncoder(device="cpu:0", cache_dir=False)
+    assert de.device == torch.device("cpu:0") and next(de.model.parameters()).device.type == "cpu"
+    texts = [q.text for q in QUERIES]
+    np.testing.assert_array_equal(de.encode(texts), DualEncoder(device="cpu", cache_dir=False).encode(texts))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_dual_encoder_on_cuda_gives_the_cpu_embeddings() -> None:
+    texts = [q.text for q in QUERIES] + [f"{it.title}: {it.text}" for it in ITEMS]
+    cuda = DualEncoder(device="cuda", cache_dir=False)
+    assert next(cuda.model.parameters()).device.type == "cuda"
+    np.testing.assert_allclose(cuda.encode(texts), DualEncoder(device="cpu", cache_dir=False).encode(texts), atol=1e-4)

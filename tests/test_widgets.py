@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from xenbench import experiments, widgets
+from xenbench.errors import ParameterError
 from xenbench.plots import adacur as adacur_plots
 
 
@@ -59,3 +61,47 @@ def test_axn_explorer_redraws_the_static_figure_on_change() -> None:
     assert len(view.data) == len(expected.data) > 0
     for got, want in zip(view.data, expected.data):
         np.testing.assert_array_equal(np.asarray(got.y, dtype=float), np.asarray(want.y, dtype=float))
+
+
+def _recording(monkeypatch, module, name: str) -> list:
+    """Replace ``module.name`` by a wrapper that records the ``device`` of every call."""
+    seen, original = [], getattr(module, name)
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("device", "<default>"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
+@pytest.mark.parametrize("device", [None, "cpu:0"])
+def test_explorers_pass_their_device_to_every_redraw(monkeypatch, device) -> None:
+    from xenbench import axn
+
+    kw = {} if device is None else {"device": device}
+    want = "auto" if device is None else device
+    rng = np.random.default_rng(0)
+    M = (rng.normal(size=(40, 6)) @ rng.normal(size=(6, 80))).astype(np.float32)
+    split = experiments.split_rows(40, 20, seed=1)
+    seen = _recording(monkeypatch, experiments, "round_trace")
+    box = widgets.round_explorer(M, split, budgets=[20], rounds=[2, 4], samplers=("topk", "random"), **kw)
+    next(w for row in box.children[:2] for w in row.children if getattr(w, "description", "") == "sampler").value = "random"
+    assert len(seen) == 2 and set(seen) == {want}  # the initial figure and the redraw
+
+    V = rng.normal(size=(80, 6))
+    seen = _recording(monkeypatch, axn, "round_trace")
+    box = widgets.axn_explorer(M, V, [3, 7], budgets=[20], lambdas=[0.0, 0.5], u_param=rng.normal(size=(40, 6)), **kw)
+    next(w for row in box.children[:2] for w in row.children if getattr(w, "description", "") == "λ").value = 0.5
+    assert len(seen) == 2 and set(seen) == {want}
+
+
+def test_explorers_refuse_a_bad_device_when_built() -> None:
+    rng = np.random.default_rng(0)
+    M = (rng.normal(size=(40, 6)) @ rng.normal(size=(6, 80))).astype(np.float32)
+    split = experiments.split_rows(40, 20, seed=1)
+    with pytest.raises(ParameterError, match=r"^The 'device' parameter of round_trace must be"):
+        widgets.round_explorer(M, split, budgets=[20], rounds=[2], device="gpu")
+    with pytest.raises(ParameterError, match=r"^The 'device' parameter of round_trace must be"):
+        widgets.axn_explorer(M, rng.normal(size=(80, 6)), [3], budgets=[20], lambdas=[0.0],
+                             u_param=rng.normal(size=(40, 6)), device="gpu")

@@ -32,7 +32,7 @@ import torch
 from xenbench.adacur import AdaCur, AdaCurResult
 from xenbench.cur import NotFittedError, _check_int
 from xenbench.errors import ParameterError
-from xenbench.experiments import RoundTrace, trace_from_result
+from xenbench.experiments import RoundTrace, search_device, trace_from_result
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
 
 __all__ = ["PAIRS", "Axn", "lambda_sweep", "paired_comparisons", "prior_scale", "protocol_runs", "protocol_summary",
@@ -55,7 +55,9 @@ class Axn:
     implementation : {"batched", "reference"}, default "batched"
         Batched torch code or the per-query numpy reference; they retrieve the same items.
     device : str or torch.device, optional
-        Device of the batched implementation; default "cuda" when available, else "cpu".
+        Device of the batched implementation: ``"auto"`` (the default, also for None) is CUDA when
+        available, else CPU; or ``"cpu"``, ``"cuda"``, ``"cuda:<k>"``. Checked in :meth:`fit`
+        (:func:`xenbench.experiments.search_device`).
     batch_size : int, optional
         Test queries per batched chunk (default: bounded working set).
 
@@ -106,12 +108,13 @@ class Axn:
         lam = self.lam
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
             raise ParameterError("lam", "a float in [0, 1]", lam, owner)
+        self.device_ = search_device("auto" if self.device is None else self.device, owner)
         self.V_ = V.astype(np.float64)
         # Fitted on Vᵀ in V's own dtype: the engine computes in float64 but takes its pinv cut-off
         # from the precision V was stored in (xenbench.cur.pinv_rtol).
         self.engine_ = AdaCur(self.budget, n_rounds=self.n_rounds, sampler="topk", first_round="random",
                               seed=self.seed, prior_weight=float(lam), implementation=self.implementation,
-                              device=self.device, batch_size=self.batch_size).fit(V.T)
+                              device=self.device_, batch_size=self.batch_size).fit(V.T)
         return self
 
     def run(self, scores: np.ndarray | BudgetCounter, *, u_param: np.ndarray | None = None,
@@ -212,7 +215,8 @@ def prior_scale(ce_scores: np.ndarray, prior_scores: np.ndarray) -> float:
 def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas: Sequence[float],
                  budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100), *, n_rounds: int = 5,
                  candidates: np.ndarray | None = None, method: str = "AXN", seed: int = 0,
-                 query_ids: np.ndarray | None = None, per_query: bool = False) -> pd.DataFrame:
+                 query_ids: np.ndarray | None = None, per_query: bool = False,
+                 device: str | torch.device = "auto") -> pd.DataFrame:
     """Top-k-Recall of AXN for every λ and budget B_CE: one run of all queries per (λ, B_CE).
 
     Parameters
@@ -242,6 +246,8 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
         round is keyed by them (see :meth:`Axn.run`). Default ``arange(nq)``.
     per_query : bool, default False
         Also return one row per (λ, B_CE, k, query) in a second frame (for paired tests).
+    device : str or torch.device, default "auto"
+        Torch device of the searches: CUDA when available, else CPU (see :class:`Axn`).
 
     Returns
     -------
@@ -250,11 +256,12 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
         (its standard error) and ``n_test_queries``. With ``per_query=True``, a tuple of it and a
         frame with columns ``method``, ``lam``, ``budget``, ``k``, ``query``, ``recall``.
     """
+    device = search_device(device, "lambda_sweep")
     rows, per_rows = [], []
     qids = np.arange(np.asarray(M_test).shape[0]) if query_ids is None else np.asarray(query_ids)
     for budget in budgets:
         for lam in lambdas:
-            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device="cpu").fit(V)
+            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device=device).fit(V)
             result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates, query_ids=query_ids)
             for k in (k for k in k_values if k <= budget):
                 r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
@@ -272,7 +279,8 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
 
 
 def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_rounds: int = 5, lam: float = 0.0,
-                u_param: np.ndarray | None = None, candidates: np.ndarray | None = None, seed: int = 0) -> RoundTrace:
+                u_param: np.ndarray | None = None, candidates: np.ndarray | None = None, seed: int = 0,
+                device: str | torch.device = "auto") -> RoundTrace:
     """AXN for one query of M, keeping its approximate scores u · v_i after every round (for the
     per-round scatter of :func:`xenbench.plots.adacur.round_scatter`; "anchors" are the scored items).
 
@@ -288,8 +296,11 @@ def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_
         A retriever's ranking for this query (round 1 takes its first items).
     budget, n_rounds, lam, seed
         As in :class:`Axn`; the random first round is keyed by ``query_row``.
+    device : str or torch.device, default "auto"
+        Torch device of the search: CUDA when available, else CPU (see :class:`Axn`).
     """
-    axn = Axn(budget, n_rounds=n_rounds, lam=lam, seed=seed, device="cpu").fit(V)
+    device = search_device(device, "round_trace")
+    axn = Axn(budget, n_rounds=n_rounds, lam=lam, seed=seed, device=device).fit(V)
     result = axn.run(M[[query_row]], u_param=None if u_param is None or lam == 0 else np.asarray(u_param)[None],
                      candidates=None if candidates is None else np.asarray(candidates)[None],
                      query_ids=np.array([query_row]), trace_query=0, return_approx=True)
@@ -317,7 +328,7 @@ def _per_query_recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, bud
 def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray, *, seeds: Sequence[int],
                   lambdas: Sequence[float], budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100),
                   n_rounds: int = 5, mf_items_per_query: int = 100, mf_epochs: int = 0, mf_lr: float = 0.005,
-                  progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  progress: bool = True, device: str | torch.device = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Notebook 04's protocol: every split × first-round seed is one run; λ is chosen on its dev rows.
 
     Per split (:class:`xenbench.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
@@ -348,6 +359,8 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
         As in :func:`lambda_sweep`.
     mf_items_per_query, mf_epochs, mf_lr
         MF-IND's sparse matrix G and training (:class:`xenbench.mf.MatrixFactorization`); 0 epochs: no MF-IND.
+    device : str or torch.device, default "auto"
+        Torch device of every AXN and ADACUR search and of MF-IND's training: CUDA when available, else CPU.
 
     Returns
     -------
@@ -371,6 +384,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
         raise ParameterError("seeds", "a non-empty list of ints >= 0", seeds, owner)
     if not splits:
         raise ParameterError("splits", "a non-empty list of protocol.Split", splits, owner)
+    device = search_device(device, owner)
     M = np.asarray(M)
     de = U @ V.T
     de_order = np.argsort(-de, axis=1, kind="stable")
@@ -393,7 +407,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
         variants = [("AXN", V, beta * U, None, seeds), ("AXN DE", V, beta * U, de_order, seeds[:1])]
         if mf_epochs:
             rows_g, cols_g = observed_pairs(anchor.size, M.shape[1], mf_items_per_query, seed=int(split.seed))
-            mf = MatrixFactorization("ind", epochs=mf_epochs, lr=mf_lr, seed=int(split.seed)).fit(
+            mf = MatrixFactorization("ind", epochs=mf_epochs, lr=mf_lr, seed=int(split.seed), device=device).fit(
                 U[anchor], V, rows_g, cols_g, M[anchor][rows_g, cols_g])
             variants.append(("AXN DE, MF-IND", mf.item_embeddings_, mf.transform_queries(U), de_order, seeds[:1]))
         for name, V_m, u_m, cand, method_seeds in variants:
@@ -401,13 +415,14 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
                 if seed == method_seeds[0]:  # λ is chosen once per split, on its dev rows (first seed's draws)
                     sweep = lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
                                          candidates=None if cand is None else cand[dev], method=name, seed=seed,
-                                         query_ids=dev)
+                                         query_ids=dev, device=device)
                     dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
                     chosen = choose_on_dev(sweep, ["budget", "k"], "lam")
                 for budget in budgets:
                     at_b = chosen[chosen["budget"] == budget]
                     for lam in sorted(set(at_b["lam"]) | {0.0}):
-                        axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device="cpu").fit(V_m)
+                        axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed,
+                                  device=device).fit(V_m)
                         res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
                                       candidates=None if cand is None else cand[test], query_ids=test)
                         rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
@@ -418,7 +433,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
                 bar.update(1)
         for seed in seeds:
             for budget in budgets:
-                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler="topk", seed=seed, device="cpu")
+                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler="topk", seed=seed, device=device)
                 res = ada.fit(M[anchor]).run(M_test, query_ids=test)
                 add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
                     _per_query_recalls(M_test, res.I, res.calls, budget, k_values))

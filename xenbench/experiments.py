@@ -62,6 +62,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
+import torch
 
 from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline
 from xenbench.cur import AnnCur
@@ -96,6 +97,7 @@ __all__ = [
     "recall_vs_rounds",
     "retriever_scores",
     "round_trace",
+    "search_device",
     "seed_spread",
     "select_lambda",
     "split_rows",
@@ -150,6 +152,18 @@ def _check_int(value: Any, name: str, lo: int, hi: int | None, owner: str, hi_te
         bound = f"[{lo}, {hi_text or hi}]" if hi is not None else f">= {lo}"
         raise ParameterError(name, f"an int {'in ' if hi is not None else ''}{bound}", value, owner)
     return int(value)
+
+
+def search_device(device: str | torch.device, owner: str) -> torch.device:
+    """The torch device of an ADACUR / AXN search: :func:`xenbench.crossencoder.resolve_device` for float64.
+
+    ``"auto"`` is CUDA when available, else CPU (not MPS: the searches compute in float64). Raises one
+    :class:`ParameterError` naming ``device`` and ``owner`` for a string that is not a device, ``"cuda"``
+    on a machine without CUDA, or ``"mps"``.
+    """
+    from xenbench.crossencoder import resolve_device
+
+    return resolve_device(device, owner=owner, float64=True)
 
 
 def split_rows(n: int, n_anchor_queries: int, seed: int = 0, *, max_test: int | None = None) -> QuerySplit:
@@ -296,7 +310,8 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                      k_values: Sequence[int] = (1, 10, 100), de_scores: np.ndarray | None = None,
                      tfidf_scores: np.ndarray | None = None, *, n_rounds: int = 5,
                      split_fractions: Sequence[float] = SPLIT_FRACTIONS, temperature: float = 1.0, seed: int = 0,
-                     device: str = "cpu", all_splits: bool = False, per_query: bool = False) -> pd.DataFrame:
+                     device: str | torch.device = "auto", all_splits: bool = False,
+                     per_query: bool = False) -> pd.DataFrame:
     """Top-k-Recall of ANNCUR, ADACUR and retrieve-and-rerank at equal CE budgets ([ADACUR] Fig. 2).
 
     Parameters
@@ -323,8 +338,9 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
     seed : int
         Seeds ANNCUR's anchor draw and ADACUR's keyed randomness (keyed by the global query row, so a
         query gets the same draws in any subset).
-    device : str
-        Torch device of ADACUR.
+    device : str or torch.device
+        Torch device of ADACUR: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or
+        ``"cuda:<k>"`` (:func:`search_device`). Devices retrieve the same items up to float64 round-off.
     all_splits : bool
         Return one row per grid point of the split methods instead of the best per (budget, k).
         The best per (budget, k) reads the test rows' recall (optimistic); :func:`protocol_runs`
@@ -361,6 +377,7 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
             raise ParameterError(_NEEDS[m], f"the retriever scores that method {m!r} needs", None, owner)
     if not split_fractions or not all(0 < f <= 1 for f in split_fractions):
         raise ParameterError("split_fractions", "a non-empty list of floats in (0, 1]", split_fractions, owner)
+    device = search_device(device, owner)
 
     R_anc, M_test = M[split.anchor], M[test]
     k_q = R_anc.shape[0]
@@ -481,7 +498,7 @@ def _n_anchor_items(budget: int, anchor_fraction: float | None, owner: str) -> i
 def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
                      k_values: Sequence[int] = (1, 10, 100), *, sampler: str = "topk",
                      anchor_fraction: float | None = None, temperature: float = 1.0, seed: int = 0,
-                     device: str = "cpu") -> pd.DataFrame:
+                     device: str | torch.device = "auto") -> pd.DataFrame:
     """Top-k-Recall of ADACUR as the number of rounds N_r grows, at fixed budgets ([ADACUR] Fig. 3).
 
     With N_r = 1 every anchor is uniform at random: the No-Split variant then re-ranks B_CE random
@@ -501,6 +518,8 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
         One of :data:`xenbench.adacur.SAMPLERS`.
     anchor_fraction : float, optional
         None: No-Split (k_i = B_CE). Else the split variant with k_i = round(fraction · B_CE).
+    device : str or torch.device
+        Torch device of ADACUR, as in :func:`recall_vs_budget`.
 
     Returns
     -------
@@ -515,6 +534,7 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
     budgets = _check_budgets(budgets, M.shape[1], owner)
     k_values = _check_k_values(k_values, M.shape[1], owner)
     rounds = sorted({_check_int(r, "rounds", 1, None, owner) for r in rounds})
+    device = search_device(device, owner)
     R_anc, M_test = M[split.anchor], M[split.test]
     out = []
     for budget in budgets:
@@ -537,7 +557,7 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
 def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
                       *, sampler: str = "topk", anchor_fraction: float | None = None,
                       seconds_per_ce_call: float | None = None, max_queries: int | None = 20, solver: str = "pinv",
-                      seed: int = 0, device: str = "cpu") -> pd.DataFrame:
+                      seed: int = 0, device: str | torch.device = "auto") -> pd.DataFrame:
     """Mean time per test query spent in each step of ADACUR, per budget and N_r ([ADACUR] Fig. 4).
 
     Queries run one at a time (``batch_size=1``), so the numbers are single-query latencies, not a
@@ -557,13 +577,15 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
     solver : {"pinv", "gram"}
         How Alg. 2 line 6 is computed: "pinv" (an SVD per round, as in the paper) or the faster
         incremental "gram" solver of :class:`~xenbench.adacur.AdaCur`.
+    device : str or torch.device
+        Where the steps run and are timed, as in :func:`recall_vs_budget`.
 
     Returns
     -------
     DataFrame
         Columns ``budget``, ``n_rounds``, ``step`` (``"CE calls"``, ``"pinv"``, ``"matmul"``,
         ``"sampling"``), ``seconds`` (mean per query), ``fraction`` (of that configuration's total),
-        ``ce_modelled`` (bool), ``n_queries``.
+        ``ce_modelled`` (bool), ``n_queries``, ``device`` (the resolved torch device, e.g. ``"cpu"``).
     """
     owner = "latency_vs_rounds"
     M, split = _check_inputs(M, split, owner)
@@ -571,6 +593,7 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
     rounds = sorted({_check_int(r, "rounds", 1, None, owner) for r in rounds})
     if seconds_per_ce_call is not None and not (isinstance(seconds_per_ce_call, (int, float)) and seconds_per_ce_call >= 0):
         raise ParameterError("seconds_per_ce_call", "None or a float >= 0", seconds_per_ce_call, owner)
+    device = search_device(device, owner)
     test = split.test if max_queries is None else split.test[:_check_int(max_queries, "max_queries", 1, None, owner)]
     R_anc, M_test = M[split.anchor], M[test]
     out = []
@@ -589,8 +612,9 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
             for step, label in _STEPS.items():
                 out.append({"budget": budget, "n_rounds": n_r, "step": label, "seconds": seconds[step],
                             "fraction": seconds[step] / total, "ce_modelled": seconds_per_ce_call is not None,
-                            "n_queries": int(test.size)})
-    return pd.DataFrame(out, columns=["budget", "n_rounds", "step", "seconds", "fraction", "ce_modelled", "n_queries"])
+                            "n_queries": int(test.size), "device": str(device)})
+    return pd.DataFrame(out, columns=["budget", "n_rounds", "step", "seconds", "fraction", "ce_modelled", "n_queries",
+                                      "device"])
 
 
 # ==============================================================================================
@@ -658,7 +682,8 @@ class RoundTrace:
 
 def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int, n_rounds: int = 5,
                 sampler: str = "topk", anchor_fraction: float | None = None, temperature: float = 1.0,
-                seed: int = 0, candidates: np.ndarray | None = None, device: str = "cpu") -> RoundTrace:
+                seed: int = 0, candidates: np.ndarray | None = None,
+                device: str | torch.device = "auto") -> RoundTrace:
     """Run ADACUR for one test query and keep its approximate scores after every round ([ADACUR] Fig. 6/8).
 
     The query's randomness is keyed by its row (``query_ids``), so its anchors are exactly those it
@@ -680,6 +705,8 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
         None: No-Split (k_i = B_CE); else the split variant with k_i = round(fraction · B_CE).
     candidates : int ndarray of shape (>= k_s,), optional
         A retriever's ranking for this query; round 1 takes its first k_s items.
+    device : str or torch.device
+        Torch device of ADACUR, as in :func:`recall_vs_budget`.
 
     Returns
     -------
@@ -693,6 +720,7 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     query_row = int(query_row)
     budget = _check_int(budget, "budget", 1, M.shape[1], owner, f"n_items={M.shape[1]}")
     k_i = _n_anchor_items(budget, anchor_fraction, owner)
+    device = search_device(device, owner)
     ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds, sampler=sampler, temperature=temperature,
                  seed=seed, device=device).fit(M[split.anchor])
     cand = None if candidates is None else np.asarray(candidates)[None, :]
@@ -862,25 +890,29 @@ def at_lambda(sweep: pd.DataFrame, chosen: pd.DataFrame, by: Sequence[str] = ("m
     return sweep.merge(chosen[keys], on=keys, how="inner").reset_index(drop=True)
 
 
-def de_embeddings(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
+def de_embeddings(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Bundled DE embeddings (L2-normalized, float64): items V (n_items, d) and every query U (n_queries, d).
 
     Their inner products are the ``de_scores`` of :func:`retriever_scores`; AXN uses V as its item
-    embeddings and U as u_param ([AXN] Eq. 7).
+    embeddings and U as u_param ([AXN] Eq. 7). ``device``: where the DE encodes
+    (:class:`xenbench.retrievers.DualEncoder`).
     """
     from xenbench.retrievers import DualEncoder
 
-    de = DualEncoder().fit([setup.dataset.items[i] for i in setup.items])
+    de = DualEncoder(device=device).fit([setup.dataset.items[i] for i in setup.items])
     return de.item_embeddings_.astype(np.float64), de.embed_queries(setup.dataset.queries).astype(np.float64)
 
 
-def retriever_scores(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
-    """DE and TF-IDF scores of the test queries on the kept items: two arrays of shape (n_test, n_items)."""
+def retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """DE and TF-IDF scores of the test queries on the kept items: two arrays of shape (n_test, n_items).
+
+    ``device``: where the DE encodes (:class:`xenbench.retrievers.DualEncoder`).
+    """
     from xenbench.retrievers import DualEncoder, TfidfRetriever
 
     queries = [setup.dataset.queries[r] for r in setup.split.test]
     items = [setup.dataset.items[i] for i in setup.items]
-    return DualEncoder().fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
+    return DualEncoder(device=device).fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
 
 
 # ==============================================================================================
@@ -900,22 +932,24 @@ PROTOCOL_METHODS: tuple[str, ...] = ("anncur", "anncur_de", "adacur_nosplit", "a
 ALPHA: float = 0.05
 
 
-def all_retriever_scores(setup: Setup) -> tuple[np.ndarray, np.ndarray]:
+def all_retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
     """DE and TF-IDF scores of **every** query row on the kept items: two arrays (n_queries, n_items).
 
     The protocol needs them for dev and test rows of several splits; slice rows with ``[rows]``.
+    ``device``: where the DE encodes (:class:`xenbench.retrievers.DualEncoder`).
     """
     from xenbench.retrievers import DualEncoder, TfidfRetriever
 
     items = [setup.dataset.items[i] for i in setup.items]
     queries = list(setup.dataset.queries)
-    return DualEncoder().fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
+    return DualEncoder(device=device).fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
 
 
 def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
                   methods: Sequence[str] = PROTOCOL_METHODS, k_values: Sequence[int] = (1, 10, 100),
                   de_scores: np.ndarray | None = None, tfidf_scores: np.ndarray | None = None, n_rounds: int = 5,
-                  split_fractions: Sequence[float] = SPLIT_FRACTIONS, device: str = "cpu") -> pd.DataFrame:
+                  split_fractions: Sequence[float] = SPLIT_FRACTIONS,
+                  device: str | torch.device = "auto") -> pd.DataFrame:
     """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
 
     One run = one query split (:func:`xenbench.protocol.query_splits`: anchor rows Q_anc, dev rows,
@@ -954,6 +988,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
     for name, sc in (("de_scores", de_scores), ("tfidf_scores", tfidf_scores)):
         if sc is not None and np.shape(sc) != M.shape:
             raise ParameterError(name, f"scores of every query row, shape {M.shape}", np.shape(sc), owner)
+    device = search_device(device, owner)
     frames = []
     runs = [(sp, seed) for sp in splits for seed in seeds]
     for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):

@@ -13,7 +13,8 @@ starting from the dual encoder's (DE's) embeddings:
   σ(w)·x' + (1 − σ(w))·x with x' = b₂ + W₂ᵀ gelu(b₁ + W₁ᵀ x) (d → 2d → d) and w initialized to −5 (so it
   starts as the DE); it embeds unseen items and test queries too (u_param for AXN's Eq. 7).
 
-Both are trained with AdamW on mini-batches of observed pairs, seeded.
+Both are trained with AdamW on mini-batches of observed pairs, seeded, on a torch device of choice (the
+initialization and the pair order are drawn on the CPU, so devices differ only by float32 round-off).
 
 References
 ----------
@@ -99,6 +100,10 @@ class MatrixFactorization:
         Seeds the MLP initialization and the pair order.
     progress : bool, default True
         Show a progress bar over epochs.
+    device : str or torch.device, default "auto"
+        Where to train and embed: ``"auto"`` (CUDA when available, else MPS, else CPU), ``"cpu"``,
+        ``"cuda"``, ``"cuda:<k>"`` or ``"mps"`` (:func:`xenbench.crossencoder.resolve_device`, checked in
+        :meth:`fit`).
 
     Attributes
     ----------
@@ -106,10 +111,13 @@ class MatrixFactorization:
         V after fitting (AXN's index).
     history_ : list of float
         Mean squared error on the observed pairs per epoch.
+    device_ : torch.device
+        The device it was trained on (its parameters live there).
     """
 
     def __init__(self, kind: str = "ind", *, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 0.0,
-                 batch_size: int = 1024, seed: int = 0, progress: bool = True) -> None:
+                 batch_size: int = 1024, seed: int = 0, progress: bool = True,
+                 device: str | torch.device = "auto") -> None:
         self.kind = kind
         self.epochs = epochs
         self.lr = lr
@@ -117,6 +125,7 @@ class MatrixFactorization:
         self.batch_size = batch_size
         self.seed = seed
         self.progress = progress
+        self.device = device
 
     def fit(self, query_embeddings: np.ndarray, item_embeddings: np.ndarray, rows: np.ndarray, cols: np.ndarray,
             values: np.ndarray) -> "MatrixFactorization":
@@ -138,6 +147,9 @@ class MatrixFactorization:
             raise ParameterError("kind", f"one of {KINDS}", self.kind, owner)
         _check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
         _check_int(self.batch_size, "batch_size", 1, 2**31, owner, "2**31")
+        from xenbench.crossencoder import resolve_device
+
+        dev = resolve_device(self.device, owner=owner)
         Qe, Ie = (torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in (query_embeddings, item_embeddings))
         if Qe.ndim != 2 or Ie.ndim != 2 or Qe.shape[1] != Ie.shape[1]:
             raise ParameterError("item_embeddings", f"2-d embeddings of the queries' width {tuple(Qe.shape)[1:]}",
@@ -149,18 +161,21 @@ class MatrixFactorization:
             raise ParameterError("rows, cols, values", "equal-length 1-d arrays of pairs inside G's shape",
                                  f"shapes {rows.shape}, {cols.shape}, {values.shape}", owner)
         torch.manual_seed(self.seed)
-        generator = torch.Generator().manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(self.seed)  # on the CPU: the same pair order on every device
+        self.device_ = dev
+        Qe, Ie = Qe.to(dev), Ie.to(dev)
         if self.kind == "trns":
             self.U_, self.V_ = torch.nn.Parameter(Qe.clone()), torch.nn.Parameter(Ie.clone())
             params = [self.U_, self.V_]
         else:
-            self.query_net_, self.item_net_ = _GatedMLP(Qe.shape[1]), _GatedMLP(Qe.shape[1])
+            # initialized on the CPU (the same weights on every device), then moved
+            self.query_net_, self.item_net_ = _GatedMLP(Qe.shape[1]).to(dev), _GatedMLP(Qe.shape[1]).to(dev)
             params = [*self.query_net_.parameters(), *self.item_net_.parameters()]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        r, c, g = torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values)
+        r, c, g = (torch.from_numpy(x).to(dev) for x in (rows, cols, values))
         self.history_ = []
         for _ in tqdm(range(self.epochs), desc=f"MF-{self.kind.upper()} epochs", disable=not self.progress):
-            order = torch.randperm(len(r), generator=generator)
+            order = torch.randperm(len(r), generator=generator).to(dev)
             total = 0.0
             for start in range(0, len(r), self.batch_size):
                 b = order[start:start + self.batch_size]
@@ -176,7 +191,7 @@ class MatrixFactorization:
             self.history_.append(total / len(r))
         with torch.no_grad():
             V = self.V_ if self.kind == "trns" else self.item_net_(Ie)
-        self.item_embeddings_ = V.detach().numpy().astype(np.float64)
+        self.item_embeddings_ = V.detach().cpu().numpy().astype(np.float64)
         return self
 
     @torch.no_grad()
@@ -187,5 +202,5 @@ class MatrixFactorization:
         if self.kind != "ind":
             raise ParameterError("kind", "'ind' (MF-TRNS has no encoder for unseen queries)", self.kind,
                                  f"{type(self).__name__}.transform_queries")
-        x = torch.from_numpy(np.asarray(query_embeddings, dtype=np.float32))
-        return self.query_net_(x).numpy().astype(np.float64)
+        x = torch.from_numpy(np.asarray(query_embeddings, dtype=np.float32)).to(self.device_)
+        return self.query_net_(x).cpu().numpy().astype(np.float64)

@@ -51,7 +51,9 @@ class DualEncoder:
     batch_size : int
     max_length : int
         Tokens per text after truncation.
-    device : str, default "auto"
+    device : str or torch.device, default "auto"
+        Where to encode: ``"auto"`` (CUDA when available, else MPS, else CPU), ``"cpu"``, ``"cuda"``,
+        ``"cuda:<k>"`` or ``"mps"`` (:func:`xenbench.crossencoder.resolve_device`).
     cache_dir : Path or None
         Embeddings are cached on disk keyed by the model's weights file and the exact texts;
         ``None`` uses :func:`default_cache_dir`; ``False`` disables the cache.
@@ -63,17 +65,17 @@ class DualEncoder:
         *,
         batch_size: int = 128,
         max_length: int = 128,
-        device: str = "auto",
+        device: str | torch.device = "auto",
         cache_dir: Path | None | bool = None,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
         from transformers import logging as hf_logging
 
+        self.device = resolve_device(device, owner="DualEncoder")  # before loading anything: a bad device fails fast
         hf_logging.set_verbosity_error()  # the unused-pooler load report is expected
         self.path = bundled_backbone() if str(model) == "bundled" else Path(model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.model = AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval()
-        self.device = resolve_device(device)
         self.model.to(self.device)
         self.batch_size = batch_size
         self.max_length = max_length

@@ -114,7 +114,8 @@ def _redraw_on_change(controls: Sequence[Any], draw: Any, status: Any, figure: C
 def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: Sequence[int],
                  lambdas: Sequence[float], u_param: np.ndarray, candidates: np.ndarray | None = None,
                  n_rounds: int = 5, query_labels: Sequence[str] | None = None,
-                 item_labels: Sequence[str] | None = None, seed: int = 0, value: dict[str, Any] | None = None) -> Any:
+                 item_labels: Sequence[str] | None = None, seed: int = 0, value: dict[str, Any] | None = None,
+                 device: str = "auto") -> Any:
     """Controls (query, λ, budget, first round) over AXN's per-round scatter.
 
     Each change calls :func:`xenbench.axn.round_trace` and :func:`xenbench.plots.adacur.round_scatter`,
@@ -134,6 +135,8 @@ def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: 
         A retriever's ranking per row; offers a "retriever" first round.
     value : dict, optional
         Initial values: keys ``query_row``, ``lam``, ``budget``, ``first_round`` ("random" or "retriever").
+    device : str, default "auto"
+        Torch device of every redraw's search (passed to :func:`xenbench.axn.round_trace`).
     """
     import ipywidgets as widgets
 
@@ -153,7 +156,8 @@ def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: 
     def figure() -> Any:
         row = query.value
         trace = axn.round_trace(M, V, row, budget=budget.value, n_rounds=n_rounds, lam=lam.value, u_param=u_param[row],
-                                candidates=candidates[row] if first.value == "retriever" else None, seed=seed)
+                                candidates=candidates[row] if first.value == "retriever" else None, seed=seed,
+                                device=device)
         return adacur_plots.round_scatter(trace, item_labels=item_labels, y_title="AXN retrieval score u_qᵀv_i",
                                           diagonal=False,
                                           title=f"Row {row}: AXN, λ = {lam.value:g}, B_CE = {budget.value}")
@@ -165,7 +169,7 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
                    rounds: Sequence[int] = (1, 2, 5, 10), samplers: Sequence[str] = ("topk", "softmax", "random"),
                    query_rows: Sequence[int] | None = None, query_labels: Sequence[str] | None = None,
                    item_labels: Sequence[str] | None = None, anchor_fractions: Sequence[float | None] = (None, 0.5),
-                   seed: int = 0, value: dict[str, Any] | None = None) -> Any:
+                   seed: int = 0, value: dict[str, Any] | None = None, device: str = "auto") -> Any:
     """Controls (query, sampler, budget, rounds, split) over :func:`xenbench.plots.adacur.round_scatter`.
 
     Each change (or the "draw" button) calls :func:`xenbench.experiments.round_trace` with the
@@ -188,6 +192,8 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
         Choices of k_i / B_CE; None is No-Split.
     value : dict, optional
         Initial values: keys ``query_row``, ``sampler``, ``budget``, ``n_rounds``, ``anchor_fraction``.
+    device : str, default "auto"
+        Torch device of every redraw's search (passed to :func:`xenbench.experiments.round_trace`).
 
     Returns
     -------
@@ -215,7 +221,8 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
 
     def figure() -> Any:
         trace = experiments.round_trace(M, split, query.value, budget=budget.value, n_rounds=n_rounds.value,
-                                        sampler=sampler.value, anchor_fraction=fractions[split_choice.value], seed=seed)
+                                        sampler=sampler.value, anchor_fraction=fractions[split_choice.value], seed=seed,
+                                        device=device)
         return adacur_plots.round_scatter(trace, item_labels=item_labels)
 
     return _explorer([[query, sampler], [budget, n_rounds, split_choice]], draw, status, figure)
