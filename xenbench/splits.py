@@ -142,18 +142,19 @@ def pool_datasets(specs: Sequence[str], name: str | None = None) -> Dataset:
     return Dataset(name or " + ".join(ds.name for ds in parts), items, queries, gold)
 
 
-def pooled_embeddings(specs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def pooled_embeddings(specs: Sequence[str], *, device: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Bundled DE embeddings of :func:`pool_datasets` ``(specs)``: items P and queries U, row-aligned with it.
 
     Embedded one dataset at a time (L2-normalized rows do not depend on their neighbours), so each
     dataset's embeddings come from, and go to, the same on-disk cache as a single-dataset run's.
+    ``device``: where the DE encodes (:class:`xenbench.retrievers.DualEncoder`).
     """
     from xenbench.retrievers import DualEncoder
 
     P, U = [], []
     for spec in specs:
         ds = load_dataset(spec)
-        de = DualEncoder().fit(ds.items)
+        de = DualEncoder(device=device).fit(ds.items)
         P.append(de.item_embeddings_)
         U.append(de.embed_queries(ds.queries))
     return np.concatenate(P), np.concatenate(U)

@@ -190,10 +190,10 @@ def sample_queries(dataset: Dataset, max_queries: int | None = None, seed: int =
     return [with_gold[i] for i in keep]
 
 
-def _default_retrievers() -> dict[str, Callable[[], Any]]:
+def _default_retrievers(device: Any = "auto") -> dict[str, Callable[[], Any]]:
     from xenbench.retrievers import DualEncoder, TfidfRetriever
 
-    return {"DE": DualEncoder, "TF-IDF": TfidfRetriever}
+    return {"DE": lambda: DualEncoder(device=device), "TF-IDF": TfidfRetriever}
 
 
 def baseline_accuracy(
@@ -203,6 +203,7 @@ def baseline_accuracy(
     max_queries: int | None = None,
     seed: int = 0,
     retrievers: Mapping[str, Any] | None = None,
+    device: Any = "auto",
 ) -> pd.DataFrame:
     """Accuracy@1 and accuracy@k of first-stage retrievers on each dataset (ANNCUR's DE and TF-IDF).
 
@@ -221,6 +222,9 @@ def baseline_accuracy(
     retrievers : mapping of str to retriever or zero-argument factory, optional
         Objects with ``fit(items)`` and ``search(queries, k) -> (D, I)``; default
         ``{"DE": DualEncoder, "TF-IDF": TfidfRetriever}``. Factories are called once and reused.
+    device : str or torch.device
+        Where the default DE encodes (``"auto"``: CUDA when available; see
+        :class:`xenbench.retrievers.DualEncoder`); not used with ``retrievers``.
 
     Returns
     -------
@@ -234,7 +238,7 @@ def baseline_accuracy(
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ParameterError("k", "an int >= 1", k, "baseline_accuracy")
     built = {name: (r() if isinstance(r, type) or not hasattr(r, "fit") else r)
-             for name, r in (retrievers or _default_retrievers()).items()}
+             for name, r in (retrievers or _default_retrievers(device)).items()}
     rows = []
     for dataset in datasets:
         ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
