@@ -544,3 +544,9 @@ def test_cuda_gives_the_cpu_results(M, split, retrievers, adacur_devices):
     assert {d.type for d in adacur_devices} == {"cpu", "cuda"}
     _assert_same_runs(cpu, cuda, atol=1e-9)  # float64 throughout: the same anchors and recall
     assert set(ex.latency_vs_rounds(M, split, [20], rounds=(1, 4), max_queries=2, device="cuda")["device"]) == {"cuda"}
+
+
+def test_load_setup_takes_max_queries_only_with_a_model():
+    with pytest.raises(ParameterError, match="'max_queries' parameter of load_setup must be None unless model"):
+        ex.load_setup("../data/scores/noun.cognition/cls-ce", "wordnet-el:noun.cognition", n_anchor_queries=10,
+                      max_queries=50)

@@ -81,3 +81,44 @@ def test_own_data_step_by_step(tmp_path, monkeypatch):
 
 def _repo() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+def small_beir(root: Path, n_items: int = 40, n_queries: int = 36) -> Path:
+    """A user's BEIR folder big enough for the ADACUR/AXN protocols: every query names one item."""
+    folder = root / "small-beir"
+    (folder / "qrels").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_items]
+    items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {rng.choice(WORDS)} near the {rng.choice(WORDS)}"}
+             for k, n in enumerate(names)]
+    queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % n_items]} and the {rng.choice(WORDS)}"}
+               for k in range(n_queries)]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k % n_items}\t1\n" for k in range(n_queries)),
+        encoding="utf-8")
+    return folder
+
+
+def test_adacur_and_axn_notebooks_score_your_data_on_demand(tmp_path, monkeypatch):
+    """03 and 04 with `model`: no precomputed matrix; the CE scores a seeded sample once (cached by model + texts)."""
+    monkeypatch.setenv("CI", "true")
+    spec, model = f"beir:{small_beir(tmp_path)}", str(_repo() / "models" / "cls-ce")
+    reports = tmp_path / "reports"
+    common = ["--out", str(reports), "-p", "dataset", spec, "-p", "model", model, "-p", "max_queries", "34",
+              "-p", "max_items", "null", "-p", "max_test_queries", "null", "-p", "k_values", "[1, 5]",
+              "-p", "n_rounds", "2", "-p", "split_seeds", "[0, 1]"]
+    assert main(["run", "04_axn_lambda", *common, "-p", "n_anchor_queries", "14", "-p", "dev_queries", "8",
+                 "-p", "budgets", "[10, 20]", "-p", "first_round_seeds", "[0, 1]", "-p", "mf_items_per_query", "10",
+                 "-p", "mf_epochs", "1"]) == 0
+    cached = list((Path(__import__("os").environ["XENBENCH_CACHE"]) / "scores").iterdir())
+    assert len(cached) == 1 and ScoreStore.open(cached[0]).shape == (34, 40)  # the sample, not the whole data
+    assert main(["run", "03_adacur_rounds", *common, "-p", "n_anchor_queries", "14", "-p", "n_dev_queries", "8",
+                 "-p", "budgets", "[10, 20]", "-p", "focus_budgets", "[10, 20]", "-p", "anchor_seeds", "[0, 1]",
+                 "-p", "rounds_grid", "[1, 2]", "-p", "latency_queries", "2"]) == 0
+    assert len(list(cached[0].parent.iterdir())) == 1  # 03 reused 04's scores: same model, same sample
+    for name in ("04_axn_lambda", "03_adacur_rounds"):
+        results = json.loads(next(reports.glob(f"{name}.quick.beir-small-beir.cls-ce.results.json"))
+                             .read_text(encoding="utf-8"))
+        assert results["results"]["params"]["model"] == model

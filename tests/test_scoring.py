@@ -463,3 +463,24 @@ def test_ray_backend_recovers_a_killed_worker(ray_cluster, tmp_path):
 def test_ray_backend_needs_a_store(small_ce):
     with pytest.raises(ParameterError, match="'out' parameter of score_matrix must be a store path when backend='ray'"):
         score_matrix(small_ce, QUERIES, ITEMS, backend="ray")
+
+
+def test_cached_scores_score_once_per_model_and_sample(tmp_path, monkeypatch):
+    import xenbench.scoring as scoring
+    from xenbench.crossencoder import load_cross_encoder
+
+    model = Path(__file__).resolve().parent.parent / "models" / "cls-ce"
+    data = Dataset("mine", ITEMS[:4], QUERIES[:3], gold={})
+    store = scoring.cached_scores(model, data, cache=tmp_path, device="cpu", progress=False)
+    direct = score_matrix(load_cross_encoder(model), data.queries, data.items, device="cpu", progress=False,
+                          batch_size=store.attrs["batch_size"])
+    np.testing.assert_array_equal(store.to_numpy(), direct)
+    monkeypatch.setattr(scoring, "score_matrix", lambda *a, **k: pytest.fail("a cached sample was scored again"))
+    again = scoring.cached_scores(model, data, cache=tmp_path, device="cpu")
+    assert again.path == store.path
+    monkeypatch.undo()
+    other = scoring.cached_scores(model, Dataset("mine", ITEMS[1:5], QUERIES[:3], gold={}), cache=tmp_path,
+                                  device="cpu", progress=False)
+    assert other.path != store.path and other.shape == (3, 4)
+    with pytest.raises(ParameterError, match="'model' parameter of cached_scores"):
+        scoring.cached_scores(tmp_path / "nope", data, cache=tmp_path)

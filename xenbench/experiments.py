@@ -55,6 +55,7 @@ References
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -844,23 +845,43 @@ class Setup:
 
 
 def load_setup(store_path, dataset, *, n_anchor_queries: int, seed: int = 0, max_items: int | None = None,
-               max_test: int | None = None) -> Setup:
-    """Open a score store, check it scores ``dataset``'s queries and items in order, subsample items, split rows.
+               max_test: int | None = None, model: str | os.PathLike[str] | None = None,
+               max_queries: int | None = None, device: str = "auto") -> Setup:
+    """The exact matrix of one CE on ``dataset``, items subsampled, rows split.
+
+    Two sources. Without ``model``: open the score store at ``store_path`` and check that it scores ``dataset``'s
+    queries and items in order. With ``model`` (a CE folder, for your own data): score a seeded sample of
+    ``max_queries`` queries × ``max_items`` items with it through :func:`xenbench.scoring.cached_scores`
+    (resumable, cached by model and texts; ``store_path`` is ignored), so nothing needs precomputing.
 
     Raises
     ------
     DataError
         If the store's query or item ids are not the dataset's, in the same order.
+    ParameterError
+        If ``model`` is not a CE folder, or ``max_queries`` is given without ``model``.
     """
     from xenbench.data import load_dataset
     from xenbench.errors import DataError
     from xenbench.store import ScoreStore
 
-    store = ScoreStore.open(store_path)
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
-    if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
-        raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
-    items = subsample(len(ds.items), max_items, seed)
+    if model:
+        from xenbench.scoring import cached_scores
+
+        queries = subsample(len(ds.queries), max_queries, seed + 2)  # a stream apart from the item sample's
+        items = subsample(len(ds.items), max_items, seed)
+        ds = ds.subset([ds.queries[r].id for r in queries], [ds.items[i].id for i in items])
+        store = cached_scores(model, ds, device=device)
+        items = np.arange(len(ds.items))
+    else:
+        if max_queries is not None:
+            raise ParameterError("max_queries", "None unless model is given (a precomputed store is used whole)",
+                                 max_queries, "load_setup")
+        store = ScoreStore.open(store_path)
+        if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
+            raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
+        items = subsample(len(ds.items), max_items, seed)
     M = store.to_numpy()[:, items]
     split = split_rows(M.shape[0], n_anchor_queries, seed, max_test=max_test)
     return Setup(M=M, split=split, dataset=ds, items=np.asarray(items), attrs=store.attrs)

@@ -46,6 +46,7 @@ __all__ = [
     "score_pairs_sparse",
     "run_score_job",
     "model_fingerprint",
+    "cached_scores",
 ]
 
 logger = logging.getLogger(__name__)
@@ -738,3 +739,46 @@ def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, nam
         dup = sorted({x for x in ids if ids.count(x) > 1})[:5] if len(ids) < 10_000 else "(several)"
         raise ParameterError(name, "distinct ids (each is a row/column of the matrix)", dup, owner)
     return [rows[index[x]] for x in ids]
+
+
+
+def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: str | torch.device = "auto",
+                  batch_size: int | None = None, cache: str | os.PathLike[str] | None = None,
+                  progress: bool = True) -> ScoreStore:
+    """Exact scores of every query × item of ``dataset`` by the CE in folder ``model``, computed once and cached.
+
+    For notebooks run on a user's own data without a precomputed matrix: pass a seeded sample
+    (:meth:`xenbench.data.Dataset.subset`) to score only what the notebook needs. The store lives in
+    ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config (:func:`model_fingerprint`) and of
+    every query and item text, so another checkpoint or another sample gets its own store. Scoring is resumable
+    (:func:`score_matrix` with ``out=``): an interrupted run continues where it stopped.
+
+    Parameters
+    ----------
+    model
+        A CE folder (:func:`xenbench.crossencoder.load_cross_encoder`).
+    dataset
+        The queries and items to score (rows and columns in its order).
+    cache
+        Root folder; default ``$XENBENCH_CACHE`` or ``~/.cache/xenbench``.
+
+    Returns
+    -------
+    ScoreStore
+        Complete (verified by :func:`score_matrix` when it was written or resumed).
+    """
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        raise ParameterError("model", "a cross-encoder folder (see load_cross_encoder)", str(model), "cached_scores")
+    ce = load_cross_encoder(folder)
+    key = hashlib.sha256(f"{model_fingerprint(ce)}:{_texts_fingerprint(dataset.queries, dataset.items)}".encode())
+    root = Path(cache) if cache is not None else Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
+    out = root / "scores" / key.hexdigest()[:32]
+    with contextlib.suppress(DataError):
+        store = ScoreStore.open(out)
+        if store.is_complete:
+            return store
+    logger.info("scoring %d x %d pairs of %s with %s into %s", len(dataset.queries), len(dataset.items), dataset.name,
+                folder, out)
+    return score_matrix(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,
+                        progress=progress, manifest={"model_path": str(folder.resolve()), "dataset": dataset.name})
