@@ -241,6 +241,7 @@ CASES = [
          r"ce/checksums\.json: unreadable checksums"),
     # --- notebooks
     Case("notebook-unknown", raw("run", "99_nothing"), r"'notebook' parameter of run_notebook must be one of \['00_data'"),
+    Case("notebook-timeout-zero", raw("run", "00_data", "--timeout", "0"), r"'timeout' parameter of run_notebook must be an int >= 1 \(seconds per cell\). Got 0"),
     Case("notebook-unknown-profile", raw("run", "00_data", "--profile", "huge"), r"'profile' parameter of notebook 00_data must be one of \['full', 'quick'\]. Got 'huge'"),
     Case("notebook-unknown-param", raw("run", "00_data", "-p", "n_candidate", "64"), r"n_candidate"),
     Case("notebook-param-out-of-range", raw("run", "00_data", "-p", "n_candidates", "0"),

@@ -129,7 +129,8 @@ def _run(args: argparse.Namespace) -> None:
         notebook_path(name)  # an unknown name fails here, listing the notebooks
         params = parse_cli_params(name, args.param)
         out = run_notebook(name, profile=args.profile, params=params, out_dir=Path(args.out or REPO_ROOT / "reports"),
-                           html=not args.no_html, self_contained=args.self_contained, log_output=args.log_output)
+                           html=not args.no_html, self_contained=args.self_contained, log_output=args.log_output,
+                           timeout=args.timeout)
         print(out)
 
 
@@ -228,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--self-contained", action="store_true",
                    help="embed plotly.js in each HTML report (default: one shared plotly-<version>.min.js beside them)")
     r.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
+    r.add_argument("--timeout", type=int, default=1200,
+                   help="seconds a cell may run (default 1200; the full profiles need more on a small CPU)")
     r.set_defaults(func=_run)
 
     w = sub.add_parser("sweep", help="run a notebook over a parameter grid; one tidy table + HTML summary")
