@@ -1,17 +1,45 @@
-"""HTML reports in a real browser: every figure draws, nothing is fetched, no page error.
+"""The notebooks in a real browser: every HTML report offline, and 04's AXN explorer live in JupyterLab.
 
-Needs a Chromium (Debian's ``chromium``; ``$XENBENCH_CHROMIUM`` overrides ``/usr/bin/chromium``) and the
-``browser`` extra (python playwright, which drives that executable: no browser download). Run with
-``make test-browser``; ``make test`` leaves these out (``-m "not browser"``).
+* ``test_every_report_draws_its_figures_offline``: every notebook of ``notebooks/`` runs once under its
+  ``quick`` profile into one folder (plotly.js shared beside the reports), and ``01_score_matrices`` once more
+  with ``self_contained=True`` into ``single/``; each ``*.html`` is opened from disk and every plotly figure
+  must have drawn with at least one trace, with no page error and no request other than ``file:``/``data:``.
+* ``test_axn_explorer_live_in_jupyterlab``: a JupyterLab (127.0.0.1, a free port, a random token, no
+  news/update/extension-manager look-ups, its own config/settings/workspace/runtime folders) serves a
+  temporary root mirroring the repository (a copy of ``notebooks/04_axn_lambda.ipynb`` and its ``.yaml``;
+  ``data/`` and ``models/`` symlinked), so nothing touches the committed notebook; ``save_results`` writes
+  into that root too (``$XENBENCH_REPORTS``). The test runs all cells from the Run menu, waits for every
+  cell to finish, then moves the explorer's λ slider one step (keyboard, on its handle) and changes its B_CE
+  dropdown, and checks that each change redraws the ``FigureWidget`` (its traces' x/y change and the title
+  names the new value), with no page error and no request leaving the server. Afterwards the kernel, the
+  server and every process they started are stopped, and the test fails if one survives.
+
+Needs a Chromium (Debian's ``chromium``; ``$XENBENCH_CHROMIUM`` overrides ``/usr/bin/chromium``), the
+``browser`` extra (python playwright, which drives that executable: no browser download), and JupyterLab
+with ipywidgets, anywidget and plotly's lab extension (all installed with the package). Run with
+``make test-browser`` (8-10 minutes on 2 cores, mostly the notebooks); ``make test`` leaves these out
+(``-m "not browser"``). One test: ``pytest -m browser tests/test_browser.py -k jupyterlab``.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from xenbench.notebook import run_notebook
+from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, REPORTS_ENV, list_notebooks, load_spec, run_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -19,6 +47,8 @@ CHROMIUM = os.environ.get("XENBENCH_CHROMIUM", "/usr/bin/chromium")
 # Without these, Chromium phones home at start-up; the closed network refuses it, noisily.
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
+# Requests a page makes without the network.
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +64,17 @@ def browser():
             b.close()
 
 
+# ------------------------------------------------------------------------------------------------
+# Every HTML report, offline
+# ------------------------------------------------------------------------------------------------
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, notebook_kwargs) -> Path:
-    """Reports of two real notebooks under their quick profile: the shared plotly.js and the self-contained form."""
+    """Every notebook's report under its quick profile (shared plotly.js), and 01's in the self-contained form."""
     out = tmp_path_factory.mktemp("reports")
-    run_notebook("00_data", profile="quick", out_dir=out, **notebook_kwargs)
+    for name in list_notebooks():
+        run_notebook(name, profile="quick", out_dir=out, **notebook_kwargs)
     run_notebook("01_score_matrices", profile="quick", out_dir=out / "single", self_contained=True, **notebook_kwargs)
     return out
 
@@ -48,22 +84,272 @@ def _open(browser, path: Path) -> dict:
     errors: list[str] = []
     remote: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("request", lambda req: None if req.url.startswith(("file:", "data:", "blob:", "about:")) else
-            remote.append(req.url))
-    page.goto(path.as_uri(), wait_until="load")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('.plotly-graph-div')].every(d => d.querySelector('.main-svg'))",
-        timeout=30_000)
-    traces = page.evaluate("() => [...document.querySelectorAll('.plotly-graph-div')].map(d => (d.data || []).length)")
-    page.close()
+    page.on("request", lambda req: None if req.url.startswith(LOCAL_SCHEMES) else remote.append(req.url))
+    try:
+        page.goto(path.as_uri(), wait_until="load", timeout=60_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.plotly-graph-div')].every(d => d.querySelector('.main-svg'))",
+            timeout=60_000)
+        traces = page.evaluate(
+            "() => [...document.querySelectorAll('.plotly-graph-div')].map(d => (d.data || []).length)")
+    finally:
+        page.close()
     return {"errors": errors, "remote": remote, "traces": traces}
 
 
 def test_every_report_draws_its_figures_offline(browser, reports):
+    names = list_notebooks()
+    expected = {f"{name}.quick.html" for name in names} | {"single/01_score_matrices.quick.html"}
     htmls = sorted(reports.rglob("*.html"))
-    assert len(htmls) == 2
+    assert {h.relative_to(reports).as_posix() for h in htmls} == expected
+    # plotly.js once, beside the shared reports; the self-contained report carries its own.
+    assert len(list(reports.glob("plotly-*.min.js"))) == 1
+    assert not list((reports / "single").glob("*.js"))
     for html in htmls:
         seen = _open(browser, html)
         assert seen["traces"] and all(n > 0 for n in seen["traces"]), (html.name, seen["traces"])
         assert not seen["errors"], (html.name, seen["errors"])
         assert not seen["remote"], (html.name, seen["remote"])  # no CDN: works on a plane
+
+
+# ------------------------------------------------------------------------------------------------
+# JupyterLab: 04's AXN explorer reacts to its controls
+# ------------------------------------------------------------------------------------------------
+
+LAB_NOTEBOOK = "04_axn_lambda"
+LAB_TIMEOUT_MS = 600_000  # kernel start plus the quick profile: ~1-3 min on a loaded 2-core box
+CHANGE_TIMEOUT_MS = 180_000  # one explorer redraw (AXN rounds for one query) in the kernel
+
+# The explorer's FigureWidget: the plotly div inside the one widget box that also holds a slider. Its
+# fingerprint is the x/y of every trace (typed arrays as lists) and the title.
+_FIGURE = """() => {
+    const boxes = [...document.querySelectorAll('.widget-vbox')]
+        .filter(b => b.querySelector('.widget-hslider') && b.querySelector('.js-plotly-plot'));
+    if (boxes.length !== 1) return null;
+    const gd = boxes[0].querySelector('.js-plotly-plot');
+    if (!gd.data || !gd.data.length || !gd.querySelector('.main-svg')) return null;
+    const title = gd.layout && gd.layout.title ? (gd.layout.title.text ?? gd.layout.title) : '';
+    const plain = (k, v) => ArrayBuffer.isView(v) ? Array.from(v) : v;
+    return {n: gd.data.length, title: String(title),
+            xy: JSON.stringify(gd.data.map(t => [t.x ?? null, t.y ?? null]), plain)};
+}"""
+# Redrawn: other traces, and a title naming the new value (traces and layout arrive in separate messages).
+_CHANGED = f"""([xy, title]) => {{
+    const f = ({_FIGURE})();
+    return f !== null && f.xy !== xy && f.title.includes(title);
+}}"""
+# Every code cell has finished (or was skipped after an error): nothing queued or running, one has run.
+_SETTLED = """() => {
+    const p = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent);
+    const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
+    return p.length > 0 && !p.some(t => t.includes('*')) && p.some(t => /\\[\\d+\\]/.test(t))
+        && (!s || s.dataset.status === 'idle');
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(base: str, token: str, method: str, path: str, timeout: float = 10) -> object:
+    """Call the Jupyter server's REST API; returns the decoded JSON (None for an empty body)."""
+    req = urllib.request.Request(base + path, method=method, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (http://127.0.0.1 only)
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def _lab_root(tmp: Path) -> Path:
+    """A root like the repository's, with a copy of the notebook: JupyterLab saves into the copy only."""
+    root = tmp / "root"
+    (root / "notebooks").mkdir(parents=True)
+    for suffix in (".ipynb", ".yaml"):
+        shutil.copy2(NOTEBOOKS_DIR / f"{LAB_NOTEBOOK}{suffix}", root / "notebooks")
+    for folder in ("data", "models"):  # the notebook's paths are relative: ../data/scores/...
+        (root / folder).symlink_to(REPO_ROOT / folder, target_is_directory=True)
+    return root
+
+
+def _start_lab(tmp: Path, root: Path, port: int, token: str) -> subprocess.Popen:
+    """JupyterLab in its own process group, with private config/data/runtime/settings/workspace folders."""
+    dirs = {name: tmp / name for name in ("config", "data", "runtime", "settings", "workspaces", "reports")}
+    for d in dirs.values():
+        d.mkdir()
+    # No "Would you like to get notified about official Jupyter news?" toast, no update check.
+    notification = dirs["settings"] / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notification.parent.mkdir(parents=True)
+    notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(dirs["config"]), "JUPYTER_DATA_DIR": str(dirs["data"]),
+           "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]), "JUPYTERLAB_SETTINGS_DIR": str(dirs["settings"]),
+           "JUPYTERLAB_WORKSPACES_DIR": str(dirs["workspaces"]), REPORTS_ENV: str(dirs["reports"])}
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={root}", "--ServerApp.terminals_enabled=False",
+           "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           "--LabApp.extension_manager=readonly"]  # the default manager asks PyPI about extensions
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = (tmp / "jupyterlab.log").open("wb")
+    try:
+        return subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _wait_ready(proc: subprocess.Popen, base: str, token: str, log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            _api(base, token, "GET", "/api/status", timeout=5)
+            return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.5)
+    pytest.fail(f"JupyterLab did not answer in {timeout} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _descendants(pid: int) -> list:
+    import psutil  # installed with IPython (the kernel's)
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _stop_lab(proc: subprocess.Popen, base: str, token: str, known: list) -> list[str]:
+    """Shut kernels and server down (REST API first, then signals); returns what had to be killed or survived."""
+    import psutil
+
+    known = {p.pid: p for p in [*known, *_descendants(proc.pid)]}
+    try:
+        for kernel in _api(base, token, "GET", "/api/kernels") or []:
+            _api(base, token, "DELETE", f"/api/kernels/{kernel['id']}", timeout=60)
+        _api(base, token, "POST", "/api/shutdown")
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        pass  # the server is gone or stuck: the signals below
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    _, alive = psutil.wait_procs(list(known.values()), timeout=30)
+    leftover = []
+    for p in alive:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                leftover.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if proc.poll() is None:
+        leftover.append(f"{proc.pid} jupyterlab")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    return leftover
+
+
+def _cell_errors(page) -> list[str]:
+    """The text of error outputs (tracebacks), for an assertion message."""
+    return page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output')]
+        .filter(e => e.dataset.mimeType === 'application/vnd.jupyter.stderr').map(e => e.textContent)
+        .filter(t => /Error|Traceback/.test(t)).map(t => t.slice(-1500))""")
+
+
+def test_axn_explorer_live_in_jupyterlab(browser, tmp_path):
+    lambdas = [float(x) for x in load_spec(NOTEBOOKS_DIR / f"{LAB_NOTEBOOK}.yaml").profiles["quick"]["lambdas"]]
+    root = _lab_root(tmp_path)
+    port, token = _free_port(), secrets.token_hex(16)
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "jupyterlab.log"
+    proc = _start_lab(tmp_path, root, port, token)
+    started: list = []  # processes JupyterLab started (its kernel)
+    context = None
+    errors: list[str] = []
+    remote: list[str] = []
+    try:
+        _wait_ready(proc, base, token, log)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("request", lambda req: None if req.url.startswith((base, *LOCAL_SCHEMES)) else remote.append(req.url))
+        page.goto(f"{base}/lab/tree/notebooks/{LAB_NOTEBOOK}.ipynb?token={token}", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=120_000)
+        # The kernel the notebook asked for has started and is idle.
+        page.wait_for_function("() => document.body.innerText.includes('| Idle')", timeout=180_000)
+        started = _descendants(proc.pid)
+        assert started, "no kernel process under JupyterLab"
+
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        page.wait_for_function("() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]"
+                               ".some(e => e.textContent.includes('*'))", timeout=60_000)
+        page.wait_for_function(_SETTLED, timeout=LAB_TIMEOUT_MS, polling=1000)
+        prompts = page.evaluate("() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]"
+                                ".map(e => e.textContent)")
+        assert all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in prompts), (prompts, _cell_errors(page))
+
+        # The explorer: a VBox with the λ slider, the B_CE dropdown and a drawn FigureWidget.
+        page.wait_for_function(f"() => ({_FIGURE})() !== null", timeout=120_000)
+        explorer = page.locator(".widget-vbox").filter(has=page.locator(".widget-hslider")).filter(
+            has=page.locator(".js-plotly-plot"))
+        assert explorer.count() == 1
+        first = page.evaluate(_FIGURE)
+        assert first["n"] > 0, first
+
+        # λ: one step along the slider, by keyboard on its handle (back one step if it starts at the end).
+        readout = explorer.locator(".widget-hslider .widget-readout")
+        lam0 = float(readout.text_content())
+        assert lam0 in lambdas, (lam0, lambdas)
+        step = -1 if lam0 == lambdas[-1] else 1
+        handle = explorer.locator(".widget-hslider .noUi-handle")
+        handle.scroll_into_view_if_needed()
+        handle.focus()
+        page.keyboard.press("ArrowRight" if step > 0 else "ArrowLeft")
+        lam1 = lambdas[lambdas.index(lam0) + step]
+        page.wait_for_function(_CHANGED, arg=[first["xy"], f"λ = {lam1:g},"], timeout=CHANGE_TIMEOUT_MS)
+        second = page.evaluate(_FIGURE)
+        assert float(readout.text_content()) == lam1
+        assert f"λ = {lam1:g}," in second["title"], (second["title"], lam1)
+        assert second["xy"] != first["xy"]
+
+        # B_CE: another value of the dropdown.
+        select = explorer.locator(".widget-dropdown").filter(
+            has=page.locator("label.widget-label", has_text=re.compile(r"^B_CE$"))).locator("select")
+        budget0 = select.input_value()
+        options = select.locator("option").evaluate_all("os => os.map(o => o.value)")
+        budget1 = next(o for o in options if o != budget0)
+        select.select_option(budget1)
+        page.wait_for_function(_CHANGED, arg=[second["xy"], f"B_CE = {budget1}"], timeout=CHANGE_TIMEOUT_MS)
+        third = page.evaluate(_FIGURE)
+        assert f"B_CE = {budget1}" in third["title"], (third["title"], budget1)
+        assert f"λ = {lam1:g}," in third["title"], third["title"]
+        assert third["xy"] not in (first["xy"], second["xy"])
+        status = explorer.locator(".widget-html").all_text_contents()
+        assert not any("Error" in s for s in status), status
+
+        assert not errors, errors
+        assert not remote, remote  # JupyterLab, its extensions and the widgets stay on 127.0.0.1
+    except BaseException:
+        if context is not None and context.pages:  # for the post-mortem, beside jupyterlab.log
+            with contextlib.suppress(Exception):
+                context.pages[0].screenshot(path=str(tmp_path / "jupyterlab.png"), full_page=True)
+        raise
+    finally:
+        if context is not None:
+            context.close()
+        leftover = _stop_lab(proc, base, token, started)
+    assert not leftover, f"processes started by the test were still alive (killed): {leftover}"
