@@ -60,8 +60,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from xenbench.cur import AnnCur, NotFittedError, _check_R_anc, _check_int
-from xenbench.errors import ParameterError
+from xenbench._validation import check_choice, check_float, check_int, check_is_fitted, check_seed
+from xenbench.cur import AnnCur, _check_R_anc
+from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import BudgetCounter, topk_indices
 
 __all__ = [
@@ -969,14 +970,12 @@ class AdaCur:
     # -- parameters --------------------------------------------------------------------------
     def _plan(self, n_items: int, score_dtype: np.dtype | type = np.float64) -> _Plan:
         owner = type(self).__name__
-        budget = _check_int(self.budget, "budget", 1, n_items, owner, "n_items")
-        k_i = budget if self.n_anchor_items is None else _check_int(
+        budget = check_int(self.budget, "budget", 1, n_items, owner, "n_items")
+        k_i = budget if self.n_anchor_items is None else check_int(
             self.n_anchor_items, "n_anchor_items", 1, budget, owner, "budget")
-        n_rounds = _check_int(self.n_rounds, "n_rounds", 1, k_i, owner, "n_anchor_items")
-        if self.sampler not in SAMPLERS:
-            raise ParameterError("sampler", f"one of {SAMPLERS}", self.sampler, owner)
-        if self.first_round not in ("auto", "random", "sampler"):
-            raise ParameterError("first_round", "one of ('auto', 'random', 'sampler')", self.first_round, owner)
+        n_rounds = check_int(self.n_rounds, "n_rounds", 1, k_i, owner, "n_anchor_items")
+        check_choice(self.sampler, "sampler", SAMPLERS, owner)
+        check_choice(self.first_round, "first_round", ("auto", "random", "sampler"), owner)
         first = self.first_round
         if first == "auto":
             first = "sampler" if self.sampler in _ORACLES else "random"
@@ -986,23 +985,17 @@ class AdaCur:
             raise ParameterError("first_round", f"'random' or 'auto' with sampler={self.sampler!r} ('sampler' "
                                  f"needs an oracle sampler {_ORACLES}: before any anchor the approximate "
                                  "scores are all 0)", self.first_round, owner)
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not self.temperature > 0:
-            raise ParameterError("temperature", "a float > 0", self.temperature, owner)
-        k_m = _check_int(self.oracle_k_m, "oracle_k_m", 0, n_items - k_i, owner, "n_items - n_anchor_items")
+        check_float(self.temperature, "temperature", 0, None, owner, closed="neither")
+        k_m = check_int(self.oracle_k_m, "oracle_k_m", 0, n_items - k_i, owner, "n_items - n_anchor_items")
         eps = self.oracle_epsilon
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 <= eps <= 1.0:
-            raise ParameterError("oracle_epsilon", "a float in [0, 1]", eps, owner)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ParameterError("seed", "a non-negative int", self.seed, owner)
+        check_float(eps, "oracle_epsilon", 0, 1, owner)
+        check_seed(self.seed, owner)
         lam = self.prior_weight
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
-            raise ParameterError("prior_weight", "a float in [0, 1]", lam, owner)
-        if self.implementation not in ("batched", "reference"):
-            raise ParameterError("implementation", "one of ('batched', 'reference')", self.implementation, owner)
-        if self.solver not in ("gram", "pinv"):
-            raise ParameterError("solver", "one of ('gram', 'pinv')", self.solver, owner)
+        check_float(lam, "prior_weight", 0, 1, owner)
+        check_choice(self.implementation, "implementation", ("batched", "reference"), owner)
+        check_choice(self.solver, "solver", ("gram", "pinv"), owner)
         if self.batch_size is not None:
-            _check_int(self.batch_size, "batch_size", 1, 2**62, owner, "inf")
+            check_int(self.batch_size, "batch_size", 1, 2**62, owner, "inf")
         return _Plan(budget, k_i, tuple(round_sizes(k_i, n_rounds)), self.sampler, first,
                      float(self.temperature), k_m, float(eps), int(self.seed), float(lam),
                      float(np.finfo(np.dtype(score_dtype)).eps))
@@ -1072,8 +1065,7 @@ class AdaCur:
         -------
         result : AdaCurResult
         """
-        if not hasattr(self, "plan_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(R_anc) first.")
+        check_is_fitted(self, "plan_", "fit(R_anc)")
         owner = f"{type(self).__name__}.run"
         plan = self.plan_
         counter = _as_counter(scores, plan.budget, self.n_items_, owner)
@@ -1088,7 +1080,7 @@ class AdaCur:
                 raise ParameterError("query_ids", f"a non-negative int array of shape ({nq},)",
                                      f"{query_ids.dtype} array of shape {query_ids.shape}", owner)
         if trace_query is not None:
-            trace_query = _check_int(trace_query, "trace_query", 0, nq - 1, owner, "nq - 1")
+            trace_query = check_int(trace_query, "trace_query", 0, nq - 1, owner, "nq - 1")
         prior = _check_prior(prior_scores, plan.prior_weight, nq, self.n_items_, owner)
         if self.implementation == "reference":
             return _run_reference(plan, self.R_anc_, counter, candidates, prior, query_ids, trace_query, return_approx)
@@ -1140,9 +1132,8 @@ class AdaCur:
             Exact CE scores, descending.
         I : ndarray of shape (nq, k), int64
         """
-        if not hasattr(self, "plan_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(R_anc) first.")
-        k = _check_int(k, "k", 1, self.plan_.budget, f"{type(self).__name__}.search", "budget")
+        check_is_fitted(self, "plan_", "fit(R_anc)")
+        k = check_int(k, "k", 1, self.plan_.budget, f"{type(self).__name__}.search", "budget")
         result = self.run(scores, candidates=candidates, prior_scores=prior_scores)
         return result.D[:, :k], result.I[:, :k]
 
@@ -1173,7 +1164,7 @@ def rerank_baseline(M: np.ndarray | BudgetCounter, candidate_order: np.ndarray,
         The candidates re-ranked by exact score.
     """
     n_items = M.n_items if isinstance(M, BudgetCounter) else np.asarray(M).shape[-1]
-    budget = _check_int(budget, "budget", 1, n_items, "rerank_baseline", "n_items")
+    budget = check_int(budget, "budget", 1, n_items, "rerank_baseline", "n_items")
     counter = _as_counter(M, budget, n_items, "rerank_baseline")
     cand = _check_candidates(candidate_order, counter.n_queries, n_items, budget, "rerank_baseline")
     items = cand[:, :budget].astype(np.int64)
@@ -1202,10 +1193,9 @@ def anncur_with_budget(cur: AnnCur, M: np.ndarray | BudgetCounter, budget: int) 
         Exact scores, descending.
     I : ndarray of shape (nq, B_CE), int64
     """
-    if not hasattr(cur, "item_embeddings_"):
-        raise NotFittedError("anncur_with_budget needs a fitted AnnCur; call cur.fit(R_anc) first.")
+    check_is_fitted(cur, "item_embeddings_", "cur.fit(R_anc)", what="anncur_with_budget needs a fitted AnnCur")
     anchors = cur.anchor_items_
-    budget = _check_int(budget, "budget", anchors.size, cur.n_items_, "anncur_with_budget", "n_items")
+    budget = check_int(budget, "budget", anchors.size, cur.n_items_, "anncur_with_budget", "n_items")
     counter = _as_counter(M, budget, cur.n_items_, "anncur_with_budget")
     nq = counter.n_queries
     anchor_items = np.broadcast_to(anchors, (nq, anchors.size))

@@ -30,8 +30,8 @@ import pandas as pd
 import torch
 
 from xenbench.adacur import AdaCur, AdaCurResult
-from xenbench.cur import NotFittedError, _check_int
-from xenbench.errors import ParameterError
+from xenbench._validation import check_array, check_float, check_int, check_is_fitted
+from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.experiments import RoundTrace, search_device, trace_from_result
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
 
@@ -101,13 +101,8 @@ class Axn:
         self : Axn
         """
         owner = type(self).__name__
-        V = np.asarray(V)
-        if V.ndim != 2 or min(V.shape) < 1 or not np.issubdtype(V.dtype, np.floating) or not np.isfinite(V).all():
-            raise ParameterError("V", "a finite, non-empty float array of shape (n_items, d)",
-                                 f"{V.dtype} array of shape {V.shape}", owner)
-        lam = self.lam
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
-            raise ParameterError("lam", "a float in [0, 1]", lam, owner)
+        V = check_array(V, "V", owner, expected="a finite, non-empty float array of shape (n_items, d)")
+        lam = check_float(self.lam, "lam", 0, 1, owner)
         self.device_ = search_device("auto" if self.device is None else self.device, owner)
         self.V_ = V.astype(np.float64)
         # Fitted on Vᵀ in V's own dtype: the engine computes in float64 but takes its pinv cut-off
@@ -144,8 +139,7 @@ class Axn:
         result : AdaCurResult
             ``anchors`` are the scored items A in the order chosen; ``D``/``I`` rank them by exact score.
         """
-        if not hasattr(self, "engine_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(V) first.")
+        check_is_fitted(self, "engine_", "fit(V)")
         prior = None
         if u_param is not None or self.lam > 0:
             prior = self._prior_scores(u_param, scores)
@@ -161,9 +155,8 @@ class Axn:
         D : ndarray of shape (nq, k), float32
         I : ndarray of shape (nq, k), int64
         """
-        if not hasattr(self, "engine_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(V) first.")
-        k = _check_int(k, "k", 1, self.engine_.plan_.budget, f"{type(self).__name__}.search", "budget")
+        check_is_fitted(self, "engine_", "fit(V)")
+        k = check_int(k, "k", 1, self.engine_.plan_.budget, f"{type(self).__name__}.search", "budget")
         result = self.run(scores, u_param=u_param, candidates=candidates)
         return result.D[:, :k], result.I[:, :k]
 

@@ -46,8 +46,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from xenbench.cur import NotFittedError, _check_int
-from xenbench.errors import ParameterError
+from xenbench._validation import check_array, check_float, check_int, check_is_fitted
+from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import topk_recall
 
 __all__ = ["CodeIndex", "CompositeCodeAE", "Study", "activation_frequency", "balance_sweep", "binary_hnsw", "code_bytes",
@@ -150,18 +150,16 @@ class CompositeCodeAE:
 
     def _check(self) -> None:
         owner = type(self).__name__
-        _check_int(self.n_chunks, "n_chunks", 1, 2**20, owner, "2**20")
-        _check_int(self.chunk_size, "chunk_size", 2, 2**20, owner, "2**20")
-        _check_int(self.batch_size, "batch_size", 2, 2**31, owner, "2**31")
-        _check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
-        _check_int(self.seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
+        check_int(self.n_chunks, "n_chunks", 1, 2**20, owner, "2**20")
+        check_int(self.chunk_size, "chunk_size", 2, 2**20, owner, "2**20")
+        check_int(self.batch_size, "batch_size", 2, 2**31, owner, "2**31")
+        check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
+        check_int(self.seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
         if self.steps is not None:
-            _check_int(self.steps, "steps", 1, 2**31, owner, "2**31")
-        for name in ("reg", "temperature", "lr"):
-            value = getattr(self, name)
-            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (value >= 0 if name == "reg" else value > 0)
-            if not ok:
-                raise ParameterError(name, "a float >= 0" if name == "reg" else "a float > 0", value, owner)
+            check_int(self.steps, "steps", 1, 2**31, owner, "2**31")
+        check_float(self.reg, "reg", 0, None, owner)
+        check_float(self.temperature, "temperature", 0, None, owner, closed="neither")
+        check_float(self.lr, "lr", 0, None, owner, closed="neither")
 
     def fit(self, X: np.ndarray) -> "CompositeCodeAE":
         """Train on the rows of X (N × d) with Adam; returns self."""
@@ -214,8 +212,7 @@ class CompositeCodeAE:
     @torch.inference_mode()
     def encode(self, X: np.ndarray) -> np.ndarray:
         """Composite codes, int64 of shape (n, C): the arg-max code of each chunk (no noise)."""
-        if not hasattr(self, "net_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(X) first.")
+        check_is_fitted(self, "net_", "fit(X)")
         X = _check_X(X, "X", f"{type(self).__name__}.encode", d=self.net_.norm.num_features)
         return self.net_.logits(torch.from_numpy(X).to(self.device_)).argmax(dim=-1).cpu().numpy().astype(np.int64)
 
@@ -228,12 +225,8 @@ class CompositeCodeAE:
 
 
 def _check_X(X: object, name: str, owner: str, d: int | None = None) -> np.ndarray:
-    X = np.asarray(X)
-    if X.ndim != 2 or min(X.shape) < 1 or not np.issubdtype(X.dtype, np.floating) or not np.isfinite(X).all() \
-            or (d is not None and X.shape[1] != d):
-        want = f"(n, d={d})" if d is not None else "(n, d)"
-        raise ParameterError(name, f"a finite, non-empty float array of shape {want}",
-                             f"{X.dtype} array of shape {X.shape}", owner)
+    want = f"(n, d={d})" if d is not None else "(n, d)"
+    X = check_array(X, name, owner, shape=(None, d), expected=f"a finite, non-empty float array of shape {want}")
     return np.ascontiguousarray(X, dtype=np.float32)
 
 
@@ -250,8 +243,8 @@ class CodeIndex:
     """
 
     def __init__(self, n_chunks: int, chunk_size: int) -> None:
-        self.n_chunks = _check_int(n_chunks, "n_chunks", 1, 2**20, type(self).__name__, "2**20")
-        self.chunk_size = _check_int(chunk_size, "chunk_size", 1, 2**20, type(self).__name__, "2**20")
+        self.n_chunks = check_int(n_chunks, "n_chunks", 1, 2**20, type(self).__name__, "2**20")
+        self.chunk_size = check_int(chunk_size, "chunk_size", 1, 2**20, type(self).__name__, "2**20")
 
     def _check_codes(self, codes: object, owner: str) -> np.ndarray:
         codes = np.asarray(codes)
@@ -275,8 +268,7 @@ class CodeIndex:
     @property
     def list_sizes(self) -> np.ndarray:
         """Items per posting list, int64 of shape (C, L)."""
-        if not hasattr(self, "offsets_"):
-            raise NotFittedError("CodeIndex.list_sizes needs an index; call add(codes) first.")
+        check_is_fitted(self, "offsets_", "add(codes)", what="CodeIndex.list_sizes needs an index")
         return np.diff(self.offsets_).reshape(self.n_chunks, self.chunk_size)
 
     def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -291,11 +283,10 @@ class CodeIndex:
         scored : int64 ndarray of shape (nq,)
             Postings read per query (Σ of its C list sizes): the scoring work (§3.2.2).
         """
-        if not hasattr(self, "offsets_"):
-            raise NotFittedError("CodeIndex.search needs an index; call add(codes) first.")
+        check_is_fitted(self, "offsets_", "add(codes)", what="CodeIndex.search needs an index")
         owner = f"{type(self).__name__}.search"
         query_codes = self._check_codes(query_codes, owner)
-        k = _check_int(k, "k", 1, self.n_items_, owner, "n_items")
+        k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
         lists = query_codes + self.chunk_size * np.arange(self.n_chunks)
         D = np.zeros((len(query_codes), k), np.int64)
         I = np.full((len(query_codes), k), -1, np.int64)

@@ -19,16 +19,13 @@ import logging
 
 import numpy as np
 
-from xenbench.errors import ParameterError, XenbenchError
+from xenbench._validation import check_array, check_int, check_is_fitted, check_seed
+from xenbench.errors import NotFittedError, ParameterError
 from xenbench.metrics import topk_indices
 
 __all__ = ["AnnCur", "NotFittedError", "approximation_error", "oracle_cur", "pinv_rtol"]
 
 logger = logging.getLogger(__name__)
-
-
-class NotFittedError(XenbenchError, AttributeError):
-    """An estimator was used before ``fit``."""
 
 
 def pinv_rtol(shape: tuple[int, ...], dtype: np.dtype | type = np.float64) -> float:
@@ -51,19 +48,8 @@ def pinv_rtol(shape: tuple[int, ...], dtype: np.dtype | type = np.float64) -> fl
 
 
 def _check_R_anc(R_anc: object, owner: str) -> np.ndarray:
-    R_anc = np.asarray(R_anc)
-    if R_anc.ndim != 2 or min(R_anc.shape) < 1 or not np.issubdtype(R_anc.dtype, np.floating):
-        raise ParameterError("R_anc", "a non-empty float array of shape (k_q, n_items)",
-                             f"{R_anc.dtype} array of shape {R_anc.shape}", owner)
-    if not np.isfinite(R_anc).all():
-        raise ParameterError("R_anc", "finite", "an array with NaN or inf", owner)
-    return R_anc
-
-
-def _check_int(value: object, name: str, lo: int, hi: int, owner: str, hi_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise ParameterError(name, f"an int in [{lo}, {hi_name}]", value, owner)
-    return int(value)
+    return check_array(R_anc, "R_anc", owner, expected="a non-empty float array of shape (k_q, n_items)",
+                       finite_expected="finite")
 
 
 def check_item_indices(items: object, n_items: int, name: str, owner: str,
@@ -132,13 +118,12 @@ class AnnCur:
     # -- parameters --------------------------------------------------------------------------
     def _validated_anchor_items(self, n_items: int) -> np.ndarray:
         owner = type(self).__name__
-        k_i = _check_int(self.n_anchor_items, "n_anchor_items", 1, n_items, owner, "n_items")
+        k_i = check_int(self.n_anchor_items, "n_anchor_items", 1, n_items, owner, "n_items")
         if isinstance(self.anchor_items, str):
             if self.anchor_items != "random":
                 raise ParameterError("anchor_items", "'random' or an int array of item indices",
                                      self.anchor_items, owner)
-            if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-                raise ParameterError("seed", "a non-negative int", self.seed, owner)
+            check_seed(self.seed, owner)
             # Uniform without replacement ([ANNCUR] §2.2); the draw depends only on (seed, n_items, k_i).
             return np.random.default_rng(self.seed).choice(n_items, size=k_i, replace=False).astype(np.int64)
         return check_item_indices(self.anchor_items, n_items, "anchor_items", owner, length=k_i)
@@ -172,8 +157,7 @@ class AnnCur:
         return self
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "item_embeddings_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(R_anc) first.")
+        check_is_fitted(self, "item_embeddings_", "fit(R_anc)")
 
     def transform(self, C_test: np.ndarray) -> np.ndarray:
         """Approximate scores ŝ = C_test · E_I of the test queries on all items.
@@ -214,7 +198,7 @@ class AnnCur:
             Item indices; ties go to the lower index (see :mod:`xenbench.metrics`).
         """
         S_hat = self.transform(C_test)
-        k = _check_int(k, "k", 1, self.n_items_, f"{type(self).__name__}.search", "n_items")
+        k = check_int(k, "k", 1, self.n_items_, f"{type(self).__name__}.search", "n_items")
         I = topk_indices(S_hat, k)
         return np.take_along_axis(S_hat, I, axis=1).astype(np.float32), I
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from xenbench._io import write_text_atomic
+from xenbench._validation import PY_INT, check_int, is_float, is_int
 from xenbench.errors import DataError, ParameterError
 
 __all__ = [
@@ -195,15 +196,14 @@ class Dataset:
         Ids are sorted before the permutation, so the split does not depend on the input order.
         """
         owner = "Dataset.split_queries"
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-            raise ParameterError("seed", "an integer", seed, owner)
+        check_int(seed, "seed", None, None, owner, expected="an integer")
         fractions = dict(DEFAULT_FRACTIONS if fractions is None else fractions)
         if not fractions:
             raise ParameterError("fractions", "a non-empty mapping of split name to fraction", fractions, owner)
         for name, frac in fractions.items():
             if not isinstance(name, str) or not name:
                 raise ParameterError("fractions", "keyed by non-empty split names", fractions, owner)
-            if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
+            if not is_float(frac, 0, 1):
                 raise ParameterError("fractions", "fractions between 0 and 1", fractions, owner)
         if not math.isclose(sum(fractions.values()), 1.0, rel_tol=0.0, abs_tol=1e-9):
             raise ParameterError("fractions", "fractions summing to 1", fractions, owner)
@@ -349,7 +349,7 @@ def _get_int(obj: dict[str, Any], key: str, path: Path, lineno: int) -> int:
     if key not in obj:
         raise DataError(path, f"missing field {key!r}", lineno)
     value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value, types=PY_INT):
         raise DataError(path, f"field {key!r} must be an integer, got {_json_type(value)}", lineno)
     return value
 
@@ -412,7 +412,7 @@ def _get_mention(obj: dict[str, Any], text: str, path: Path, lineno: int) -> tup
     if (
         not isinstance(value, list)
         or len(value) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) for v in value)
+        or any(not is_int(v, types=PY_INT) for v in value)
     ):
         raise DataError(path, f"field 'mention' must be [start, end] with two integers, got {value!r}", lineno)
     start, end = value
@@ -657,8 +657,7 @@ def load_zeshel(
     owner = "load_zeshel"
     if not isinstance(world, str) or not world or any(c in world for c in "/\\"):
         raise ParameterError("world", "a world name such as 'yugioh'", world, owner)
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 0:
-        raise ParameterError("context_tokens", "an integer >= 0", context_tokens, owner)
+    check_int(context_tokens, "context_tokens", 0, None, owner, types=PY_INT, expected="an integer >= 0")
     if isinstance(splits, str):  # "test" would otherwise read splits "t", "e", "s", "t"
         raise ParameterError("splits", "an iterable of split names", splits, owner)
 

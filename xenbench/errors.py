@@ -25,3 +25,7 @@ class ParameterError(XenbenchError, ValueError):
     def __init__(self, name: str, expected: str, got: object, owner: str | None = None) -> None:
         of = f" of {owner}" if owner else ""
         super().__init__(f"The {name!r} parameter{of} must be {expected}. Got {got!r} instead.")
+
+
+class NotFittedError(XenbenchError, AttributeError):
+    """An estimator was used before ``fit``."""

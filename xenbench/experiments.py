@@ -66,6 +66,7 @@ import pandas as pd
 import torch
 
 from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline
+from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.cur import AnnCur
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, approximation_errors, mean_se, recall_under_budget, topk_indices
@@ -146,15 +147,6 @@ class QuerySplit(NamedTuple):
     test: np.ndarray    # test rows, int64 (n_test,)
 
 
-def _check_int(value: Any, name: str, lo: int, hi: int | None, owner: str, hi_text: str | None = None) -> int:
-    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer)) and lo <= value \
-        and (hi is None or value <= hi)
-    if not ok:
-        bound = f"[{lo}, {hi_text or hi}]" if hi is not None else f">= {lo}"
-        raise ParameterError(name, f"an int {'in ' if hi is not None else ''}{bound}", value, owner)
-    return int(value)
-
-
 def search_device(device: str | torch.device, owner: str) -> torch.device:
     """The torch device of an ADACUR / AXN search: :func:`xenbench.crossencoder.resolve_device` for float64.
 
@@ -193,10 +185,10 @@ def split_rows(n: int, n_anchor_queries: int, seed: int = 0, *, max_test: int | 
     (3, 7, False)
     """
     owner = "split_rows"
-    n = _check_int(n, "n", 2, None, owner)
-    k_q = _check_int(n_anchor_queries, "n_anchor_queries", 1, n - 1, owner, "n - 1")
-    seed = _check_int(seed, "seed", 0, None, owner)
-    n_test = n - k_q if max_test is None else min(n - k_q, _check_int(max_test, "max_test", 1, None, owner))
+    n = check_int(n, "n", 2, None, owner)
+    k_q = check_int(n_anchor_queries, "n_anchor_queries", 1, n - 1, owner, "n - 1")
+    seed = check_int(seed, "seed", 0, None, owner)
+    n_test = n - k_q if max_test is None else min(n - k_q, check_int(max_test, "max_test", 1, None, owner))
     perm = np.random.default_rng(seed).permutation(n)
     return QuerySplit(np.sort(perm[:k_q]).astype(np.int64), np.sort(perm[k_q:k_q + n_test]).astype(np.int64))
 
@@ -206,11 +198,11 @@ def subsample(n: int, max_n: int | None, seed: int = 0) -> np.ndarray:
 
     Used to cut the item set (columns of M, and the same items of the retrievers) for quick runs.
     """
-    n = _check_int(n, "n", 1, None, "subsample")
+    n = check_int(n, "n", 1, None, "subsample")
     if max_n is None or max_n >= n:
         return np.arange(n, dtype=np.int64)
-    max_n = _check_int(max_n, "max_n", 1, None, "subsample")
-    seed = _check_int(seed, "seed", 0, None, "subsample")
+    max_n = check_int(max_n, "max_n", 1, None, "subsample")
+    seed = check_int(seed, "seed", 0, None, "subsample")
     # A stream of its own (seed + 1): the item sample does not correlate with the query split.
     return np.sort(np.random.default_rng([seed, 1]).choice(n, size=max_n, replace=False)).astype(np.int64)
 
@@ -251,14 +243,14 @@ def _check_budgets(budgets: Any, n_items: int, owner: str) -> list[int]:
     budgets = list(budgets)
     if not budgets:
         raise ParameterError("budgets", "a non-empty list of ints in [1, n_items]", budgets, owner)
-    return sorted({_check_int(b, "budgets", 1, n_items, owner, f"n_items={n_items}") for b in budgets})
+    return sorted({check_int(b, "budgets", 1, n_items, owner, f"n_items={n_items}") for b in budgets})
 
 
 def _check_k_values(k_values: Any, n_items: int, owner: str) -> list[int]:
     k_values = list(k_values)
     if not k_values:
         raise ParameterError("k_values", "a non-empty list of ints in [1, n_items]", k_values, owner)
-    return sorted({_check_int(k, "k_values", 1, n_items, owner, f"n_items={n_items}") for k in k_values})
+    return sorted({check_int(k, "k_values", 1, n_items, owner, f"n_items={n_items}") for k in k_values})
 
 
 def ce_seconds_per_call(attrs: Mapping[str, Any]) -> float:
@@ -363,7 +355,7 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
     n_items = M.shape[1]
     budgets = _check_budgets(budgets, n_items, owner)
     k_values = _check_k_values(k_values, n_items, owner)
-    n_rounds = _check_int(n_rounds, "n_rounds", 1, None, owner)
+    n_rounds = check_int(n_rounds, "n_rounds", 1, None, owner)
     test = split.test
     de_scores = _check_retriever_scores(de_scores, "de_scores", test.size, n_items, owner)
     tfidf_scores = _check_retriever_scores(tfidf_scores, "tfidf_scores", test.size, n_items, owner)
@@ -491,8 +483,8 @@ def gain_over(results: pd.DataFrame, baseline: str | Sequence[str] = METHODS["an
 def _n_anchor_items(budget: int, anchor_fraction: float | None, owner: str) -> int | None:
     if anchor_fraction is None:
         return None  # No-Split
-    if isinstance(anchor_fraction, bool) or not isinstance(anchor_fraction, (int, float)) or not 0 < anchor_fraction < 1:
-        raise ParameterError("anchor_fraction", "None (No-Split) or a float in (0, 1)", anchor_fraction, owner)
+    check_float(anchor_fraction, "anchor_fraction", 0, 1, owner, closed="neither",
+                expected="None (No-Split) or a float in (0, 1)")
     return max(1, min(budget - 1, int(round(anchor_fraction * budget))))
 
 
@@ -530,11 +522,10 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
     """
     owner = "recall_vs_rounds"
     M, split = _check_inputs(M, split, owner)
-    if sampler not in SAMPLERS:
-        raise ParameterError("sampler", f"one of {SAMPLERS}", sampler, owner)
+    check_choice(sampler, "sampler", SAMPLERS, owner)
     budgets = _check_budgets(budgets, M.shape[1], owner)
     k_values = _check_k_values(k_values, M.shape[1], owner)
-    rounds = sorted({_check_int(r, "rounds", 1, None, owner) for r in rounds})
+    rounds = sorted({check_int(r, "rounds", 1, None, owner) for r in rounds})
     device = search_device(device, owner)
     R_anc, M_test = M[split.anchor], M[split.test]
     out = []
@@ -591,11 +582,11 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
     owner = "latency_vs_rounds"
     M, split = _check_inputs(M, split, owner)
     budgets = _check_budgets(budgets, M.shape[1], owner)
-    rounds = sorted({_check_int(r, "rounds", 1, None, owner) for r in rounds})
+    rounds = sorted({check_int(r, "rounds", 1, None, owner) for r in rounds})
     if seconds_per_ce_call is not None and not (isinstance(seconds_per_ce_call, (int, float)) and seconds_per_ce_call >= 0):
         raise ParameterError("seconds_per_ce_call", "None or a float >= 0", seconds_per_ce_call, owner)
     device = search_device(device, owner)
-    test = split.test if max_queries is None else split.test[:_check_int(max_queries, "max_queries", 1, None, owner)]
+    test = split.test if max_queries is None else split.test[:check_int(max_queries, "max_queries", 1, None, owner)]
     R_anc, M_test = M[split.anchor], M[test]
     out = []
     for budget in budgets:
@@ -715,11 +706,11 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     """
     owner = "round_trace"
     M, split = _check_inputs(M, split, owner)
-    if isinstance(query_row, bool) or not isinstance(query_row, (int, np.integer)) or query_row not in set(split.test.tolist()):
+    if not is_int(query_row) or query_row not in set(split.test.tolist()):
         raise ParameterError("query_row", f"a row of M among the {split.test.size} test rows (split.test, e.g. "
                                           f"{split.test[0]})", query_row, owner)
     query_row = int(query_row)
-    budget = _check_int(budget, "budget", 1, M.shape[1], owner, f"n_items={M.shape[1]}")
+    budget = check_int(budget, "budget", 1, M.shape[1], owner, f"n_items={M.shape[1]}")
     k_i = _n_anchor_items(budget, anchor_fraction, owner)
     device = search_device(device, owner)
     ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds, sampler=sampler, temperature=temperature,
@@ -1002,7 +993,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
 
     owner = "protocol_runs"
     M = np.asarray(M)
-    seeds = [_check_int(s, "anchor_seeds", 0, None, owner) for s in anchor_seeds]
+    seeds = [check_int(s, "anchor_seeds", 0, None, owner) for s in anchor_seeds]
     if not seeds or not len(splits):
         raise ParameterError("anchor_seeds" if not seeds else "splits", "a non-empty list", [] if not seeds else splits,
                              owner)

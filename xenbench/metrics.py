@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from xenbench._validation import check_int
 from xenbench.errors import ParameterError, XenbenchError
 
 __all__ = [
@@ -56,9 +57,7 @@ def _check_matrix(M: np.ndarray, name: str, owner: str) -> np.ndarray:
 
 
 def _check_k(k: object, upper: int, owner: str, name: str = "k", what: str = "n_items") -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= upper:
-        raise ParameterError(name, f"an int in [1, {what}={upper}]", k, owner)
-    return int(k)
+    return check_int(k, name, 1, upper, owner, f"{what}={upper}")
 
 
 def _check_retrieved(retrieved: np.ndarray, n_queries: int, n_items: int, owner: str) -> np.ndarray:

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from xenbench.cur import NotFittedError, _check_int
-from xenbench.errors import ParameterError
+from xenbench._validation import check_choice, check_int, check_is_fitted
+from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 
 __all__ = ["MatrixFactorization", "observed_pairs"]
 
@@ -54,7 +54,7 @@ def observed_pairs(n_queries: int, n_items: int, k_d: int, *, retriever_scores: 
     -------
     rows, cols : int64 ndarrays of shape (n_queries · k_d,)
     """
-    k_d = _check_int(k_d, "k_d", 1, n_items, "observed_pairs", "n_items")
+    k_d = check_int(k_d, "k_d", 1, n_items, "observed_pairs", "n_items")
     if retriever_scores is not None:
         scores = np.asarray(retriever_scores)
         if scores.shape != (n_queries, n_items):
@@ -143,10 +143,9 @@ class MatrixFactorization:
             Their CE scores.
         """
         owner = type(self).__name__
-        if self.kind not in KINDS:
-            raise ParameterError("kind", f"one of {KINDS}", self.kind, owner)
-        _check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
-        _check_int(self.batch_size, "batch_size", 1, 2**31, owner, "2**31")
+        check_choice(self.kind, "kind", KINDS, owner)
+        check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
+        check_int(self.batch_size, "batch_size", 1, 2**31, owner, "2**31")
         from xenbench.crossencoder import resolve_device
 
         dev = resolve_device(self.device, owner=owner)
@@ -197,8 +196,7 @@ class MatrixFactorization:
     @torch.no_grad()
     def transform_queries(self, query_embeddings: np.ndarray) -> np.ndarray:
         """MF-IND query embeddings (nq, d) of DE embeddings of unseen queries: AXN's u_param."""
-        if not hasattr(self, "item_embeddings_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit first.")
+        check_is_fitted(self, "item_embeddings_", "fit")
         if self.kind != "ind":
             raise ParameterError("kind", "'ind' (MF-TRNS has no encoder for unseen queries)", self.kind,
                                  f"{type(self).__name__}.transform_queries")

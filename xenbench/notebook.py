@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from xenbench._io import pid_alive, write_text_atomic
+from xenbench._validation import PY_INT, check_int
 from xenbench.errors import DataError, ParameterError
 
 __all__ = [
@@ -787,8 +788,7 @@ def run_notebook(
     spec = load_spec(path)
     if not isinstance(kernel, str) or not kernel:
         raise ParameterError("kernel", "a Jupyter kernel name such as 'python3'", kernel, "run_notebook")
-    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
-        raise ParameterError("timeout", "an int >= 1 (seconds per cell)", timeout, "run_notebook")
+    check_int(timeout, "timeout", 1, None, "run_notebook", types=PY_INT, expected="an int >= 1 (seconds per cell)")
     if params is not None and "profile" in params:
         raise ParameterError("params", "values of the notebook's parameters; choose the profile with profile=",
                              dict(params), "run_notebook")

@@ -38,8 +38,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from xenbench.cur import NotFittedError, _check_int
-from xenbench.errors import ParameterError
+from xenbench._validation import check_array, check_choice, check_float, check_int, check_is_fitted
+from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import label_recall, mean_se
 
 __all__ = ["PefaXL", "PefaXS", "across_seeds", "choose_on_dev", "evaluate_per_query", "gain_by_seen_share",
@@ -89,10 +89,7 @@ def label_coverage(Y_train: sp.spmatrix, Y_eval: sp.spmatrix) -> float:
 
 
 def _unit_rows(X: object, name: str, owner: str) -> np.ndarray:
-    X = np.asarray(X)
-    if X.ndim != 2 or min(X.shape) < 1 or not np.issubdtype(X.dtype, np.floating) or not np.isfinite(X).all():
-        raise ParameterError(name, "a finite, non-empty float array of shape (rows, d)",
-                             f"{X.dtype} array of shape {X.shape}", owner)
+    X = check_array(X, name, owner, expected="a finite, non-empty float array of shape (rows, d)")
     norms = np.linalg.norm(X, axis=1)
     if not np.allclose(norms, 1.0, atol=1e-3):
         raise ParameterError(name, "L2-normalized rows (PEFA's scores are cosines)",
@@ -101,9 +98,7 @@ def _unit_rows(X: object, name: str, owner: str) -> np.ndarray:
 
 
 def _check_lam(lam: object, owner: str) -> float:
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
-        raise ParameterError("lam", "a float in [0, 1]", lam, owner)
-    return float(lam)
+    return check_float(lam, "lam", 0, 1, owner)
 
 
 def _ann(X: np.ndarray, kind: str, owner: str) -> faiss.Index:
@@ -161,11 +156,10 @@ class PefaXS:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of each test query (nq × d, L2-normalized): scores D and item rows I, (nq, k)."""
-        if not hasattr(self, "index_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(P, Q, Y) first.")
+        check_is_fitted(self, "index_", "fit(P, Q, Y)")
         owner = f"{type(self).__name__}.search"
         queries = _unit_rows(queries, "queries", owner)
-        k = _check_int(k, "k", 1, self.index_.ntotal, owner, "n_items")
+        k = check_int(k, "k", 1, self.index_.ntotal, owner, "n_items")
         return self.index_.search(queries, k)
 
 
@@ -193,7 +187,7 @@ class PefaXL:
         _check_lam(self.lam, owner)
         P, Q = _unit_rows(P, "P", owner), _unit_rows(Q, "Q", owner)
         self.Y_ = _check_Y(Y, Q.shape[0], P.shape[0], owner)
-        _check_int(self.n_neighbors, "n_neighbors", 1, Q.shape[0], owner, "number of training queries")
+        check_int(self.n_neighbors, "n_neighbors", 1, Q.shape[0], owner, "number of training queries")
         self.item_index_ = _ann(P, self.index, owner)
         self.query_index_ = _ann(Q, self.index, owner)
         return self
@@ -208,12 +202,11 @@ class PefaXL:
         I : ndarray of shape (nq, k), int64
             Item rows, best first (ties: lower row); -1 where fewer than k candidates exist.
         """
-        if not hasattr(self, "item_index_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call fit(P, Q, Y) first.")
+        check_is_fitted(self, "item_index_", "fit(P, Q, Y)")
         owner = f"{type(self).__name__}.search"
         queries = _unit_rows(queries, "queries", owner)
         n_items = self.item_index_.ntotal
-        k = _check_int(k, "k", 1, n_items, owner, "n_items")
+        k = check_int(k, "k", 1, n_items, owner, "n_items")
         lam, kk = float(self.lam), int(self.n_neighbors)
         D_p, I_p = self.item_index_.search(queries, k)  # the ERM's candidates, ⟨q̂, p_j⟩
         D_q, I_q = self.query_index_.search(queries, kk)  # NN(q̂, Q; k) and ⟨q̂, q_i⟩

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 
 __all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query", "holm"]
@@ -47,13 +48,6 @@ class Split(NamedTuple):
     dev: np.ndarray     # int64 (n_dev,)
     test: np.ndarray    # int64 (n_test,)
     seed: int
-
-
-def _int(value: Any, name: str, lo: int, owner: str, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
-        expected = f"an int in [{lo}, {hi}]" if hi is not None else f"an int >= {lo}"
-        raise ParameterError(name, expected, value, owner)
-    return int(value)
 
 
 def query_splits(n_queries: int, n_anchor: int, n_dev: int, seeds: Sequence[int], *,
@@ -85,18 +79,18 @@ def query_splits(n_queries: int, n_anchor: int, n_dev: int, seeds: Sequence[int]
     (3, 2, 5)
     """
     owner = "query_splits"
-    n = _int(n_queries, "n_queries", 3, owner)
-    k_q = _int(n_anchor, "n_anchor", 1, owner, n - 2)
-    n_dev = _int(n_dev, "n_dev", 1, owner, n - k_q - 1)
+    n = check_int(n_queries, "n_queries", 3, None, owner)
+    k_q = check_int(n_anchor, "n_anchor", 1, n - 2, owner)
+    n_dev = check_int(n_dev, "n_dev", 1, n - k_q - 1, owner)
     seeds = list(seeds)
     if not seeds:
         raise ParameterError("seeds", "a non-empty list of ints >= 0", seeds, owner)
-    seeds = [_int(s, "seeds", 0, owner) for s in seeds]
+    seeds = [check_int(s, "seeds", 0, None, owner) for s in seeds]
     if len(set(seeds)) != len(seeds):
         raise ParameterError("seeds", "distinct seeds", seeds, owner)
     n_test = n - k_q - n_dev
     if max_test is not None:
-        n_test = min(n_test, _int(max_test, "max_test", 1, owner))
+        n_test = min(n_test, check_int(max_test, "max_test", 1, None, owner))
     out = []
     for seed in seeds:
         perm = np.random.default_rng([seed, 7]).permutation(n)

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from xenbench._validation import NP_REAL_TYPES, check_array, check_float, check_int, check_seed, is_float, is_int
 from xenbench.cur import pinv_rtol
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
@@ -90,20 +91,8 @@ _CENTERS = (None, "rows", "both")
 # validation
 # ------------------------------------------------------------------------------------------------
 def _check_matrix(M: object, owner: str, name: str = "M") -> np.ndarray:
-    M = np.asarray(M)
-    if M.ndim != 2 or min(M.shape) < 1 or not np.issubdtype(M.dtype, np.floating):
-        raise ParameterError(name, "a non-empty float array of shape (n_queries, n_items)",
-                             f"{M.dtype} array of shape {M.shape}", owner)
-    if not np.isfinite(M).all():
-        raise ParameterError(name, "finite (no NaN or inf)", "an array with NaN or inf", owner)
-    return M
-
-
-def _check_int(value: object, name: str, lo: int, hi: int, owner: str, hi_name: str | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        bound = f"{hi_name}={hi}" if hi_name else f"{hi}"
-        raise ParameterError(name, f"an int in [{lo}, {bound}]", value, owner)
-    return int(value)
+    return check_array(M, name, owner, expected="a non-empty float array of shape (n_queries, n_items)",
+                       finite_expected="finite (no NaN or inf)")
 
 
 def _check_int_list(values: object, name: str, lo: int, hi: int, owner: str, hi_name: str) -> list[int]:
@@ -112,7 +101,7 @@ def _check_int_list(values: object, name: str, lo: int, hi: int, owner: str, hi_
         raise ParameterError(name, expected, values, owner)
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        if not is_int(v, lo, hi):
             raise ParameterError(name, expected, list(values), owner)
         out.append(int(v))
     if len(set(out)) != len(out):
@@ -239,8 +228,8 @@ def numerical_rank(M: np.ndarray, tol: float | None = None, *, s: np.ndarray | N
                                  "numerical_rank")
     if tol is None:
         tol = numpy_tolerance(M, s)
-    elif isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol >= 0:
-        raise ParameterError("tol", "None or a float >= 0", tol, "numerical_rank")
+    else:
+        check_float(tol, "tol", 0, None, "numerical_rank", types=NP_REAL_TYPES, expected="None or a float >= 0")
     return int(np.count_nonzero(s > tol))
 
 
@@ -277,7 +266,7 @@ def energy_rank(s: np.ndarray, thresholds: Sequence[float] = (0.9, 0.99)) -> dic
     energy = np.cumsum(np.sort(s)[::-1] ** 2)
     out = {}
     for t in thresholds:
-        if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 < t <= 1:
+        if not is_float(t, 0, 1, closed="right", types=NP_REAL_TYPES):
             raise ParameterError("thresholds", "a non-empty sequence of floats in (0, 1]", list(thresholds),
                                  "energy_rank")
         # Relative slack of a few ulps so that t = 1.0 (or an exact boundary) survives cumsum rounding.
@@ -412,15 +401,14 @@ def cur_grid(
     n_queries, n_items = M.shape
     if n_queries < 2:
         raise ParameterError("M", "a matrix with at least 2 queries (anchor and test)", f"shape {M.shape}", owner)
-    n_test = _check_int(n_test, "n_test", 1, n_queries - 1, owner, "n_queries - 1")
+    n_test = check_int(n_test, "n_test", 1, n_queries - 1, owner, f"n_queries - 1={n_queries - 1}")
     n_pool = n_queries - n_test
     k_qs = _check_int_list(k_q_values, "k_q_values", 1, n_pool, owner, "n_queries - n_test")
     k_is = _check_int_list(k_i_values, "k_i_values", 1, n_items, owner, "n_items")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ParameterError("seed", "a non-negative int", seed, owner)
-    k = _check_int(k, "k", 1, n_items, owner, "n_items")
+    check_seed(seed, owner)
+    k = check_int(k, "k", 1, n_items, owner, f"n_items={n_items}")
     if budget is not None:
-        budget = _check_int(budget, "budget", 1, n_items, owner, "n_items")
+        budget = check_int(budget, "budget", 1, n_items, owner, f"n_items={n_items}")
 
     rng = np.random.default_rng(seed)
     query_order = rng.permutation(n_queries)
@@ -587,11 +575,8 @@ def load_matrices(
     owner = "load_matrices"
     if isinstance(ces, (str, bytes)) or not isinstance(ces, Sequence) or not ces or len(set(ces)) != len(ces):
         raise ParameterError("ces", "a non-empty sequence of distinct store names", ces, owner)
-    if max_queries is not None and (isinstance(max_queries, bool) or not isinstance(max_queries, (int, np.integer))
-                                    or max_queries < 1):
-        raise ParameterError("max_queries", "None or an int >= 1", max_queries, owner)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ParameterError("seed", "a non-negative int", seed, owner)
+    check_int(max_queries, "max_queries", 1, None, owner, allow_none=True)
+    check_seed(seed, owner)
     stores = {ce: ScoreStore.open(Path(scores_dir) / ce) for ce in ces}
     first = ces[0]
     ids = (stores[first].attrs.get("query_ids"), stores[first].attrs.get("item_ids"))

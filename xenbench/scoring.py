@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from xenbench import __version__
+from xenbench._validation import check_int
 from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
@@ -99,13 +100,6 @@ class ScoreTiming:
 # -- parameters -----------------------------------------------------------------------------------
 
 
-def _check_int(name: str, value: Any, owner: str, *, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ParameterError(name, "an int >= 1" + (" or None" if allow_none else ""), value, owner)
-
-
 def _check_common(ce: Any, queries: Any, items: Any, batch_size: Any, precision: Any, owner: str) -> None:
     if not isinstance(ce, CrossEncoder):
         raise ParameterError("ce", "a xenbench CrossEncoder (build_cross_encoder / load_cross_encoder)",
@@ -119,7 +113,7 @@ def _check_common(ce: Any, queries: Any, items: Any, batch_size: Any, precision:
         if bad is not None:
             raise ParameterError(name, f"a sequence of {kind.__name__} (entry {bad} is not)",
                                  type(seq[bad]).__name__, owner)
-    _check_int("batch_size", batch_size, owner, allow_none=True)
+    check_int(batch_size, "batch_size", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     if precision not in ("fp32", "bf16", "fp16"):
         raise ParameterError("precision", "'fp32', 'bf16' or 'fp16'", precision, owner)
 
@@ -356,7 +350,7 @@ def score_matrix(
     """
     owner = "score_matrix"
     _check_common(ce, queries, items, batch_size, precision, owner)
-    _check_int("query_chunk", query_chunk, owner, allow_none=True)
+    check_int(query_chunk, "query_chunk", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     dev = resolve_device(device)
     if batch_size is None and out is not None and (Path(out) / "zarr.json").is_file():
         batch_size = ScoreStore.open(out).attrs.get("batch_size")  # a resume keeps the store's batches (same bits)
@@ -713,7 +707,7 @@ def run_score_job(
     if chunk_pairs is not None:
         if query_chunk is not None:
             raise ParameterError("chunk_pairs", "None when query_chunk is given (choose one)", chunk_pairs, owner)
-        _check_int("chunk_pairs", chunk_pairs, owner)
+        check_int(chunk_pairs, "chunk_pairs", 1, None, owner)
         query_chunk = max(1, math.ceil(chunk_pairs / len(items)))
     domain = dataset.name.split(":", 1)[1] if ":" in dataset.name else dataset.name
     manifest = {"model": name, "dataset": dataset.name, "domain": domain, "seed": seed}

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xenbench.cur import _check_int
+from xenbench._validation import check_float, check_int
 from xenbench.data import Dataset, load_dataset
 from xenbench.errors import DataError, ParameterError
 
@@ -40,9 +40,7 @@ class ThreeWaySplit(NamedTuple):
 
 
 def _fraction(x: object, name: str, owner: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 < x < 1.0:
-        raise ParameterError(name, "a float in (0, 1)", x, owner)
-    return float(x)
+    return check_float(x, name, 0, 1, owner, closed="neither")
 
 
 def gold_groups(dataset: Dataset) -> np.ndarray:
@@ -85,7 +83,7 @@ def split_by_item(groups: Sequence[int], eval_fraction: float = 0.5, dev_fractio
                              f"{groups.dtype} array of shape {groups.shape}", owner)
     eval_fraction = _fraction(eval_fraction, "eval_fraction", owner)
     dev_fraction = _fraction(dev_fraction, "dev_fraction", owner)
-    seed = _check_int(seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
+    seed = check_int(seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
     rng = np.random.default_rng(seed)
     is_eval = np.zeros(groups.size, bool)
     for g in np.unique(groups[groups >= 0]):  # sorted labels: the draw depends on the seed only
@@ -106,10 +104,10 @@ def split_by_item(groups: Sequence[int], eval_fraction: float = 0.5, dev_fractio
 def split_like(n: int, n_dev: int, n_test: int, *, seed: int = 0) -> ThreeWaySplit:
     """Random split of ``n`` query rows with ``n_dev`` dev and ``n_test`` test queries (the rest train)."""
     owner = "split_like"
-    n = _check_int(n, "n", 3, 2**63 - 1, owner, "2**63 - 1")
-    n_dev = _check_int(n_dev, "n_dev", 1, n - 2, owner, "n - 2")
-    n_test = _check_int(n_test, "n_test", 1, n - 1 - n_dev, owner, "n - 1 - n_dev")
-    seed = _check_int(seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
+    n = check_int(n, "n", 3, 2**63 - 1, owner, "2**63 - 1")
+    n_dev = check_int(n_dev, "n_dev", 1, n - 2, owner, "n - 2")
+    n_test = check_int(n_test, "n_test", 1, n - 1 - n_dev, owner, "n - 1 - n_dev")
+    seed = check_int(seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
     perm = np.random.default_rng(seed).permutation(n)
     return ThreeWaySplit(np.sort(perm[n_dev + n_test:]), np.sort(perm[:n_dev]), np.sort(perm[n_dev:n_dev + n_test]))
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from xenbench._validation import PY_INT, check_int
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import ParameterError
 
@@ -180,9 +181,7 @@ def sample_queries(dataset: Dataset, max_queries: int | None = None, seed: int =
     ParameterError
         If ``max_queries`` is not ``None`` or an int >= 1.
     """
-    if max_queries is not None and (isinstance(max_queries, bool) or not isinstance(max_queries, int)
-                                    or max_queries < 1):
-        raise ParameterError("max_queries", "None or an int >= 1", max_queries, "sample_queries")
+    check_int(max_queries, "max_queries", 1, None, "sample_queries", allow_none=True, types=PY_INT)
     with_gold = [q for q in dataset.queries if dataset.gold.get(q.id)]
     if max_queries is None or max_queries >= len(with_gold):
         return with_gold
@@ -235,8 +234,7 @@ def baseline_accuracy(
     from xenbench.data import load_dataset
     from xenbench.linking import accuracy_at_k, gold_rows
 
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ParameterError("k", "an int >= 1", k, "baseline_accuracy")
+    check_int(k, "k", 1, None, "baseline_accuracy", types=PY_INT)
     built = {name: (r() if isinstance(r, type) or not hasattr(r, "fit") else r)
              for name, r in (retrievers or _default_retrievers(device)).items()}
     rows = []
@@ -259,8 +257,7 @@ def sample_pairs(dataset: Dataset, n_queries: int | None, n_items: int | None, s
                  ) -> tuple[list[Query], list]:
     """A seeded sample of ``n_queries`` queries (with gold) and ``n_items`` items, each in dataset order."""
     queries = sample_queries(dataset, n_queries, seed)
-    if n_items is not None and (isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 1):
-        raise ParameterError("n_items", "None or an int >= 1", n_items, "sample_pairs")
+    check_int(n_items, "n_items", 1, None, "sample_pairs", allow_none=True, types=PY_INT)
     items = dataset.items
     if n_items is not None and n_items < len(items):
         keep = np.sort(np.random.default_rng(seed + 1).choice(len(items), size=n_items, replace=False))

@@ -52,6 +52,7 @@ from typing import Any, Literal
 import numpy as np
 
 from xenbench._io import pid_alive, write_text_atomic
+from xenbench._validation import check_int, is_int
 from xenbench.errors import DataError, ParameterError
 
 __all__ = ["ScoreStore", "STORE_FORMAT", "ids_fingerprint", "writer_lock"]
@@ -216,16 +217,15 @@ class ScoreStore:
         """
         owner = "ScoreStore.create"
         for name, n in (("n_queries", n_queries), ("n_items", n_items)):
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise ParameterError(name, "an int >= 1", n, owner)
+            check_int(n, name, 1, None, owner)
         if not isinstance(chunks, (tuple, list)) or len(chunks) != 2:
             raise ParameterError("chunks", "a pair (q_chunk, i_chunk)", chunks, owner)
         q_chunk, i_chunk = chunks
-        if isinstance(q_chunk, bool) or not isinstance(q_chunk, (int, np.integer)) or q_chunk < 1:
+        if not is_int(q_chunk, 1):
             raise ParameterError("chunks", "a pair whose q_chunk is an int >= 1", chunks, owner)
         if i_chunk is None:
             i_chunk = min(int(n_items), max(1, _MAX_CHUNK_BYTES // (4 * int(q_chunk))))
-        elif isinstance(i_chunk, bool) or not isinstance(i_chunk, (int, np.integer)) or i_chunk < 1:
+        elif not is_int(i_chunk, 1):
             raise ParameterError("chunks", "a pair whose i_chunk is an int >= 1 or None", chunks, owner)
         path = Path(path)
         if path.exists() and not overwrite:
@@ -335,8 +335,7 @@ class ScoreStore:
 
     def chunk_rows(self, k: int) -> tuple[int, int]:
         """Rows ``(start, stop)`` of block ``k``."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < self.n_chunks:
-            raise ParameterError("k", f"a block index in [0, {self.n_chunks - 1}]", k, "ScoreStore")
+        check_int(k, "k", 0, self.n_chunks - 1, "ScoreStore", expected=f"a block index in [0, {self.n_chunks - 1}]")
         start = int(k) * self.chunks[0]
         return start, min(start + self.chunks[0], self.shape[0])
 

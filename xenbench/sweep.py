@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from xenbench._io import write_text_atomic
+from xenbench._validation import PY_INT, check_choice, check_int
 from xenbench.errors import ParameterError
 from xenbench.notebook import load_spec, notebook_path, parse_cli_params, profile_values, run_notebook, run_stem
 
@@ -159,10 +160,8 @@ def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: st
     spec = load_spec(notebook)
     if not values:
         raise ParameterError("values", "at least one swept parameter (-p NAME V1 V2 ...)", values, owner)
-    if backend not in ("local", "ray"):
-        raise ParameterError("backend", "'local' or 'ray'", backend, owner)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ParameterError("jobs", "an int >= 1", jobs, owner)
+    check_choice(backend, "backend", ("local", "ray"), owner, expected="'local' or 'ray'")
+    check_int(jobs, "jobs", 1, None, owner, types=PY_INT)
     parsed: dict[str, list[Any]] = {}
     for name, texts in values.items():
         texts = list(texts)
