@@ -1,4 +1,10 @@
-"""Domain exceptions. Every message says what was wrong, where, and what was expected."""
+"""Domain exceptions, all of them. Every message says what was wrong, where, and what was expected.
+
+Every error xenbench raises on purpose derives from :class:`XenbenchError` and from the builtin it
+refines (``ValueError``, ``AttributeError``, ``RuntimeError``), so ``except ValueError`` keeps working.
+Older import paths stay valid: ``xenbench.cur.NotFittedError`` and ``xenbench.metrics.BudgetExceededError``
+are these classes.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,3 +35,7 @@ class ParameterError(XenbenchError, ValueError):
 
 class NotFittedError(XenbenchError, AttributeError):
     """An estimator was used before ``fit``."""
+
+
+class BudgetExceededError(XenbenchError, RuntimeError):
+    """A method asked for more CE calls than its budget B_CE allows."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from xenbench._validation import check_int
-from xenbench.errors import ParameterError, XenbenchError
+from xenbench.errors import BudgetExceededError, ParameterError
 
 __all__ = [
     "BudgetCounter",
@@ -37,10 +37,6 @@ __all__ = [
     "topk_indices",
     "topk_recall",
 ]
-
-
-class BudgetExceededError(XenbenchError, RuntimeError):
-    """A method asked for more CE calls than its budget B_CE allows."""
 
 
 # ----------------------------------------------------------------------------------------------
