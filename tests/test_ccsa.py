@@ -259,3 +259,15 @@ def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
     pd.testing.assert_frame_equal(again.by_reg, res.by_reg)  # same seeds, same numbers
     with pytest.raises(ParameterError, match="'seeds' parameter of study"):
         study(X, X, queries, relevant, seeds=[0, 0], **kw)
+
+
+def test_faiss_baselines_name_a_training_set_too_small_for_the_quantizers():
+    import scipy.sparse as sp
+
+    from xenbench.ccsa import faiss_baselines
+
+    X = _clustered(100, d=16)
+    with pytest.raises(ParameterError, match=r"'train' parameter of faiss_baselines must be at least 256 rows to "
+                                             r"train 4 IVF lists, PQ1x8 and OPQ. Got '100 rows'"):
+        faiss_baselines(X, X, X[:10], 4, [1], exact=np.zeros((10, 5), np.int64), relevant=sp.csr_matrix((10, 100)),
+                        split=np.array(["dev", "test"] * 5, dtype=object), pq=(1, 8))

@@ -83,20 +83,21 @@ def _repo() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def small_beir(root: Path, n_items: int = 40, n_queries: int = 36) -> Path:
-    """A user's BEIR folder big enough for the ADACUR/AXN protocols: every query names one item."""
+def small_beir(root: Path, n_items: int = 40, n_queries: int = 36, n_gold: int = 12) -> Path:
+    """A user's BEIR folder big enough for the ADACUR/AXN protocols: every query names one of the first ``n_gold``
+    items (so items have several queries, as PEFA's in-domain split needs)."""
     folder = root / "small-beir"
     (folder / "qrels").mkdir(parents=True)
     rng = np.random.default_rng(0)
     names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_items]
     items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {rng.choice(WORDS)} near the {rng.choice(WORDS)}"}
              for k, n in enumerate(names)]
-    queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % n_items]} and the {rng.choice(WORDS)}"}
+    queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % n_gold]} and the {rng.choice(WORDS)}"}
                for k in range(n_queries)]
     (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
     (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
     (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k % n_items}\t1\n" for k in range(n_queries)),
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k % n_gold}\t1\n" for k in range(n_queries)),
         encoding="utf-8")
     return folder
 
@@ -122,3 +123,52 @@ def test_adacur_and_axn_notebooks_score_your_data_on_demand(tmp_path, monkeypatc
         results = json.loads(next(reports.glob(f"{name}.quick.beir-small-beir.cls-ce.results.json"))
                              .read_text(encoding="utf-8"))
         assert results["results"]["params"]["model"] == model
+
+
+def small_zeshel(root: Path, n_entities: int = 40, n_mentions: int = 36) -> Path:
+    """A ZESHEL world big enough for the protocols, with only mentions/test.json."""
+    folder = root / "small-zeshel"
+    (folder / "documents").mkdir(parents=True)
+    (folder / "mentions").mkdir()
+    names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_entities]
+    docs = [{"document_id": f"e{k}", "title": n, "text": f"{n} is an entity of this world number {k}"}
+            for k, n in enumerate(names)]
+    text = " ".join(f"then {names[k % n_entities]} came" for k in range(n_mentions))
+    context = {"document_id": "ctx", "title": "story", "text": text}
+    mentions = [{"mention_id": f"m{k}", "context_document_id": "ctx", "corpus": "w", "start_index": 3 * k + 1,
+                 "end_index": 3 * k + 1, "text": names[k % n_entities], "label_document_id": f"e{k % n_entities}"}
+                for k in range(n_mentions)]
+    (folder / "documents" / "w.json").write_text("".join(json.dumps(r) + "\n" for r in [*docs, context]),
+                                                 encoding="utf-8")
+    (folder / "mentions" / "test.json").write_text("".join(json.dumps(r) + "\n" for r in mentions), encoding="utf-8")
+    return folder
+
+
+def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
+    """02 (on stores scored by step 2), 05 and 06 on a user's BEIR folder; 04 on a ZESHEL world (scored on demand)."""
+    monkeypatch.setenv("CI", "true")
+    beir, zeshel = f"beir:{small_beir(tmp_path)}", f"zeshel:{small_zeshel(tmp_path)}:w@test"
+    larger = f"beir:{small_beir(tmp_path / 'larger', n_items=144, n_queries=260)}"  # faiss's OPQ trains on >= d rows
+    assert len(load_dataset(zeshel).queries) == 36
+    reports, scores = tmp_path / "reports", tmp_path / "scores"
+    for ce in ("cls-ce", "emb-ce"):
+        assert main(["score", str(_repo() / "models" / ce), beir, "--out", str(scores / ce)]) == 0
+    runs = {
+        "02_rank_cls_vs_emb": ["-p", "scores_dir", str(scores), "-p", "k_q_values", "[5, 10]", "-p", "k_i_values",
+                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5",
+                               "-p", "max_queries", "null"],
+        "05_pefa_lambda": ["-p", "datasets", f"[{beir}]", "-p", "splits", "[random]", "-p", "k_values", "[1, 5]",
+                           "-p", "n_neighbors", "[4]", "-p", "n_seeds", "1"],
+        "06_ccsa_balance": ["-p", "dataset", larger, "-p", "n_chunks", "3", "-p", "chunk_size", "4", "-p", "batch_size",
+                            "20", "-p", "batch_sizes", "[10, 20]", "-p", "steps", "5", "-p", "k", "5", "-p", "m", "10",
+                            "-p", "nprobes", "[1, 2]", "-p", "shortlist", "20", "-p", "binary_bits", "8",
+                            "-p", "n_eval_queries", "20", "-p", "seeds", "[0]"],
+        "04_axn_lambda": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
+                          "-p", "max_items", "null", "-p", "max_test_queries", "null", "-p", "k_values", "[1, 5]",
+                          "-p", "n_rounds", "2", "-p", "split_seeds", "[0]", "-p", "n_anchor_queries", "14",
+                          "-p", "dev_queries", "8", "-p", "budgets", "[10]", "-p", "first_round_seeds", "[0]",
+                          "-p", "mf_items_per_query", "10", "-p", "mf_epochs", "1"],
+    }
+    for name, params in runs.items():
+        assert main(["run", name, "--out", str(reports), *params]) == 0, name
+        assert len(list(reports.glob(f"{name}.quick.*.results.json"))) == 1, name  # named after the data

@@ -483,6 +483,12 @@ def faiss_baselines(train: np.ndarray, items: np.ndarray, queries: np.ndarray, n
     T = np.ascontiguousarray(train, dtype=np.float32)
     d = X.shape[1]
     M, nbits = pq
+    # k-means of the IVF lists and of each PQ sub-quantizer; OPQ's d x d rotation: with fewer than d training rows
+    # faiss's OPQ training corrupts the heap and kills the process (measured: d = 384, 383 rows crash, 384 train).
+    need = max(int(n_lists), 2**int(nbits), 256, d)
+    if len(T) < need:
+        raise ParameterError("train", f"at least {need} rows to train {n_lists} IVF lists, PQ{M}x{nbits} and OPQ",
+                             f"{len(T)} rows", "faiss_baselines")
     specs = {"IVF-Flat": f"IVF{n_lists},Flat", "IVF-PQ": f"IVF{n_lists},PQ{M}x{nbits}",
              "OPQ+IVF-PQ": f"OPQ{M},IVF{n_lists},PQ{M}x{nbits}"}
     threads = faiss.omp_get_max_threads()

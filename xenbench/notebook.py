@@ -644,7 +644,7 @@ _PLOTLY_INLINE = re.compile(r'<script[^>]*>\s*/\*\*\s*\* plotly\.js v([0-9][\w.-
 
 
 #: Parameters that say *what* a notebook ran on; a run that changes one gets its own report names.
-IDENTITY_PARAMS = ("dataset", "ce", "ces", "model", "scores_dir", "eval_datasets")
+IDENTITY_PARAMS = ("dataset", "datasets", "ce", "ces", "model", "scores_dir", "eval_datasets")
 
 
 def _slug(value: Any) -> str:
