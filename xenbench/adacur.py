@@ -75,6 +75,7 @@ __all__ = [
     "rank_by_exact",
     "rerank_baseline",
     "round_sizes",
+    "search_device",
 ]
 
 logger = logging.getLogger(__name__)
@@ -877,6 +878,18 @@ def _check_prior(prior_scores: object, prior_weight: float, n_queries: int, n_it
         raise ParameterError("prior_scores", f"a finite float array of shape ({n_queries}, {n_items})",
                              f"{prior.dtype} array of shape {prior.shape}", owner)
     return prior
+
+
+def search_device(device: str | torch.device, owner: str) -> torch.device:
+    """The torch device of an ADACUR / AXN search: :func:`xenbench.crossencoder.resolve_device` for float64.
+
+    ``"auto"`` is CUDA when available, else CPU (not MPS: the searches compute in float64). Raises one
+    :class:`ParameterError` naming ``device`` and ``owner`` for a string that is not a device, ``"cuda"``
+    on a machine without CUDA, or ``"mps"``.
+    """
+    from xenbench.crossencoder import resolve_device
+
+    return resolve_device(device, owner=owner, float64=True)
 
 
 class AdaCur:

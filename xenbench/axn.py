@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from xenbench.adacur import AdaCur, AdaCurResult
+from xenbench.adacur import AdaCur, AdaCurResult, search_device
 from xenbench._validation import check_array, check_float, check_int, check_is_fitted
 from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
-from xenbench.experiments import RoundTrace, search_device, trace_from_result
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
+from xenbench.trace import RoundTrace, trace_from_result
 
 __all__ = ["PAIRS", "Axn", "lambda_sweep", "paired_comparisons", "prior_scale", "protocol_runs", "protocol_summary",
            "round_trace"]
@@ -57,7 +57,7 @@ class Axn:
     device : str or torch.device, optional
         Device of the batched implementation: ``"auto"`` (the default, also for None) is CUDA when
         available, else CPU; or ``"cpu"``, ``"cuda"``, ``"cuda:<k>"``. Checked in :meth:`fit`
-        (:func:`xenbench.experiments.search_device`).
+        (:func:`xenbench.adacur.search_device`).
     batch_size : int, optional
         Test queries per batched chunk (default: bounded working set).
 

@@ -65,11 +65,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline
+from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline, search_device
 from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.cur import AnnCur
 from xenbench.errors import ParameterError
-from xenbench.metrics import BudgetCounter, approximation_errors, mean_se, recall_under_budget, topk_indices
+from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
+from xenbench.trace import RoundTrace, trace_from_result  # re-exported: lives in the methods layer (axn uses it)
 
 __all__ = [
     "ALPHA",
@@ -145,18 +146,6 @@ class QuerySplit(NamedTuple):
 
     anchor: np.ndarray  # Q_anc rows, int64 (k_q,)
     test: np.ndarray    # test rows, int64 (n_test,)
-
-
-def search_device(device: str | torch.device, owner: str) -> torch.device:
-    """The torch device of an ADACUR / AXN search: :func:`xenbench.crossencoder.resolve_device` for float64.
-
-    ``"auto"`` is CUDA when available, else CPU (not MPS: the searches compute in float64). Raises one
-    :class:`ParameterError` naming ``device`` and ``owner`` for a string that is not a device, ``"cuda"``
-    on a machine without CUDA, or ``"mps"``.
-    """
-    from xenbench.crossencoder import resolve_device
-
-    return resolve_device(device, owner=owner, float64=True)
 
 
 def split_rows(n: int, n_anchor_queries: int, seed: int = 0, *, max_test: int | None = None) -> QuerySplit:
@@ -612,66 +601,6 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
 # ==============================================================================================
 # one query, round by round (Fig. 6 / 8)
 # ==============================================================================================
-@dataclass
-class RoundTrace:
-    """Exact and approximate scores of one test query after every round of ADACUR.
-
-    Attributes
-    ----------
-    query_row : int
-        Row of M.
-    exact : ndarray of shape (n_items,)
-        Exact CE scores f(q, ·).
-    approx : ndarray of shape (n_rounds, n_items)
-        ``approx[t]``: ŝ from the anchors of rounds 0..t (Alg. 2 after Alg. 1 line 15 of round t);
-        the last row is the final ŝ (Alg. 1 line 16).
-    anchors : list of ndarray
-        ``anchors[t]``: the k_s anchor items I_anc^(t) chosen in round t, in order.
-    retrieved : ndarray of shape (B_CE − k_i,)
-        Items retrieved by the final ŝ and scored (split variant; empty for No-Split).
-    budget, n_anchor_items, sampler
-        The configuration (B_CE, k_i, sampler).
-    """
-
-    query_row: int
-    exact: np.ndarray
-    approx: np.ndarray
-    anchors: list[np.ndarray]
-    retrieved: np.ndarray
-    budget: int
-    n_anchor_items: int
-    sampler: str
-
-    @property
-    def n_rounds(self) -> int:
-        return len(self.anchors)
-
-    def anchors_until(self, t: int) -> np.ndarray:
-        """I_anc after round t (rounds 0..t), in the order chosen."""
-        return np.concatenate(self.anchors[:t + 1])
-
-    def summary(self, k_values: Sequence[int] = (1, 10, 100)) -> pd.DataFrame:
-        """One row per round: anchors so far, share of the exact top-k among them, approximate rank
-        of the exact top-1 item (1 = best), and the mean absolute error of ŝ on all items, on the
-        exact top-10 items and on the anchors ([ADACUR] Fig. 7 for one query)."""
-        n_items = self.exact.size
-        ks = [k for k in k_values if k <= n_items]
-        order = np.argsort(-self.exact.astype(np.float64), kind="stable")
-        top1 = order[0]
-        out = []
-        for t in range(self.n_rounds):
-            anchors = self.anchors_until(t)
-            approx = self.approx[t]
-            row: dict[str, Any] = {"round": t + 1, "n_anchors": anchors.size}
-            for k in ks:
-                row[f"top{k}_in_anchors"] = float(np.isin(order[:k], anchors).mean())
-            row["approx_rank_of_top1"] = int((approx > approx[top1]).sum() + 1)
-            err = approximation_errors(self.exact[None], approx[None], min(10, n_items), anchors[None])
-            row.update({"mae_all": err["all"], "mae_top10": err["topk"], "mae_anchors": err["anchors"]})
-            out.append(row)
-        return pd.DataFrame(out)
-
-
 def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int, n_rounds: int = 5,
                 sampler: str = "topk", anchor_fraction: float | None = None, temperature: float = 1.0,
                 seed: int = 0, candidates: np.ndarray | None = None,
@@ -718,18 +647,6 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     cand = None if candidates is None else np.asarray(candidates)[None, :]
     res = ada.run(M[[query_row]], candidates=cand, query_ids=np.array([query_row]), trace_query=0, return_approx=True)
     return trace_from_result(res, query_row, M[query_row], budget, sampler)
-
-
-def trace_from_result(result: Any, query_row: int, exact: np.ndarray, budget: int, sampler: str) -> RoundTrace:
-    """The :class:`RoundTrace` of a one-query :class:`~xenbench.adacur.AdaCurResult` run with
-    ``trace_query=0, return_approx=True`` (ADACUR here, AXN in :func:`xenbench.axn.round_trace`)."""
-    anchor_records = [r for r in result.rounds if r.phase == "anchors"]
-    # RoundRecord t holds the ŝ that chose round t's anchors, i.e. ŝ after rounds 0..t-1.
-    approx = np.stack([r.approx_scores for r in anchor_records[1:]] + [result.approx_scores[0]]).astype(np.float64)
-    retrieved = [r.items[0] for r in result.rounds if r.phase == "retrieve"]
-    return RoundTrace(int(query_row), np.asarray(exact, dtype=np.float64), approx, [r.items[0] for r in anchor_records],
-                      retrieved[0] if retrieved else np.zeros(0, np.int64), budget,
-                      int(result.anchors.shape[1]), sampler)
 
 
 def standard_comparisons(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
