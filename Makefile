@@ -42,6 +42,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_scoring.py --ce models/cls-ce --n-queries 20 --n-items 100
 	$(BIN)/python benchmarks/bench_adacur.py --matrix data/scores/noun.cognition/cls-ce --n-test 501 --n-anchor-queries 500
+	$(BIN)/python benchmarks/bench_openmp_wait.py
 
 # Record the last `make full` as the reference run and regenerate the README's findings from it.
 findings: setup
