@@ -4,11 +4,11 @@ Every ``import`` of a xenbench module is checked, at module level or inside a fu
 are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest first:
 
 ====  =================  ===============================================================
- 0    base               the package root (``__version__``), errors, _validation, _io, _ray, integrity
+ 0    base               the package root (``__version__``), errors, _validation, _io, _ray, integrity, metrics
  1    data               data, wordnet
  2    models, stores     crossencoder, retrievers, store, scoring
  3    data via models    linking, corpus, splits, stats, train
- 4    methods            metrics, trace, cur, adacur, axn, mf, pefa, ccsa, rank, protocol
+ 4    methods            trace, cur, adacur, axn, mf, pefa, ccsa, rank, protocol
  5    drivers            experiments
  6    presentation       findings, plots, widgets
  7    entry points       notebook, sweep, cli
@@ -29,11 +29,11 @@ import xenbench
 PACKAGE = Path(xenbench.__file__).parent
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "integrity"}),
+    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "integrity", "metrics"}),
     ("data", {"data", "wordnet"}),
     ("models, stores", {"crossencoder", "retrievers", "store", "scoring"}),
     ("data via models", {"linking", "corpus", "splits", "stats", "train"}),
-    ("methods", {"metrics", "trace", "cur", "adacur", "axn", "mf", "pefa", "ccsa", "rank", "protocol"}),
+    ("methods", {"trace", "cur", "adacur", "axn", "mf", "pefa", "ccsa", "rank", "protocol"}),
     ("drivers", {"experiments"}),
     ("presentation", {"findings", "plots", "widgets"}),
     ("entry points", {"notebook", "sweep", "cli"}),

@@ -457,6 +457,8 @@ def _sync(device: torch.device) -> None:
 def _topk_stable(keys: torch.Tensor, k: int) -> torch.Tensor:
     """Row-wise top-k of ``keys`` (nq, n) in the shared order (key desc, index asc).
 
+    The torch twin of :func:`xenbench.metrics.topk_indices`: the one tie rule of :mod:`xenbench.metrics`
+    ("Ties": higher key first, equal keys by lower index; tests/test_topk.py checks that they agree).
     ``torch.topk`` does not specify its order among ties, so rows where the k-th value is tied with
     an unselected item (the (k+1)-th value equals it) fall back to a full stable sort, and the selected
     items are re-ordered by (key desc, index asc). Ties are rare (exact duplicates, or -inf masks),

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from xenbench.crossencoder import bundled_backbone, resolve_device
 from xenbench.data import Item, Query
 from xenbench.errors import ParameterError
+from xenbench.metrics import topk_indices
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,23 @@ def item_text(item: Item) -> str:
     return f"{item.title}: {item.text}" if item.title else item.text
 
 
+_TOPK_ROWS = 1024  # queries per block of topk: bounds the working set of topk_indices on a whole domain
+
+
 def topk(scores: torch.Tensor | np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k per row of ``scores`` (nq, nb) -> ``(D, I)``, D float32 (nq, k), I int64 (nq, k)."""
-    s = torch.as_tensor(scores)
+    """Exact top-k per row of ``scores`` (nq, nb) -> ``(D, I)``, D float32 (nq, k), I int64 (nq, k).
+
+    The scores are compared in float32; ``k`` above nb returns all nb items. Order and ties follow the one
+    rule of :mod:`xenbench.metrics` (higher score first, equal scores by lower item index):
+    :func:`xenbench.metrics.topk_indices` on blocks of rows.
+    """
+    s = torch.as_tensor(scores).float().numpy()
     k = min(k, s.shape[1])
-    d, i = torch.topk(s.float(), k, dim=1)
-    return d.numpy().astype(np.float32), i.numpy().astype(np.int64)
+    if k == 0:
+        return np.zeros((s.shape[0], 0), np.float32), np.zeros((s.shape[0], 0), np.int64)
+    I = np.concatenate([topk_indices(s[start:start + _TOPK_ROWS], k) for start in range(0, s.shape[0], _TOPK_ROWS)]) \
+        if s.shape[0] else np.zeros((0, k), np.int64)
+    return np.take_along_axis(s, I, axis=1).astype(np.float32, copy=False), I
 
 
 class DualEncoder:
