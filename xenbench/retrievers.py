@@ -16,6 +16,7 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from tqdm.auto import tqdm
 
+from xenbench._validation import check_is_fitted
 from xenbench.crossencoder import bundled_backbone, resolve_device
 from xenbench.data import Item, Query
 from xenbench.errors import ParameterError
@@ -133,6 +134,7 @@ class DualEncoder:
 
     def scores(self, queries: Sequence[Query]) -> np.ndarray:
         """Cosine scores (nq, nb) against the fitted items."""
+        check_is_fitted(self, "item_embeddings_", "fit(items)")
         return self.embed_queries(queries) @ self.item_embeddings_.T
 
     def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -158,6 +160,7 @@ class TfidfRetriever:
 
     def scores(self, queries: Sequence[Query]) -> np.ndarray:
         """Cosine scores (nq, nb), dense float32."""
+        check_is_fitted(self, "vectorizer_", "fit(items)")
         q = self.vectorizer_.transform([query.text for query in queries])
         return np.asarray((q @ self.item_matrix_.T).todense(), dtype=np.float32)
 
