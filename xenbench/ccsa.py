@@ -654,13 +654,13 @@ def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = (
     """Mean over seeds per group ``by`` of each of ``columns`` present, with ``<col>_lo``/``<col>_hi`` (t-interval
     across seeds; NaN with one seed) and ``n_seeds``. With one seed, ``recall_se``/``gold_recall_se`` stay the
     per-query standard errors; with several they become the standard error across seeds."""
-    from xenbench.protocol import _t_interval
+    from xenbench.protocol import t_interval
 
     out = []
     for key, g in rows.groupby(list(by), sort=False, dropna=False):
         rec = dict(zip(by, key if isinstance(key, tuple) else (key,)))
         for col in (c for c in columns if c in g):
-            mean, lo, hi = _t_interval(g[col].to_numpy(np.float64), confidence)
+            mean, lo, hi = t_interval(g[col].to_numpy(np.float64), confidence)
             rec.update({col: mean, f"{col}_lo": lo, f"{col}_hi": hi})
             if f"{col}_se" in g:
                 rec[f"{col}_se"] = (float(g[f"{col}_se"].iloc[0]) if len(g) == 1 else

@@ -35,7 +35,7 @@ import pandas as pd
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 
-__all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query", "holm"]
+__all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query", "holm", "t_interval"]
 
 
 class Split(NamedTuple):
@@ -150,7 +150,8 @@ def at_chosen(results_test: pd.DataFrame, chosen: pd.DataFrame, by: Sequence[str
     return results_test.merge(chosen[keys].drop_duplicates(), on=keys, how="inner").reset_index(drop=True)
 
 
-def _t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
+def t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of ``values`` and its two-sided t-interval (NaN bounds for fewer than 2 values)."""
     from scipy import stats
 
     mean = float(values.mean())
@@ -195,7 +196,7 @@ def summarize(per_run: pd.DataFrame, by: Sequence[str], *, value: str = "recall"
     out = []
     for key, g in df.groupby(by, sort=True, dropna=False):
         v = g[value].to_numpy(np.float64)
-        mean, lo, hi = _t_interval(v, confidence)
+        mean, lo, hi = t_interval(v, confidence)
         key = key if isinstance(key, tuple) else (key,)
         out.append({**dict(zip(by, key)), "mean": mean, "lo": lo, "hi": hi,
                     "sd_runs": float(v.std(ddof=1)) if v.size > 1 else float("nan"), "min": float(v.min()),
@@ -235,7 +236,7 @@ def paired_test(a_per_query: Any, b_per_query: Any, *, confidence: float = 0.95)
     if not isinstance(confidence, float) or not 0 < confidence < 1:
         raise ParameterError("confidence", "a float in (0, 1)", confidence, owner)
     d = a - b
-    mean, lo, hi = _t_interval(d, confidence)
+    mean, lo, hi = t_interval(d, confidence)
     sd = float(d.std(ddof=1))
     if sd == 0.0:
         p = 1.0 if mean == 0.0 else 0.0

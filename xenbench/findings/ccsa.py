@@ -15,7 +15,7 @@ import pandas as pd
 
 from xenbench.findings import register
 from xenbench.findings._words import versus as _versus
-from xenbench.protocol import _t_interval
+from xenbench.protocol import t_interval
 
 LEVEL = "is level (within noise)"
 
@@ -31,7 +31,7 @@ def difference(diffs: np.ndarray, se_one: float, *, higher: str, lower: str) -> 
     if diffs.size == 1:
         word = _versus(float(diffs[0]), se_one, higher=higher, lower=lower)
         return (LEVEL if word.startswith("level") else word), ""
-    mean, lo, hi = _t_interval(diffs, 0.95)
+    mean, lo, hi = t_interval(diffs, 0.95)
     word = higher if lo > 0 else lower if hi < 0 else LEVEL
     return word, f"; difference {mean:+.3f}, 95% interval across {diffs.size} seeds {lo:+.3f} to {hi:+.3f}"
 
