@@ -113,6 +113,15 @@ def test_unknown_profile_lists_the_profiles(tiny):
         ("params: {n: {type: int}}\nprofiles: {quick: {n: 1}, small: {m: 5}}\n", r"profile 'small': The 'm' parameter"),
         ("params: {profile: {type: str}}\nprofiles: {quick: {profile: a}}\n", r"other than 'profile'"),
         ("params: [n\n", r"not valid YAML"),
+        ("params: {n: {type: int, at_most: items}}\nprofiles: {quick: {n: 1}}\n", r"no 'data' section"),
+        ("params: {n: {type: float, at_most: items}}\ndata: {dataset: n}\nprofiles: {quick: {n: 1.0}}\n",
+         r"'at_most' must be one of \['items', 'queries'\], on an int or int-list"),
+        ("params: {n: {type: int, at_most: rows}}\ndata: {dataset: n}\nprofiles: {quick: {n: 1}}\n",
+         r"'at_most' must be one of"),
+        ("params: {n: {type: int, at_most: items}}\ndata: {dataset: d}\nprofiles: {quick: {n: 1}}\n",
+         r"the 'data' section names \['d'\], which are not parameters"),
+        ("params: {n: {type: int}}\ndata: {store: n}\nprofiles: {quick: {n: 1}}\n",
+         r"'store' must list two parameters"),
     ],
 )
 def test_malformed_profiles_file_names_the_file_and_problem(tmp_path, yaml_text, message):
@@ -439,6 +448,10 @@ def test_readme_format_example_in_module_docstring_parses(tmp_path):
     (tmp_path / "doc.yaml").write_text(textwrap.dedent(doc), encoding="utf-8")
     spec = xnb.load_spec(tmp_path / "doc.yaml")
     assert xnb.profile_values(spec, "quick")["max_queries"] == 100
+    assert xnb.check_sizes(spec, xnb.profile_values(spec, "quick")) == {"queries": 100, "items": 2964}
+    with pytest.raises(ParameterError, match=r"'k_values' parameter of notebook doc must be ints each <= the 2964 "
+                                             r"items of its data \(dataset 'wordnet-el:noun.cognition', max_queries"):
+        xnb.check_sizes(spec, {**xnb.profile_values(spec, "quick"), "k_values": [1, 5000]})
     assert xnb.profile_values(spec, "full")["max_queries"] is None
     assert xnb.profile_values(spec, "paper") == {**xnb.profile_values(spec, "full"), "lambdas": [0.0, 0.1, 0.5]}
 

@@ -3,6 +3,7 @@ command line and the notebooks that take a dataset spec."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -172,3 +173,57 @@ def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
     for name, params in runs.items():
         assert main(["run", name, "--out", str(reports), *params]) == 0, name
         assert len(list(reports.glob(f"{name}.quick.*.results.json"))) == 1, name  # named after the data
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("03_adacur_rounds", ["-p", "k_values", "[1, 100]"], r"'k_values' parameter of notebook 03_adacur_rounds must "
+                                                             r"be ints each <= the 40 items of its data \(dataset"),
+        ("03_adacur_rounds", ["-p", "budgets", "[10, 50]"], r"'budgets' .* <= the 40 items"),
+        ("04_axn_lambda", ["-p", "k_values", "[1, 41]"], r"'k_values' parameter of notebook 04_axn_lambda .* 40 items"),
+        ("04_axn_lambda", ["-p", "n_anchor_queries", "35"], r"'n_anchor_queries' .* <= the 34 queries .*max_queries 34\). Got 35"),
+        ("05_pefa_lambda", ["-p", "k_values", "[1, 64]"], r"'k_values' .* <= the 40 items"),
+        ("06_ccsa_balance", ["-p", "m", "50"], r"'m' parameter of notebook 06_ccsa_balance must be an int <= the 40"),
+    ],
+)
+def test_sizes_are_checked_against_your_data_before_the_kernel_starts(tmp_path, monkeypatch, capsys, name, params,
+                                                                     message):
+    """k values and budgets larger than the data fail at once, naming the parameter and the data's size, and
+    nothing is written (no kernel, no staging folder)."""
+    monkeypatch.setenv("CI", "true")
+    beir = f"beir:{small_beir(tmp_path)}"
+    fits = {  # every other bounded parameter within the 40 items / 34 queries
+        "03_adacur_rounds": ["-p", "n_anchor_queries", "14", "-p", "n_dev_queries", "8", "-p", "budgets", "[10, 20]",
+                             "-p", "focus_budgets", "[10, 20]"],
+        "04_axn_lambda": ["-p", "n_anchor_queries", "14", "-p", "dev_queries", "8", "-p", "budgets", "[10, 20]",
+                          "-p", "mf_items_per_query", "10"],
+        "05_pefa_lambda": ["-p", "datasets", f"[{beir}]"],
+        "06_ccsa_balance": ["-p", "dataset", beir, "-p", "k", "5"],
+    }[name]
+    if name in ("03_adacur_rounds", "04_axn_lambda"):
+        fits += ["-p", "dataset", beir, "-p", "model", str(_repo() / "models" / "cls-ce"), "-p", "max_queries", "34",
+                 "-p", "max_items", "null"]
+    reports = tmp_path / "reports"
+    assert main(["run", name, "--out", str(reports), *fits, *params]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not reports.exists() or not any(reports.rglob("*"))
+
+
+def test_a_store_notebook_checks_sizes_against_the_store(tmp_path):
+    """02 reads its sizes from the first store's shape (capped by max_queries)."""
+    from xenbench import notebook as xnb
+    from xenbench.errors import ParameterError
+
+    scores = tmp_path / "scores"
+    beir = f"beir:{small_beir(tmp_path, n_items=25, n_queries=30)}"
+    for ce in ("cls-ce", "emb-ce"):
+        assert main(["score", "tfidf", beir, "--out", str(scores / ce)]) == 0
+    values = {**xnb.profile_values("02_rank_cls_vs_emb"), "scores_dir": str(scores), "max_queries": None,
+              "k_q_values": [5, 10], "k_i_values": [5, 10], "n_test": 10, "budget": 20, "k": 5}
+    assert xnb.check_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
+    assert xnb.data_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
+    with pytest.raises(ParameterError, match=r"'k_i_values' parameter of notebook 02_rank_cls_vs_emb must be ints "
+                                             r"each <= the 25 items of its data \(store .*scores/cls-ce, "
+                                             r"max_queries None\). Got \[5, 30\] instead."):
+        xnb.check_sizes("02_rank_cls_vs_emb", {**values, "k_i_values": [5, 30]})

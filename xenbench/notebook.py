@@ -11,8 +11,14 @@ Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``noteb
       max_queries: {type: int, min: 1, nullable: true}     # None allowed
       eval_domains: {type: list, items: str, choices: [noun.cognition, noun.food]}  # choices per element
       lambdas: {type: list, items: float, min: 1, item_min: 0, item_max: 1}    # bounds per element
+      dataset: {type: str, help: "wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>"}
+      k_values: {type: list, items: int, item_min: 1, at_most: items}   # each <= the data's items
+    data:                         # the data that `at_most: items | queries` refers to (see data_sizes)
+      dataset: dataset            # a parameter holding a dataset spec (or `store: [folder_param, name_param]`)
+      max_queries: max_queries    # optional parameters capping the sizes (a seeded sample)
     profiles:
-      quick: {n_candidates: 64, max_queries: 100, eval_domains: [noun.cognition], lambdas: [0.0, 0.5]}
+      quick: {n_candidates: 64, max_queries: 100, eval_domains: [noun.cognition], lambdas: [0.0, 0.5],
+              dataset: "wordnet-el:noun.cognition", k_values: [1, 10]}
       full: {max_queries: null}   # other profiles override `quick`
       paper: {extends: full, lambdas: [0.0, 0.1, 0.5]}   # ... or the profile they extend
 
@@ -24,7 +30,8 @@ to raw ``papermill``) switches every parameter the cell leaves at its quick valu
 cell stays (:func:`check`). :func:`run_notebook` always injects the profile and every resolved value.
 
 Validation happens twice with the same rules and messages: :func:`run_notebook` checks names and
-values before a kernel starts, and the notebook's first cell after the parameters calls
+values, and every ``at_most`` bound against the size of the data the values point at (:func:`check_sizes`:
+a k of 100 on a 40-item dataset fails at once, not 10 minutes into the kernel), before a kernel starts, and the notebook's first cell after the parameters calls
 :func:`check` on its globals, so values edited in JupyterLab or passed to raw ``papermill`` get the
 same clear error.
 
@@ -98,7 +105,10 @@ REPORTS_ENV = "XENBENCH_REPORTS"
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,),
                                        "list": (list, tuple)}
 _ITEM_TYPES = ("int", "float", "str", "bool")
-_SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "help"}
+_SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "at_most", "help"}
+# What an ``at_most`` bound may name: the sizes of the notebook's data (see :func:`data_sizes`).
+_SIZES = ("items", "queries")
+_DATA_KEYS = {"dataset", "store", "max_items", "max_queries"}
 # Profile names become parts of file names: keep them plain.
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
@@ -121,6 +131,7 @@ class ParamSpec:
     item_min: float | None = None  # bounds of each element of a numeric list
     item_max: float | None = None
     nullable: bool = False
+    at_most: str | None = None  # "items" or "queries": bounded by the data's size (see check_sizes)
     help: str = ""
 
     def expected(self) -> str:
@@ -228,6 +239,7 @@ class NotebookSpec:
     path: Path  # the profiles file
     params: dict[str, ParamSpec]
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)  # where the sizes named by ``at_most`` come from
 
     @property
     def owner(self) -> str:
@@ -299,17 +311,19 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
         mark = getattr(exc, "problem_mark", None)
         raise DataError(path, f"not valid YAML ({getattr(exc, 'problem', exc)})",
                         mark.line + 1 if mark is not None else None) from None
-    if not isinstance(raw, dict) or set(raw) - {"params", "profiles"} or not isinstance(raw.get("params"), dict):
-        raise DataError(path, "expected a mapping with keys 'params' (name -> spec) and 'profiles' (name -> values)")
+    if not isinstance(raw, dict) or set(raw) - {"params", "profiles", "data"} or not isinstance(raw.get("params"), dict):
+        raise DataError(path, "expected a mapping with keys 'params' (name -> spec), 'profiles' (name -> values) "
+                              "and optionally 'data'")
 
     params: dict[str, ParamSpec] = {}
     for pname, spec in raw["params"].items():
         params[pname] = _parse_param(path, pname, spec)
+    data = _parse_data(path, raw.get("data"), params)
 
     profiles = raw.get("profiles")
     if not isinstance(profiles, dict) or not isinstance(profiles.get(BASE_PROFILE), dict):
         raise DataError(path, f"expected 'profiles' with at least a {BASE_PROFILE!r} mapping of parameter values")
-    nb_spec = NotebookSpec(name, path, params, {})
+    nb_spec = NotebookSpec(name, path, params, {}, data)
     own: dict[str, dict[str, Any]] = {}
     parents: dict[str, str | None] = {}
     for pname, values in profiles.items():
@@ -369,12 +383,37 @@ def _parse_param(path: Path, name: Any, spec: Any) -> ParamSpec:
         raise DataError(path, f"{where}: 'choices' must be a non-empty list")
     if not isinstance(spec.get("nullable", False), bool) or not isinstance(spec.get("help", ""), str):
         raise DataError(path, f"{where}: 'nullable' must be true/false and 'help' a string")
+    at_most = spec.get("at_most")
+    if at_most is not None and (at_most not in _SIZES or not (kind == "int" or items == "int")):
+        raise DataError(path, f"{where}: 'at_most' must be one of {list(_SIZES)}, on an int or int-list parameter")
     return ParamSpec(
         name=name, type=kind, min=spec.get("min"), max=spec.get("max"),
         choices=tuple(choices) if choices is not None else None, items=items,
         item_min=spec.get("item_min"), item_max=spec.get("item_max"),
-        nullable=spec.get("nullable", False), help=spec.get("help", ""),
+        nullable=spec.get("nullable", False), at_most=at_most, help=spec.get("help", ""),
     )
+
+
+def _parse_data(path: Path, data: Any, params: dict[str, ParamSpec]) -> dict[str, Any]:
+    bounded = [p.name for p in params.values() if p.at_most]
+    if data is None:
+        if bounded:
+            raise DataError(path, f"{bounded} are bounded by 'at_most' but the file has no 'data' section")
+        return {}
+    where = "the 'data' section"
+    if not isinstance(data, dict) or set(data) - _DATA_KEYS or ("dataset" in data) == ("store" in data):
+        raise DataError(path, f"{where} must map 'dataset' (a parameter) or 'store' (two parameters: folder, "
+                              f"store name or list of names), and optionally 'max_items'/'max_queries', to "
+                              f"parameter names")
+    names = [data["store"]] if "dataset" not in data else [data["dataset"]]
+    names = [n for group in names for n in (group if isinstance(group, list) else [group])]
+    names += [data[k] for k in ("max_items", "max_queries") if k in data]
+    if "store" in data and not (isinstance(data["store"], list) and len(data["store"]) == 2):
+        raise DataError(path, f"{where}: 'store' must list two parameters, the folder and the store name(s)")
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise DataError(path, f"{where} names {unknown}, which are not parameters")
+    return dict(data)
 
 
 def _as_spec(name_or_spec: str | os.PathLike[str] | NotebookSpec) -> NotebookSpec:
@@ -421,6 +460,93 @@ def validate_params(name_or_spec: str | os.PathLike[str] | NotebookSpec, values:
             raise ParameterError(pname, f"one of the declared parameters {allowed}{hint}", pname, spec.owner)
         cleaned[pname] = spec.params[pname].check(value, spec.owner)
     return cleaned
+
+
+@contextlib.contextmanager
+def _cwd(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def data_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any]) -> dict[str, int]:
+    """The numbers of queries and items a notebook will work on, found without starting its kernel.
+
+    The profiles file's ``data`` section says where they come from: ``dataset`` names the parameter holding a
+    dataset spec, a corpus spec or a list of specs (:func:`xenbench.corpus.corpus_specs`; a list is pooled, so
+    the sizes add up), or ``store`` names the parameters of a score-store folder and store name (the first of
+    a list), whose shape gives the sizes. ``max_items``/``max_queries`` name the parameters that cap them (a
+    seeded sample; ``None`` = all). Relative paths are read from the notebook's folder, as the kernel does.
+
+    Returns
+    -------
+    dict
+        ``{"queries": ..., "items": ...}``; empty when the file has no ``data`` section.
+
+    Raises
+    ------
+    DataError, ParameterError
+        From the loaders: a missing or malformed dataset or store.
+    """
+    spec = _as_spec(name_or_spec)
+    data = spec.data
+    if not data:
+        return {}
+    with _cwd(spec.path.parent):
+        if "dataset" in data:
+            from xenbench.corpus import corpus_specs
+            from xenbench.data import load_dataset
+
+            datasets = [load_dataset(s) for s in corpus_specs(values[data["dataset"]])]
+            sizes = {"queries": sum(len(d.queries) for d in datasets), "items": sum(len(d.items) for d in datasets)}
+        else:
+            from xenbench.store import ScoreStore
+
+            folder, names = (values[p] for p in data["store"])
+            name = names[0] if isinstance(names, list) else names
+            shape = ScoreStore.open(Path(folder) / name).shape
+            sizes = {"queries": int(shape[0]), "items": int(shape[1])}
+    for size in _SIZES:
+        cap = values.get(data.get(f"max_{size}", ""))
+        if cap is not None:
+            sizes[size] = min(sizes[size], int(cap))
+    return sizes
+
+
+def check_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any]) -> dict[str, int]:
+    """Check every ``at_most`` parameter against the data's size (:func:`data_sizes`), before any kernel starts.
+
+    Returns
+    -------
+    dict
+        The sizes.
+
+    Raises
+    ------
+    ParameterError
+        "The 'k_values' parameter of notebook 03_adacur_rounds must be ints each <= the 40 items of its data
+        (dataset 'beir:...', max_items None). Got [1, 10, 100] instead."
+    """
+    spec = _as_spec(name_or_spec)
+    bounded = [p for p in spec.params.values() if p.at_most and values.get(p.name) is not None]
+    if not bounded:
+        return {}
+    sizes = data_sizes(spec, values)
+    source = ", ".join(f"{k} {values[v]!r}" for k, v in spec.data.items() if isinstance(v, str))
+    if "store" in spec.data:
+        folder, names = (values[p] for p in spec.data["store"])
+        store = Path(folder) / (names[0] if isinstance(names, list) else names)
+        source = f"store {store}" + (f", {source}" if source else "")
+    for p in bounded:
+        value, bound = values[p.name], sizes[p.at_most]
+        if any(v > bound for v in (value if isinstance(value, list) else [value])):
+            what = "ints each" if isinstance(value, list) else "an int"
+            raise ParameterError(p.name, f"{what} <= the {bound} {p.at_most} of its data ({source})", value,
+                                 spec.owner)
+    return sizes
 
 
 def profile_values(name_or_spec: str | os.PathLike[str] | NotebookSpec, profile: str = BASE_PROFILE) -> dict[str, Any]:
@@ -531,6 +657,7 @@ def check(namespace: dict[str, Any], notebook: str | os.PathLike[str]) -> dict[s
         cell = spec.profiles[BASE_PROFILE]
         values = {**values, **{name: chosen[name] for name in spec.params if values[name] == cell[name]}}
         namespace.update(values)
+    check_sizes(spec, values)
     return values
 
 
@@ -794,6 +921,7 @@ def run_notebook(
                              dict(params), "run_notebook")
     values = {**profile_values(spec, profile), **validate_params(spec, dict(params or {}))}
     values["profile"] = profile
+    check_sizes(spec, values)
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
