@@ -274,6 +274,11 @@ def test_save_results_writes_json_atomically(tmp_path, monkeypatch):
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["notebook"] == "00_x" and doc["profile"] == "small"
     assert doc["results"] == {"acc": 0.5, "ks": [1, 64], "n": 3}
+    assert doc["resources"]["seconds"] >= 0
+    status = Path("/proc/self/status")
+    if status.exists():  # the peak resident memory, as the kernel reports it
+        hwm = int(re.search(r"VmHWM:\s+(\d+) kB", status.read_text()).group(1)) / 1024
+        assert abs(doc["resources"]["peak_rss_mb"] - hwm) < 0.05 * hwm
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     with pytest.raises(TypeError, match="cannot store a object in results JSON"):
         xnb.save_results("00_x", "small", {"bad": object()})

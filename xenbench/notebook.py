@@ -111,6 +111,7 @@ _SIZES = ("items", "queries")
 _DATA_KEYS = {"dataset", "store", "max_items", "max_queries"}
 # Profile names become parts of file names: keep them plain.
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_IMPORTED = time.monotonic()  # a notebook imports xenbench in its first cell: the kernel's work starts here
 
 
 # ------------------------------------------------------------------------------------------------
@@ -704,6 +705,15 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot store a {type(obj).__name__} in results JSON: {obj!r}")
 
 
+def _resources() -> dict[str, float]:
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    peak_mb = peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+    return {"seconds": round(time.monotonic() - _IMPORTED, 1), "peak_rss_mb": round(peak_mb, 1)}
+
+
 def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir: Path | None = None) -> Path:
     """Write a notebook's key numbers to ``<out_dir>/<name>.<profile>.results.json`` (atomically).
 
@@ -722,7 +732,9 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
     -------
     Path
         The file written, ``<name>.<profile>.results.json`` (``<name>.<profile>.lab.results.json`` outside
-        :func:`run_notebook`), holding ``{"notebook", "profile", "written_at", "results"}``.
+        :func:`run_notebook`), holding ``{"notebook", "profile", "written_at", "resources", "results"}``;
+        ``resources`` is this process's (the kernel's) ``seconds`` since ``import xenbench`` and ``peak_rss_mb``,
+        its peak resident memory: what a run on a larger corpus cost.
     """
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ParameterError("name", "a notebook name such as '00_data'", name, "save_results")
@@ -736,6 +748,7 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         "notebook": name,
         "profile": profile,
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "resources": _resources(),
         "results": dict(results),
     }
     text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"
