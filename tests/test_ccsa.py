@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from xenbench.ccsa import (
+    code_candidates,
     CodeIndex,
     CompositeCodeAE,
     _hard_gumbel_softmax,
@@ -49,13 +50,36 @@ def test_index_search_equals_brute_force_code_matching():
     queries = rng.integers(0, 4, size=(7, 6))
     index = CodeIndex(6, 4).add(codes)
     assert index.list_sizes.shape == (6, 4) and (index.list_sizes.sum(axis=1) == 50).all()
-    D, I, scored = index.search(queries, k=10)
+    D, I = index.search(queries, k=10)
+    assert D.dtype == np.float32 and I.dtype == np.int64 and D.shape == I.shape == (7, 10)  # the search contract
+    scored = index.postings(queries)
     shared = (queries[:, None, :] == codes[None, :, :]).sum(-1)  # (7, 50)
     for r in range(7):
         want = sorted(np.nonzero(shared[r])[0], key=lambda j: (-shared[r, j], j))[:10]
         np.testing.assert_array_equal(I[r, :len(want)], want)
         np.testing.assert_array_equal(D[r, :len(want)], shared[r, want])
+        assert (I[r, len(want):] == -1).all() and (D[r, len(want):] == 0).all()
         assert scored[r] == index.list_sizes[np.arange(6), queries[r]].sum()
+    # many ties, k larger than the hits of some queries: the same rule on a bigger random case
+    codes, queries = rng.integers(0, 16, size=(400, 3)), rng.integers(0, 16, size=(30, 3))
+    D, I = CodeIndex(3, 16).add(codes).search(queries, k=40)
+    shared = (queries[:, None, :] == codes[None, :, :]).sum(-1)
+    for r in range(30):
+        want = sorted(np.nonzero(shared[r])[0], key=lambda j: (-shared[r, j], j))[:40]
+        np.testing.assert_array_equal(I[r], np.pad(want, (0, 40 - len(want)), constant_values=-1))
+
+
+def test_code_candidates_are_the_unique_items_of_the_query_lists():
+    rng = np.random.default_rng(1)
+    codes, queries = rng.integers(0, 8, size=(200, 4)), rng.integers(0, 8, size=(9, 4))
+    index = CodeIndex(4, 8).add(codes)
+    cands, postings = code_candidates(index, queries)
+    short, _ = code_candidates(index, queries, shortlist=5)
+    shared = (queries[:, None, :] == codes[None, :, :]).sum(-1)
+    for r in range(9):
+        np.testing.assert_array_equal(cands[r], np.nonzero(shared[r])[0])
+        np.testing.assert_array_equal(short[r], sorted(np.nonzero(shared[r])[0], key=lambda j: (-shared[r, j], j))[:5])
+    np.testing.assert_array_equal(postings, index.postings(queries))
 
 
 def test_imbalance_factor_and_activation_frequency_by_hand():

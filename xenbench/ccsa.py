@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
@@ -234,7 +235,8 @@ class CodeIndex:
     """Inverted index over composite codes (§3.2): one posting list per (chunk, code).
 
     A query's score for an item is the number of chunks in which they share the code; search scores
-    only the items in the query's C posting lists.
+    only the items in the query's C posting lists. The posting lists are the rows of a sparse
+    (C·L) × N matrix P, so scoring a batch of queries is one sparse product q_onehot · P (scipy.sparse).
 
     Parameters
     ----------
@@ -254,50 +256,76 @@ class CodeIndex:
                                  f"{codes.dtype} array of shape {codes.shape}", owner)
         return codes.astype(np.int64)
 
+    def _lists(self, codes: np.ndarray) -> np.ndarray:
+        return codes + self.chunk_size * np.arange(self.n_chunks)  # flat list id c·L + l
+
     def add(self, codes: np.ndarray) -> "CodeIndex":
-        """Index the items' codes (N × C); posting list (c, l) holds the items with code l in chunk c."""
+        """Index the items' codes (N × C); posting list (c, l) holds the items with code l in chunk c, ascending."""
         codes = self._check_codes(codes, f"{type(self).__name__}.add")
-        keys = codes + self.chunk_size * np.arange(self.n_chunks)  # flat list id c·L + l
-        flat = keys.T.reshape(-1)  # chunk-major, items ascending inside each chunk
-        order = np.argsort(flat, kind="stable")
-        self.items_ = np.tile(np.arange(len(codes)), self.n_chunks)[order]  # posting lists, concatenated
-        self.offsets_ = np.concatenate([[0], np.cumsum(np.bincount(flat, minlength=self.n_chunks * self.chunk_size))])
-        self.n_items_ = len(codes)
+        n, n_lists = len(codes), self.n_chunks * self.chunk_size
+        items = sp.csr_matrix((np.ones(codes.size, np.float32), self._lists(codes).reshape(-1),
+                               np.arange(0, codes.size + 1, self.n_chunks)), shape=(n, n_lists))
+        self.postings_ = items.T.tocsr()  # (C·L) × N: row j is posting list j, item rows ascending
+        self.postings_.sort_indices()
+        self.n_items_ = n
         return self
 
     @property
     def list_sizes(self) -> np.ndarray:
         """Items per posting list, int64 of shape (C, L)."""
-        check_is_fitted(self, "offsets_", "add(codes)", what="CodeIndex.list_sizes needs an index")
-        return np.diff(self.offsets_).reshape(self.n_chunks, self.chunk_size)
+        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.list_sizes needs an index")
+        return np.diff(self.postings_.indptr).astype(np.int64).reshape(self.n_chunks, self.chunk_size)
 
-    def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def shared_codes(self, query_codes: np.ndarray) -> sp.csr_matrix:
+        """S = q_onehot · P: sparse (nq, N) float32 counts of shared codes, stored (columns ascending) only for the
+        items that share one."""
+        check_is_fitted(self, "postings_", "add(codes)", what=f"{type(self).__name__} needs an index: call add first")
+        q = self._check_codes(query_codes, f"{type(self).__name__}.shared_codes")
+        onehot = sp.csr_matrix((np.ones(q.size, np.float32), self._lists(q).reshape(-1),
+                                np.arange(0, q.size + 1, self.n_chunks)), shape=(len(q), self.postings_.shape[0]))
+        S = (onehot @ self.postings_).tocsr()
+        S.sort_indices()
+        return S
+
+    def postings(self, query_codes: np.ndarray) -> np.ndarray:
+        """Posting-list entries each query reads (Σ of its C list sizes), int64 (nq,): the scoring work (§3.2.2)."""
+        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.postings needs an index")
+        q = self._check_codes(query_codes, f"{type(self).__name__}.postings")
+        return np.diff(self.postings_.indptr).astype(np.int64)[self._lists(q)].sum(axis=1)
+
+    def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of each query by shared codes, ties to the lower item row (no re-ranking).
 
         Returns
         -------
-        D : int64 ndarray of shape (nq, k)
+        D : float32 ndarray of shape (nq, k)
             Shared codes (0 pads where fewer than k items share any code).
         I : int64 ndarray of shape (nq, k)
             Item rows; -1 pads.
-        scored : int64 ndarray of shape (nq,)
-            Postings read per query (Σ of its C list sizes): the scoring work (§3.2.2).
         """
-        check_is_fitted(self, "offsets_", "add(codes)", what="CodeIndex.search needs an index")
         owner = f"{type(self).__name__}.search"
-        query_codes = self._check_codes(query_codes, owner)
+        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.search needs an index")
         k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
-        lists = query_codes + self.chunk_size * np.arange(self.n_chunks)
-        D = np.zeros((len(query_codes), k), np.int64)
-        I = np.full((len(query_codes), k), -1, np.int64)
-        scored = np.zeros(len(query_codes), np.int64)
-        for r, row in enumerate(lists):
-            hits = np.concatenate([self.items_[self.offsets_[j]:self.offsets_[j + 1]] for j in row])
-            scored[r] = hits.size
-            items, counts = np.unique(hits, return_counts=True)
-            top = np.lexsort((items, -counts))[:k]
-            D[r, :top.size], I[r, :top.size] = counts[top], items[top]
-        return D, I, scored
+        S = self.shared_codes(query_codes)
+        return _csr_topk(S, k, self.n_chunks)
+
+
+def _csr_topk(S: sp.csr_matrix, k: int, max_score: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a CSR of small non-negative integer scores (<= max_score), the k largest, ties to the lower
+    column, by one sort of one int64 key per stored entry; -1/0 pad rows with fewer than k entries."""
+    nq, n = S.shape
+    counts = np.diff(S.indptr)
+    rows = np.repeat(np.arange(nq, dtype=np.int64), counts)
+    score = np.rint(S.data).astype(np.int64)
+    key = (rows * (max_score + 1) + (max_score - score)) * n + S.indices  # row asc, score desc, column asc
+    order = np.argsort(key, kind="stable")
+    rank = np.arange(order.size) - np.repeat(S.indptr[:-1], counts)  # position inside its row after sorting
+    keep = order[rank < k]
+    D = np.zeros((nq, k), np.float32)
+    I = np.full((nq, k), -1, np.int64)
+    r, c = rows[keep], (rank[rank < k])
+    D[r, c], I[r, c] = S.data[keep], S.indices[keep]
+    return D, I
 
 
 def imbalance_factor(list_sizes: np.ndarray) -> float:
@@ -382,16 +410,12 @@ def code_candidates(index: CodeIndex, query_codes: np.ndarray, shortlist: int | 
                     ) -> tuple[list[np.ndarray], np.ndarray]:
     """A CCSA query's candidates: the unique items of its C posting lists (§3.2); with ``shortlist`` R, only the
     R with the most shared codes (ties to the lower row). Returns (candidates, postings touched per query)."""
-    lists = np.asarray(query_codes, dtype=np.int64) + index.chunk_size * np.arange(index.n_chunks)
-    cands, postings = [], np.zeros(len(lists), np.int64)
-    for r, row in enumerate(lists):
-        hits = np.concatenate([index.items_[index.offsets_[j]:index.offsets_[j + 1]] for j in row])
-        postings[r] = hits.size
-        items, counts = np.unique(hits, return_counts=True)
-        if shortlist is not None and items.size > shortlist:
-            items = items[np.lexsort((items, -counts))[:shortlist]]
-        cands.append(items)
-    return cands, postings
+    postings = index.postings(query_codes)
+    S = index.shared_codes(query_codes)
+    if shortlist is not None:
+        _, I = _csr_topk(S, shortlist, index.n_chunks)
+        return [row[row >= 0] for row in I], postings
+    return [S.indices[S.indptr[r]:S.indptr[r + 1]].astype(np.int64) for r in range(S.shape[0])], postings
 
 
 def query_split(n_queries: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
