@@ -71,3 +71,20 @@ def test_dual_encoder_on_cuda_gives_the_cpu_embeddings() -> None:
     cuda = DualEncoder(device="cuda", cache_dir=False)
     assert next(cuda.model.parameters()).device.type == "cuda"
     np.testing.assert_allclose(cuda.encode(texts), DualEncoder(device="cpu", cache_dir=False).encode(texts), atol=1e-4)
+
+
+def test_loading_models_leaves_the_users_logging_alone() -> None:
+    """DualEncoder and build_cross_encoder silence transformers' expected load reports only while loading."""
+    from transformers import logging as hf_logging
+
+    from xenbench.crossencoder import CEConfig, build_cross_encoder
+
+    before = hf_logging.get_verbosity()
+    try:
+        hf_logging.set_verbosity_info()
+        DualEncoder(device="cpu")
+        assert hf_logging.get_verbosity() == hf_logging.INFO
+        build_cross_encoder(CEConfig(kind="cls"))
+        assert hf_logging.get_verbosity() == hf_logging.INFO
+    finally:
+        hf_logging.set_verbosity(before)

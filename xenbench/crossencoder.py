@@ -20,9 +20,10 @@ Pairs are assembled from token ids (each query and item is tokenized once, see :
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -329,20 +330,32 @@ def register_markers(tokenizer) -> None:
     tokenizer.add_special_tokens({"additional_special_tokens": known + [m for m in MARKERS if m not in known]})
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silence transformers' load reports (an expected "newly initialized head" or unused pooler) while loading,
+    then restore the user's verbosity: loading a model never changes global logging."""
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
 def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
     """A fresh cross-encoder on ``config.backbone``; a new [CLS] head is initialized from ``seed``."""
     path = _backbone_path(config.backbone)
-    hf_logging.set_verbosity_error()  # the "newly initialized head" report is expected here
     tokenizer = AutoTokenizer.from_pretrained(path)
     if config.pooling == "markers":
         register_markers(tokenizer)
     torch.manual_seed(seed)
-    if config.kind == "cls":
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
-    elif config.kind == "emb":
-        model = AutoModel.from_pretrained(path, add_pooling_layer=False)
-    else:
+    if config.kind not in ("cls", "emb"):
         raise ParameterError("kind", "'cls' or 'emb'", config.kind, "CEConfig")
+    with quiet_loading():  # the "newly initialized head" report is expected here
+        if config.kind == "cls":
+            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        else:
+            model = AutoModel.from_pretrained(path, add_pooling_layer=False)
     return CrossEncoder(model.float(), tokenizer, config).eval()
 
 

@@ -17,7 +17,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from tqdm.auto import tqdm
 
 from xenbench._validation import check_is_fitted
-from xenbench.crossencoder import bundled_backbone, resolve_device
+from xenbench.crossencoder import bundled_backbone, quiet_loading, resolve_device
 from xenbench.data import Item, Query
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_indices
@@ -82,13 +82,12 @@ class DualEncoder:
         cache_dir: Path | None | bool = None,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
-        from transformers import logging as hf_logging
 
         self.device = resolve_device(device, owner="DualEncoder")  # before loading anything: a bad device fails fast
-        hf_logging.set_verbosity_error()  # the unused-pooler load report is expected
         self.path = bundled_backbone() if str(model) == "bundled" else Path(model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        self.model = AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval()
+        with quiet_loading():  # the unused-pooler load report is expected
+            self.model = AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval()
         self.model.to(self.device)
         self.batch_size = batch_size
         self.max_length = max_length
