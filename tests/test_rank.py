@@ -12,7 +12,7 @@ from xenbench.adacur import anncur_with_budget
 from xenbench.cur import AnnCur, approximation_error
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_recall
-from xenbench.findings.rank import findings, rank_verdict
+from xenbench.findings.rank import describe_ranks, findings, rank_verdict
 from xenbench.rank import (
     NUMPY_RANK,
     NUMPY_RANK_CENTERED,
@@ -23,7 +23,6 @@ from xenbench.rank import (
     center_rows,
     cur_grid,
     cur_grids,
-    describe_ranks,
     diagonal_spike,
     diagonal_spikes,
     emb_wins,
@@ -448,9 +447,20 @@ def test_rank_table_float64_rank_differs_from_the_float32_rank():
     assert row["numpy rank, if the scores were float64"] == 80  # but far above the float64 tolerance
 
 
+def test_ce_roles_come_from_the_manifests_not_the_order():
+    from xenbench.errors import DataError
+    from xenbench.rank import ce_roles
+
+    assert ce_roles({"e1": {"kind": "emb"}, "c": {"kind": "cls"}, "e2": {"kind": "emb"}}) == ("c", ["e1", "e2"])
+    for bad in ({"a": {"kind": "emb"}, "b": {"kind": "emb"}}, {"a": {"kind": "cls"}, "b": {"kind": "cls"}},
+                {"a": {"kind": "cls"}, "b": {"kind": None}}):
+        with pytest.raises(DataError, match="exactly one \\[CLS\\]-CE and at least one \\[EMB\\]-CE"):
+            ce_roles(bad)
+
+
 def test_describe_ranks_prints_the_hand_computed_numbers():
     M = {"cls": planted(40, 50, rank=12, seed=0), "emb": planted(40, 50, rank=3, seed=1)}
-    text = describe_ranks(rank_table(M), (40, 50)).split("\n")
+    text = describe_ranks(rank_table({"emb": M["emb"], "cls": M["cls"]}), (40, 50), "cls", "emb").split("\n")
     assert text[0] == "numpy rank: cls 12, emb 3 (full rank would be 40); ANNCUR's YuGiOh matrices: 315 vs 45."
     assert text[1].startswith("cls: its top singular component holds ")
     assert text[2].startswith("Row-centered energy ranks (90% / 99%): cls ")
@@ -534,7 +544,7 @@ def _hand_verdict_inputs(r_np=(10, 4)):
 
 
 def test_rank_verdict_on_hand_computed_values():
-    verdict = rank_verdict(*_hand_verdict_inputs())
+    verdict = rank_verdict(*_hand_verdict_inputs(), "cls", "emb")
     assert verdict == {
         "cls_ce": "cls", "emb_ce": "emb",
         "numpy_rank": {"cls": 10, "emb": 4},
@@ -556,7 +566,7 @@ def test_rank_verdict_on_hand_computed_values():
                        "error_centered": {"lower": 2, "higher": 0, "n": 2, "p": 0.5},
                        "recall": {"lower": 1, "higher": 0, "n": 1, "p": 1.0}},
     }
-    assert rank_verdict(*_hand_verdict_inputs(r_np=(10, 6)))["emb_much_lower_numpy_rank"] is False
+    assert rank_verdict(*_hand_verdict_inputs(r_np=(10, 6)), "cls", "emb")["emb_much_lower_numpy_rank"] is False
     with pytest.raises(ParameterError, match="'emb_ce' parameter of rank_verdict"):
         rank_verdict(*_hand_verdict_inputs(), "cls", "cls")
 
@@ -603,13 +613,20 @@ def _findings_results(emb_better: bool, r_np=(3, 4)) -> dict:
              "emb": {NUMPY_RANK: r_np[1], NUMPY_RANK_CENTERED: 9, energy_label(0.9, centered=True): 2,
                      energy_label(0.99, centered=True): 3}}
     return {"params": {"k": 10, "budget": 50}, "ces": ["cls", "emb"], "shape": [40, 50], "ranks": ranks,
+            "layouts": {"cls": {"kind": "cls", "pooling": "mean", "scale": None},
+                        "emb": {"kind": "emb", "pooling": "mean", "scale": 20.0}},
             "skew": {"cls": {"median skewness": 2.0}, "emb": {"median skewness": 0.5}}, "grid": grid,
             "diagonal_spikes": [{"ce": "cls", "value": "error_centered", "ratio": 5.0},
                                 {"ce": "emb", "value": "error_centered", "ratio": 2.0}]}
 
 
+def _past_layouts(lines: list[str]) -> list[str]:
+    assert lines[0].startswith("Layouts compared: ")
+    return lines[1:]
+
+
 def test_findings_state_what_the_numbers_say():
-    lines = findings(_findings_results(emb_better=True))
+    lines = _past_layouts(findings(_findings_results(emb_better=True)))
     assert lines[0] == ("Which tolerance rule yields which ordering (full rank 40): numpy's default tolerance on the raw "
                         "spectrum: cls < emb (cls 3, emb 4); numpy's default tolerance on the row-centered spectrum: "
                         "cls = emb (cls 9, emb 9); 99% energy rank of the row-centered spectrum: emb < cls (cls 8, "
@@ -626,7 +643,7 @@ def test_findings_state_what_the_numbers_say():
     assert ("numpy's default tolerance on the raw spectrum (lower: cls) does not agree" in lines[5]
             and "99% energy rank of the row-centered spectrum (lower: emb) agrees" in lines[5])
     # The numbers flip, so does the text.
-    flipped = findings(_findings_results(emb_better=False, r_np=(10, 4)))
+    flipped = _past_layouts(findings(_findings_results(emb_better=False, r_np=(10, 4))))
     assert "by error_centered, cls beats emb (emb better in 0 of 8" in flipped[3]
     assert "holds by numpy's default tolerance on the raw spectrum (ratio 2.50)" in flipped[1]
     assert "numpy's default tolerance on the raw spectrum: emb < cls (cls 10, emb 4)" in flipped[0]
@@ -638,7 +655,7 @@ def test_findings_say_within_noise_when_the_cells_split():
     for row in res["grid"]:  # emb better in half the cells only
         if row["ce"] == "emb" and row["k_q"] == 2:
             row.update(error_centered=0.95, recall=0.4)
-    lines = findings(res)
+    lines = _past_layouts(findings(res))
     assert "by error_centered, emb and cls are within noise" in lines[3]
     assert "cannot be checked" in lines[5]
 
@@ -648,10 +665,16 @@ def test_findings_compare_every_emb_ce_with_the_cls_ce():
     res["ces"] = ["cls", "emb", "marker"]
     res["ranks"]["marker"] = dict(res["ranks"]["emb"])
     res["skew"]["marker"] = {"median skewness": 1.0}
+    res["layouts"]["marker"] = {"kind": "emb", "pooling": "markers", "scale": None}
     res["grid"] += [{**row, "ce": "marker"} for row in res["grid"] if row["ce"] == "emb"]
     lines = findings(res)
     assert any(line.startswith("ANNCUR's rank(marker) ≪ rank(cls)") for line in lines)
-    assert "cls < emb = marker (cls 3, emb 4, marker 4)" in lines[0]
+    assert "cls < emb = marker (cls 3, emb 4, marker 4)" in lines[1]
+    # the roles come from the manifests: listing the [CLS]-CE last changes nothing but the order of the lists
+    res["ces"] = ["emb", "marker", "cls"]
+    again = findings(res)
+    assert any(line.startswith("ANNCUR's rank(marker) ≪ rank(cls)") for line in again)
+    assert any(line.startswith("ANNCUR's rank(emb) ≪ rank(cls)") for line in again)
 
 
 def test_findings_name_each_ces_layout():

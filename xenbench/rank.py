@@ -51,12 +51,13 @@ from xenbench._validation import NP_REAL_TYPES, check_array, check_float, check_
 from xenbench.cur import pinv_rtol
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
+from xenbench.sampling import sample_rows
+from xenbench.stats import center_rows, score_skew  # one centering and skew convention, re-exported
 
 __all__ = [
     "center_rows",
     "cur_grid",
     "cur_grids",
-    "describe_ranks",
     "available_ces",
     "ce_layouts",
     "paired_sign_test",
@@ -107,29 +108,6 @@ def _check_int_list(values: object, name: str, lo: int, hi: int, owner: str, hi_
     if len(set(out)) != len(out):
         raise ParameterError(name, expected, list(values), owner)
     return out
-
-
-def center_rows(M: np.ndarray, *, scale: bool = False) -> np.ndarray:
-    """Per-query zero-mean scores M − mean_i M[q, i] (ANNCUR Fig. 1(b)), optionally divided by the row std.
-
-    Parameters
-    ----------
-    M : ndarray of shape (n_queries, n_items)
-        Scores.
-    scale : bool, default False
-        Also divide every row by its standard deviation (z-scores), so that CEs whose scores live on
-        different scales can be compared by the *shape* of their distributions. Constant rows stay 0.
-
-    Returns
-    -------
-    Z : ndarray of shape (n_queries, n_items), float64
-    """
-    M = _check_matrix(M, "center_rows").astype(np.float64)
-    Z = M - M.mean(axis=1, keepdims=True)
-    if scale:
-        std = Z.std(axis=1, keepdims=True)
-        Z = np.divide(Z, std, out=np.zeros_like(Z), where=std > 0)
-    return Z
 
 
 def _centered(M: np.ndarray, center: str | None, owner: str) -> np.ndarray:
@@ -273,38 +251,6 @@ def energy_rank(s: np.ndarray, thresholds: Sequence[float] = (0.9, 0.99)) -> dic
         r = int(np.searchsorted(energy, t * energy[-1] * (1 - 8 * np.finfo(np.float64).eps), side="left")) + 1
         out[float(t)] = min(r, s.size)
     return out
-
-
-def score_skew(M: np.ndarray) -> np.ndarray:
-    """Skewness of every query's score distribution over the items (ANNCUR §2.6, Fig. 1(b)).
-
-    ANNCUR describes the [CLS]-CE's scores as "significantly skewed with only a small fraction of
-    items getting high scores": a long right tail of each query's scores. This is measured by the
-    sample skewness (Fisher-Pearson, g₁ = m₃ / m₂^{3/2}, the biased estimator of
-    ``scipy.stats.skew``) of each row; it is invariant to the per-query shift and scale, so the
-    zero-mean adjustment of Fig. 1(b) and the CE's score scale do not change it. A symmetric
-    distribution gives 0, a right tail > 0.
-
-    Parameters
-    ----------
-    M : ndarray of shape (n_queries, n_items)
-        Scores.
-
-    Returns
-    -------
-    skew : ndarray of shape (n_queries,), float64
-        NaN for a query whose scores are all equal.
-
-    Examples
-    --------
-    >>> score_skew(np.array([[0.0, 0.0, 0.0, 4.0], [1.0, 2.0, 3.0, 4.0]])).round(3).tolist()
-    [1.155, 0.0]
-    """
-    Z = center_rows(M)
-    m2 = (Z ** 2).mean(axis=1)
-    m3 = (Z ** 3).mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(m2 > 0, m3 / np.where(m2 > 0, m2, 1.0) ** 1.5, np.nan)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -555,7 +501,7 @@ def load_matrices(
         Keep a seeded random subsample of this many queries (rows, in their original order), the same
         rows for every CE. None, or a value >= the number of queries: all rows.
     seed : int, default 0
-        Seed of the subsample (``np.random.default_rng(seed).choice(n, max_queries, replace=False)``).
+        Seed of the subsample (:func:`xenbench.sampling.sample_rows`, kind ``"queries"``).
 
     Returns
     -------
@@ -586,7 +532,7 @@ def load_matrices(
     matrices = {ce: store.to_numpy() for ce, store in stores.items()}
     n_all = matrices[first].shape[0]
     if max_queries is not None and max_queries < n_all:
-        rows = np.sort(np.random.default_rng(seed).choice(n_all, size=max_queries, replace=False))
+        rows = sample_rows(n_all, max_queries, seed, kind="queries")
         matrices = {ce: m[rows] for ce, m in matrices.items()}
     return matrices
 
@@ -739,38 +685,6 @@ def _rank_column(ranks_table: pd.DataFrame, column: str, owner: str) -> dict[str
         raise ParameterError("ranks_table", f"a rank_table of at least 2 CEs with column {column!r}",
                              type(ranks_table).__name__, owner)
     return {str(ce): int(v) for ce, v in ranks_table[column].items()}
-
-
-def describe_ranks(ranks_table: pd.DataFrame, shape: tuple[int, int]) -> str:
-    """Three lines comparing the ranks of the first CE ([CLS]) and the last ([EMB]) of a :func:`rank_table`.
-
-    Parameters
-    ----------
-    ranks_table : DataFrame
-        :func:`rank_table` with the 90% and 99% energy ranks, at least 2 CEs.
-    shape : tuple of int
-        Shape of the matrices (full rank = ``min(shape)``).
-
-    Returns
-    -------
-    text : str
-        The numpy ranks (and ANNCUR's 315 vs 45), the [CLS]-CE's top-component share and row-centered
-        numpy rank, and the row-centered energy ranks with their ratios.
-    """
-    owner = "describe_ranks"
-    r_np = _rank_column(ranks_table, NUMPY_RANK, owner)
-    r90c = _rank_column(ranks_table, energy_label(0.9, centered=True), owner)
-    r99c = _rank_column(ranks_table, energy_label(0.99, centered=True), owner)
-    cls_ce, emb_ce = str(ranks_table.index[0]), str(ranks_table.index[-1])
-    return "\n".join([
-        f"numpy rank: {cls_ce} {r_np[cls_ce]}, {emb_ce} {r_np[emb_ce]} (full rank would be {min(shape)}); "
-        f"ANNCUR's YuGiOh matrices: 315 vs 45.",
-        f"{cls_ce}: its top singular component holds {ranks_table.loc[cls_ce, TOP_SHARE]:.1%} of ‖M‖²; "
-        f"row-centered, numpy rank {ranks_table.loc[cls_ce, NUMPY_RANK_CENTERED]}.",
-        f"Row-centered energy ranks (90% / 99%): {cls_ce} {r90c[cls_ce]} / {r99c[cls_ce]}, "
-        f"{emb_ce} {r90c[emb_ce]} / {r99c[emb_ce]}: "
-        f"{emb_ce} needs {r90c[cls_ce] / r90c[emb_ce]:.1f}x / {r99c[cls_ce] / r99c[emb_ce]:.1f}x fewer components.",
-    ])
 
 
 def skew_table(matrices: Mapping[str, np.ndarray]) -> pd.DataFrame:
@@ -1024,6 +938,35 @@ def available_ces(scores_dir: str | os.PathLike[str], ces: Sequence[str],
         else:
             logger.info("optional store %s is not in %s: compared without it", ce, scores_dir)
     return out
+
+
+def ce_roles(layouts: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """Which CE is the [CLS]-CE and which are [EMB]-CEs, read from their layouts (:func:`ce_layouts`), never from
+    their order or names.
+
+    Returns
+    -------
+    (cls_ce, emb_ces)
+        The one CE whose model kind is ``"cls"``, and those of kind ``"emb"`` in the given order.
+
+    Raises
+    ------
+    DataError
+        Unless exactly one CE is a [CLS]-CE and at least one an [EMB]-CE (a manifest without the model's kind
+        counts as neither).
+
+    Examples
+    --------
+    >>> ce_roles({"a": {"kind": "emb"}, "b": {"kind": "cls"}, "c": {"kind": "emb"}})
+    ('b', ['a', 'c'])
+    """
+    kinds = {str(ce): (layout or {}).get("kind") for ce, layout in layouts.items()}
+    cls = [ce for ce, kind in kinds.items() if kind == "cls"]
+    emb = [ce for ce, kind in kinds.items() if kind == "emb"]
+    if len(cls) != 1 or not emb:
+        raise DataError("ce_roles", f"the score stores' manifests must name exactly one [CLS]-CE and at least one "
+                                    f"[EMB]-CE (model_config.kind); found {kinds}")
+    return cls[0], emb
 
 
 def ce_layouts(attrs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,9 @@ from xenbench.rank import (
     _CUR_VALUES,
     NUMPY_RANK,
     NUMPY_RANK_CENTERED,
+    TOP_SHARE,
     _rank_column,
+    ce_roles,
     energy_label,
     lowest,
     paired_sign_test,
@@ -42,7 +44,7 @@ _RULE_NAMES = {
 
 
 def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.DataFrame, spikes: pd.DataFrame,
-                 cls_ce: str | None = None, emb_ce: str | None = None) -> dict[str, Any]:
+                 cls_ce: str, emb_ce: str) -> dict[str, Any]:
     """The numbers behind notebook 02's conclusion for one [EMB]-CE against the [CLS]-CE.
 
     Parameters
@@ -55,8 +57,8 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
         :func:`xenbench.rank.cur_grids` (recall column needed).
     spikes : DataFrame
         :func:`xenbench.rank.diagonal_spikes` (with value ``error_centered``).
-    cls_ce, emb_ce : str, optional
-        The two CEs compared; default the first and the last row of ``ranks_table``.
+    cls_ce, emb_ce : str
+        The [CLS]-CE and the [EMB]-CE compared (:func:`xenbench.rank.ce_roles`).
 
     Returns
     -------
@@ -73,8 +75,6 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
     owner = "rank_verdict"
     r_all = _rank_column(ranks_table, NUMPY_RANK, owner)
     ces = list(r_all)
-    cls_ce = ces[0] if cls_ce is None else cls_ce
-    emb_ce = ces[-1] if emb_ce is None else emb_ce
     if cls_ce not in ces or emb_ce not in ces or cls_ce == emb_ce:
         raise ParameterError("emb_ce", f"a CE of ranks_table other than cls_ce ({ces})", emb_ce, owner)
     pair = [cls_ce, emb_ce]
@@ -104,6 +104,41 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
         "lower_numpy_rank": lowest(r_np),
         "sign_tests": sign,
     }
+
+
+def describe_ranks(ranks_table: pd.DataFrame, shape: tuple[int, int], cls_ce: str, emb_ce: str) -> str:
+    """Three lines comparing the ranks of the [CLS]-CE and an [EMB]-CE of a :func:`xenbench.rank.rank_table`.
+
+    Parameters
+    ----------
+    ranks_table : DataFrame
+        :func:`xenbench.rank.rank_table` with the 90% and 99% energy ranks, at least 2 CEs.
+    shape : tuple of int
+        Shape of the matrices (full rank = ``min(shape)``).
+    cls_ce, emb_ce : str
+        The CEs compared (rows of ``ranks_table``; see :func:`xenbench.rank.ce_roles`).
+
+    Returns
+    -------
+    text : str
+        The numpy ranks (and ANNCUR's 315 vs 45), the [CLS]-CE's top-component share and row-centered
+        numpy rank, and the row-centered energy ranks with their ratios.
+    """
+    owner = "describe_ranks"
+    r_np = _rank_column(ranks_table, NUMPY_RANK, owner)
+    r90c = _rank_column(ranks_table, energy_label(0.9, centered=True), owner)
+    r99c = _rank_column(ranks_table, energy_label(0.99, centered=True), owner)
+    if cls_ce not in r_np or emb_ce not in r_np or cls_ce == emb_ce:
+        raise ParameterError("emb_ce", f"a CE of ranks_table other than cls_ce ({list(r_np)})", emb_ce, owner)
+    return "\n".join([
+        f"numpy rank: {cls_ce} {r_np[cls_ce]}, {emb_ce} {r_np[emb_ce]} (full rank would be {min(shape)}); "
+        f"ANNCUR's YuGiOh matrices: 315 vs 45.",
+        f"{cls_ce}: its top singular component holds {ranks_table.loc[cls_ce, TOP_SHARE]:.1%} of ‖M‖²; "
+        f"row-centered, numpy rank {ranks_table.loc[cls_ce, NUMPY_RANK_CENTERED]}.",
+        f"Row-centered energy ranks (90% / 99%): {cls_ce} {r90c[cls_ce]} / {r99c[cls_ce]}, "
+        f"{emb_ce} {r90c[emb_ce]} / {r99c[emb_ce]}: "
+        f"{emb_ce} needs {r90c[cls_ce] / r90c[emb_ce]:.1f}x / {r99c[cls_ce] / r99c[emb_ce]:.1f}x fewer components.",
+    ])
 
 
 def describe_layout(layout: Mapping[str, Any]) -> str:
@@ -159,7 +194,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     params = results.get("params", {})
     k, budget = params.get("k"), params.get("budget")
     orderings = rank_orderings(ranks, tuple(_RULE_NAMES))
-    cls_ce = ces[0]
+    cls_ce, emb_ces = ce_roles(results["layouts"])
     out = []
     layouts = results.get("layouts") or {}
     if layouts:
@@ -169,7 +204,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     out.append(f"Which tolerance rule yields which ordering{full}: " + "; ".join(
         f"{_RULE_NAMES[rule]}: {row['ordering']} ("
         + ", ".join(f"{ce} {int(row[ce])}" for ce in ces) + ")" for rule, row in orderings.iterrows()) + ".")
-    for emb_ce in ces[1:]:
+    for emb_ce in emb_ces:
         v = rank_verdict(ranks, skew, grid, spikes, cls_ce, emb_ce)
         claims = []
         for rule in _RULE_NAMES:
