@@ -29,7 +29,7 @@ import xenbench
 PACKAGE = Path(xenbench.__file__).parent
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "integrity", "metrics"}),
+    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "integrity", "metrics", "sampling"}),
     ("data", {"data", "wordnet"}),
     ("models, stores", {"crossencoder", "retrievers", "store", "scoring"}),
     ("data via models", {"linking", "corpus", "splits", "stats", "train"}),

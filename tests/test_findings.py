@@ -122,8 +122,8 @@ def test_score_findings_follow_the_numbers():
         "throughput": [{"model": "cls", "n_pairs": 1000, "wall_s": 2.0, "pairs_per_s": 500.0, "device": "cpu",
                         "precision": "fp32", "n_threads": 2}],
         "agreement": [{"fresh": "cls", "store": "x", "n_pairs": 30, "max_abs_diff": 2e-5}],
-        "score_summary": [{"matrix": "emb", "mean_query_skew": 0.5, "mean_top1_z": 3.0},
-                          {"matrix": "cls", "mean_query_skew": 8.0, "mean_top1_z": 9.0}],
+        "score_summary": [{"matrix": "emb", "median_query_skew": 0.5, "median_top1_z": 3.0},
+                          {"matrix": "cls", "median_query_skew": 8.0, "median_top1_z": 9.0}],
     }
     text = findings.lines("01_score_matrices", results)
     assert "30 shared pairs: max |difference| 2.0e-05" in text[0]

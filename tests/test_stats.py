@@ -72,7 +72,7 @@ def test_sample_queries_keeps_dataset_order(ds):
     three = [q.id for q in stats.sample_queries(ds, 3, seed=1)]
     assert len(three) == 3 and three == sorted(three) and set(three) <= set(with_gold)
     assert three == [q.id for q in stats.sample_queries(ds, 3, seed=1)]  # seeded
-    keep = np.sort(np.random.default_rng(1).choice(5, size=3, replace=False))
+    keep = np.sort(np.random.default_rng([1, 2]).choice(5, size=3, replace=False))  # seed 1, the queries' stream
     assert three == [with_gold[i] for i in keep]
     for bad in (0, True, 1.0, np.int64(2)):
         with pytest.raises(ParameterError, match="'max_queries' parameter of sample_queries must be None or an int >= 1"):
@@ -83,7 +83,7 @@ def test_sample_pairs(ds):
     queries, items = stats.sample_pairs(ds, 2, None, seed=0)
     assert len(queries) == 2 and items == ITEMS
     _, items = stats.sample_pairs(ds, None, 3, seed=4)
-    keep = np.sort(np.random.default_rng(5).choice(5, size=3, replace=False))
+    keep = np.sort(np.random.default_rng([4, 1]).choice(5, size=3, replace=False))  # seed 4, the items' stream
     assert items == [ITEMS[i] for i in keep]
     with pytest.raises(ParameterError, match="'n_items' parameter of sample_pairs must be None or an int >= 1"):
         stats.sample_pairs(ds, None, 0)
@@ -122,14 +122,34 @@ def test_baseline_accuracy_by_hand(ds):
         stats.baseline_accuracy([ds], k=0, retrievers={"first": _FirstItems()})
 
 
-def test_zero_mean_scores_and_score_summary():
+def test_center_rows_and_score_summary():
     M = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 6.0]])
-    np.testing.assert_allclose(stats.zero_mean_scores(M), [[-1, 0, 1], [-2, -2, 4]])
+    np.testing.assert_allclose(stats.center_rows(M), [[-1, 0, 1], [-2, -2, 4]])
     row = stats.score_summary({"m": M}).iloc[0]
     assert row["matrix"] == "m" and row["shape"] == (2, 3)
     assert row["std"] == pytest.approx(math.sqrt(26 / 6))  # squares 1+0+1+4+4+16 over 6 entries, mean 0
     # skew of [-2, -2, 4]: m3 / m2^1.5 = 16 / 8^1.5 = 1/sqrt(2); of [-1, 0, 1]: 0
-    assert row["mean_query_skew"] == pytest.approx(1 / (2 * math.sqrt(2)))
+    assert row["median_query_skew"] == pytest.approx(1 / (2 * math.sqrt(2)))
     # (max - mean) / std: 1 / sqrt(2/3) and 4 / sqrt(8)
-    assert row["mean_top1_z"] == pytest.approx((math.sqrt(1.5) + math.sqrt(2)) / 2)
+    assert row["median_top1_z"] == pytest.approx((math.sqrt(1.5) + math.sqrt(2)) / 2)
     assert isinstance(stats.score_summary({}), pd.DataFrame)
+
+
+def test_one_sampling_convention_across_notebooks(ds):
+    """Notebook 01's item sample (sample_pairs) is 03/04's max_items sample and `xenbench score --n-items`'s under the
+    same seed; queries come from their own stream."""
+    from xenbench.cli import _ids
+    from xenbench.experiments import subsample
+    from xenbench.sampling import sample_rows
+
+    big = ds.subset(ds.query_ids, ds.item_ids)
+    for seed in (0, 3):
+        _, items = stats.sample_pairs(big, None, 3, seed=seed)
+        rows = subsample(len(big.items), 3, seed)
+        assert [it.id for it in items] == [big.items[r].id for r in rows]
+        assert _ids(None, big.item_ids, 3, seed, "items", "toy") == [it.id for it in items]
+        assert np.array_equal(sample_rows(50, 10, seed, kind="items"),
+                              np.sort(np.random.default_rng([seed, 1]).choice(50, 10, replace=False)))
+    assert not np.array_equal(sample_rows(50, 10, 0, kind="items"), sample_rows(50, 10, 0, kind="queries"))
+    with pytest.raises(ParameterError, match="The 'kind' parameter of sample_rows must be one of"):
+        sample_rows(5, 2, 0, kind="rows")

@@ -209,3 +209,25 @@ def test_writer_lock_refuses_a_second_writer_and_takes_over_a_stale_lock(tmp_pat
     with pytest.raises(DataError, match="by process 1 on another-host"):
         with writer_lock(path):
             pass
+
+
+def test_compare_with_stores_pairs_matrices_and_stores_by_name(tmp_path):
+    """A fresh matrix is compared with the store of the same name, on the (query, item) ids both hold."""
+    from types import SimpleNamespace
+
+    from xenbench.store import compare_with_stores
+
+    m = matrix()
+    q_ids, i_ids = [f"q{k}" for k in range(N_Q)], [f"i{k}" for k in range(N_I)]
+    store = ScoreStore.create(tmp_path / "cls-ce", N_Q, N_I, chunks=(Q_CHUNK, None),
+                              attrs={"query_ids": q_ids, "item_ids": i_ids})
+    fill(store, m)
+    stores = {"cls-ce": ScoreStore.open(tmp_path / "cls-ce")}
+    queries = [SimpleNamespace(id=i) for i in ("q3", "q0", "zz")]  # "zz" is not in the store
+    items = [SimpleNamespace(id=i) for i in ("i2", "i1")]
+    fresh = m[np.ix_([3, 0], [2, 1])]
+    fresh = np.vstack([fresh, [[9.0, 9.0]]])
+    fresh[1, 0] += 0.25
+    out = compare_with_stores({"cls-ce": fresh, "emb-ce": fresh}, stores, queries, items)
+    assert out.to_dict(orient="records") == [{"fresh": "cls-ce", "store": "cls-ce", "n_pairs": 4,
+                                              "max_abs_diff": pytest.approx(0.25)}]

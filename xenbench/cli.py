@@ -115,10 +115,9 @@ def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int, what: s
                              "xenbench score")
     if n == len(all_ids):
         return None
-    import numpy as np
+    from xenbench.sampling import sample_rows
 
-    pick = np.sort(np.random.default_rng(seed).choice(len(all_ids), n, replace=False))
-    return [all_ids[k] for k in pick]
+    return [all_ids[k] for k in sample_rows(len(all_ids), n, seed, kind=what)]
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -70,6 +70,7 @@ from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.cur import AnnCur
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
+from xenbench.sampling import sample_rows
 from xenbench.trace import RoundTrace, trace_from_result  # re-exported: lives in the methods layer (axn uses it)
 
 __all__ = [
@@ -183,17 +184,12 @@ def split_rows(n: int, n_anchor_queries: int, seed: int = 0, *, max_test: int | 
 
 
 def subsample(n: int, max_n: int | None, seed: int = 0) -> np.ndarray:
-    """Sorted seeded sample of ``min(n, max_n)`` indices of ``range(n)`` (all of them when ``max_n`` is None).
+    """Sorted seeded sample of ``min(n, max_n)`` item indices of ``range(n)`` (all of them when ``max_n`` is None):
+    :func:`xenbench.sampling.sample_rows` of kind ``"items"``, so every notebook's seed picks the same items.
 
     Used to cut the item set (columns of M, and the same items of the retrievers) for quick runs.
     """
-    n = check_int(n, "n", 1, None, "subsample")
-    if max_n is None or max_n >= n:
-        return np.arange(n, dtype=np.int64)
-    max_n = check_int(max_n, "max_n", 1, None, "subsample")
-    seed = check_int(seed, "seed", 0, None, "subsample")
-    # A stream of its own (seed + 1): the item sample does not correlate with the query split.
-    return np.sort(np.random.default_rng([seed, 1]).choice(n, size=max_n, replace=False)).astype(np.int64)
+    return sample_rows(n, max_n, seed, kind="items")
 
 
 def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, QuerySplit]:
@@ -777,7 +773,7 @@ def load_setup(store_path, dataset, *, n_anchor_queries: int, seed: int = 0, max
     if model:
         from xenbench.scoring import cached_scores
 
-        queries = subsample(len(ds.queries), max_queries, seed + 2)  # a stream apart from the item sample's
+        queries = sample_rows(len(ds.queries), max_queries, seed, kind="queries")
         items = subsample(len(ds.items), max_items, seed)
         ds = ds.subset([ds.queries[r].id for r in queries], [ds.items[i].id for i in items])
         store = cached_scores(model, ds, device=device)

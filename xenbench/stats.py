@@ -12,9 +12,10 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from xenbench._validation import PY_INT, check_int
+from xenbench._validation import PY_INT, check_array, check_int
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import ParameterError
+from xenbench.sampling import sample_rows
 
 __all__ = [
     "title_lemmas",
@@ -185,8 +186,7 @@ def sample_queries(dataset: Dataset, max_queries: int | None = None, seed: int =
     with_gold = [q for q in dataset.queries if dataset.gold.get(q.id)]
     if max_queries is None or max_queries >= len(with_gold):
         return with_gold
-    keep = np.sort(np.random.default_rng(seed).choice(len(with_gold), size=max_queries, replace=False))
-    return [with_gold[i] for i in keep]
+    return [with_gold[i] for i in sample_rows(len(with_gold), max_queries, seed, kind="queries")]
 
 
 def _default_retrievers(device: Any = "auto") -> dict[str, Callable[[], Any]]:
@@ -255,35 +255,86 @@ def baseline_accuracy(
 
 def sample_pairs(dataset: Dataset, n_queries: int | None, n_items: int | None, seed: int = 0
                  ) -> tuple[list[Query], list]:
-    """A seeded sample of ``n_queries`` queries (with gold) and ``n_items`` items, each in dataset order."""
+    """A seeded sample of ``n_queries`` queries (with gold) and ``n_items`` items, each in dataset order
+    (:func:`xenbench.sampling.sample_rows`: the same items as notebooks 03/04's ``max_items`` under the same seed)."""
     queries = sample_queries(dataset, n_queries, seed)
     check_int(n_items, "n_items", 1, None, "sample_pairs", allow_none=True, types=PY_INT)
-    items = dataset.items
-    if n_items is not None and n_items < len(items):
-        keep = np.sort(np.random.default_rng(seed + 1).choice(len(items), size=n_items, replace=False))
-        items = [items[i] for i in keep]
-    return queries, list(items)
+    return queries, [dataset.items[i] for i in sample_rows(len(dataset.items), n_items, seed, kind="items")]
 
 
-def zero_mean_scores(M: np.ndarray) -> np.ndarray:
-    """Each query's scores minus that query's mean, ``M - M.mean(axis=1)``: shape (n_queries, n_items)."""
-    M = np.asarray(M, dtype=np.float64)
-    return M - M.mean(axis=1, keepdims=True)
+def _check_scores(M: object, owner: str) -> np.ndarray:
+    return check_array(M, "M", owner, expected="a non-empty float array of shape (n_queries, n_items)",
+                       finite_expected="finite (no NaN or inf)")
+
+
+def center_rows(M: np.ndarray, *, scale: bool = False) -> np.ndarray:
+    """Per-query zero-mean scores M − mean_i M[q, i] (ANNCUR Fig. 1(b)), optionally divided by the row std.
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Scores.
+    scale : bool, default False
+        Also divide every row by its standard deviation (z-scores), so that CEs whose scores live on
+        different scales can be compared by the *shape* of their distributions. Constant rows stay 0.
+
+    Returns
+    -------
+    Z : ndarray of shape (n_queries, n_items), float64
+    """
+    M = _check_scores(M, "center_rows").astype(np.float64)
+    Z = M - M.mean(axis=1, keepdims=True)
+    if scale:
+        std = Z.std(axis=1, keepdims=True)
+        Z = np.divide(Z, std, out=np.zeros_like(Z), where=std > 0)
+    return Z
+
+
+def score_skew(M: np.ndarray) -> np.ndarray:
+    """Skewness of every query's score distribution over the items (ANNCUR §2.6, Fig. 1(b)).
+
+    ANNCUR describes the [CLS]-CE's scores as "significantly skewed with only a small fraction of
+    items getting high scores": a long right tail of each query's scores. This is measured by the
+    sample skewness (Fisher-Pearson, g₁ = m₃ / m₂^{3/2}, the biased estimator of
+    ``scipy.stats.skew``) of each row; it is invariant to the per-query shift and scale, so the
+    zero-mean adjustment of Fig. 1(b) and the CE's score scale do not change it. A symmetric
+    distribution gives 0, a right tail > 0.
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Scores.
+
+    Returns
+    -------
+    skew : ndarray of shape (n_queries,), float64
+        NaN for a query whose scores are all equal.
+
+    Examples
+    --------
+    >>> score_skew(np.array([[0.0, 0.0, 0.0, 4.0], [1.0, 2.0, 3.0, 4.0]])).round(3).tolist()
+    [1.155, 0.0]
+    """
+    Z = center_rows(M)
+    m2 = (Z ** 2).mean(axis=1)
+    m3 = (Z ** 3).mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m2 > 0, m3 / np.where(m2 > 0, m2, 1.0) ** 1.5, np.nan)
 
 
 def score_summary(matrices: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """Shape of each score matrix (n_queries, n_items): per-query skewness and top-score margin.
 
-    Columns: ``std`` (of the zero-mean scores), ``mean_query_skew`` (mean over queries of the skewness of the
-    query's scores), ``mean_top1_z`` (mean over queries of (max − mean) / std of the query's scores).
+    Columns: ``std`` (of the zero-mean scores :func:`center_rows`), ``median_query_skew`` (median over queries
+    of :func:`score_skew`, constant rows ignored) and ``median_top1_z`` (median over queries of
+    (max − mean) / std of the query's scores). Per-query statistics are summarized by their median everywhere
+    (here and in :func:`xenbench.rank.skew_table`): a few near-constant rows do not move it.
     """
-    from scipy.stats import skew
-
     rows = []
     for name, M in matrices.items():
-        Z = zero_mean_scores(M)
+        Z = center_rows(M)
         sd = Z.std(axis=1)
         rows.append({"matrix": name, "shape": tuple(Z.shape), "std": float(Z.std()),
-                     "mean_query_skew": float(np.mean(skew(Z, axis=1))),
-                     "mean_top1_z": float(np.mean(Z.max(axis=1) / np.where(sd > 0, sd, 1.0)))})
+                     "median_query_skew": float(np.nanmedian(score_skew(M))),
+                     "median_top1_z": float(np.median(Z.max(axis=1) / np.where(sd > 0, sd, 1.0)))})
     return pd.DataFrame(rows)

@@ -541,15 +541,15 @@ def open_stores(folder: str | os.PathLike[str]) -> dict[str, ScoreStore]:
 def compare_with_stores(fresh: Mapping[str, np.ndarray], stores: Mapping[str, ScoreStore], queries, items):
     """Max |difference| between freshly computed matrices and the stores' entries for the same ids.
 
-    A fresh matrix named ``"<kind>-ce (<folder>)"`` is compared with the store named ``<folder>``; only the
-    (query, item) pairs present in the store count. Returns a DataFrame (fresh, store, n_pairs, max_abs_diff).
+    ``fresh`` and ``stores`` share keys: the fresh matrix ``fresh[name]`` (rows ``queries``, columns ``items``) is
+    compared with ``stores[name]``; a name without a store is skipped, and only the (query, item) pairs present
+    in the store count. Returns a DataFrame (fresh, store, n_pairs, max_abs_diff).
     """
     import pandas as pd
 
     rows = []
     for name, M in fresh.items():
-        folder = name.split("(")[-1].rstrip(")") if "(" in name else name
-        store = stores.get(folder)
+        folder, store = name, stores.get(name)
         if store is None:
             continue
         q_index = {q: r for r, q in enumerate(store.attrs["query_ids"])}

@@ -22,9 +22,9 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         out.append(f"Fresh scores agree with the bundled matrices on {n:,} shared pairs: max |difference| {worst:.1e}.")
     else:
         out.append("No bundled matrix shares pairs with this run, so agreement was not checked.")
-    summary = sorted(results.get("score_summary", []), key=lambda s: -s["mean_query_skew"])
+    summary = sorted(results.get("score_summary", []), key=lambda s: -s["median_query_skew"])
     if summary:
-        out.append("Per-query skewness of the zero-mean scores (mean over queries), most skewed first: " + ", ".join(
-            f"{s['matrix']} {s['mean_query_skew']:.2f} (top score {s['mean_top1_z']:.1f} std above the mean)"
+        out.append("Per-query skewness of the zero-mean scores (median over queries), most skewed first: " + ", ".join(
+            f"{s['matrix']} {s['median_query_skew']:.2f} (top score {s['median_top1_z']:.1f} std above the mean)"
             for s in summary) + ".")
     return out

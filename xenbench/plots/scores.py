@@ -16,11 +16,11 @@ def score_distributions(matrices: Mapping[str, np.ndarray], *, standardize: bool
     Binned here (``bins`` bins over the pooled range) so a figure of millions of scores stays small.
     ``standardize`` divides each matrix by its overall std, to compare shapes across score scales.
     """
-    from xenbench.stats import zero_mean_scores
+    from xenbench.stats import center_rows
 
     fig = go.Figure()
     for name, M in matrices.items():
-        Z = zero_mean_scores(M).ravel()
+        Z = center_rows(M).ravel()
         if standardize:
             Z = Z / (Z.std() or 1.0)
         density, edges = np.histogram(Z, bins=bins, density=True)
