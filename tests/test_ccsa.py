@@ -69,6 +69,46 @@ def test_index_search_equals_brute_force_code_matching():
         np.testing.assert_array_equal(I[r], np.pad(want, (0, 40 - len(want)), constant_values=-1))
 
 
+def _brute_topk(codes, queries, k):
+    shared = (queries[:, None, :] == codes[None, :, :]).sum(-1)
+    D, I = np.zeros((len(queries), k), np.float32), np.full((len(queries), k), -1, np.int64)
+    for r in range(len(queries)):
+        want = sorted(np.nonzero(shared[r])[0], key=lambda j: (-shared[r, j], j))[:k]
+        I[r, :len(want)], D[r, :len(want)] = want, shared[r, want]
+    return D, I
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_search_equals_brute_force_on_skewed_codes_in_any_block_size(seed):
+    # Skewed code frequencies (crowded lists, many ties at the threshold), k from 1 to all items, queries whose
+    # lists hold fewer than k items, and blocks of 1 query to all queries at once: always the brute-force answer.
+    from xenbench.ccsa import _csr_topk
+
+    rng = np.random.default_rng(seed)
+    C, L, n = int(rng.integers(1, 7)), int(rng.integers(2, 12)), int(rng.integers(1, 300))
+    p = rng.dirichlet(np.full(L, 0.3))
+    codes, queries = rng.choice(L, size=(n, C), p=p), rng.choice(L, size=(25, C))
+    for k in sorted({1, int(rng.integers(1, n + 1)), n}):
+        want = _brute_topk(codes, queries, k)
+        for block_items in (1, n * 3, 10**6):
+            index = CodeIndex(C, L, block_items=block_items).add(codes)
+            D, I = index.search(queries, k)
+            np.testing.assert_array_equal(I, want[1])
+            np.testing.assert_array_equal(D, want[0])
+        D, I = _csr_topk(index.shared_codes(queries), k, C)
+        np.testing.assert_array_equal(I, want[1])
+        np.testing.assert_array_equal(D, want[0])
+
+
+def test_search_of_an_index_of_one_item_and_of_queries_sharing_nothing():
+    index = CodeIndex(2, 4).add(np.array([[1, 2]]))
+    D, I = index.search(np.array([[1, 2], [0, 0], [1, 0]]), 1)
+    np.testing.assert_array_equal(I, [[0], [-1], [0]])
+    np.testing.assert_array_equal(D, [[2], [0], [1]])
+    D, I = index.search(np.zeros((0, 2), np.int64), 1)
+    assert D.shape == I.shape == (0, 1)
+
+
 def test_code_candidates_are_the_unique_items_of_the_query_lists():
     rng = np.random.default_rng(1)
     codes, queries = rng.integers(0, 8, size=(200, 4)), rng.integers(0, 8, size=(9, 4))

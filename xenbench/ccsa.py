@@ -236,17 +236,27 @@ class CodeIndex:
 
     A query's score for an item is the number of chunks in which they share the code; search scores
     only the items in the query's C posting lists. The posting lists are the rows of a sparse
-    (C·L) × N matrix P, so scoring a batch of queries is one sparse product q_onehot · P (scipy.sparse).
+    (C·L) × N matrix P (scipy.sparse CSR, item rows ascending in each list).
+
+    :meth:`search` runs the paper's retrieval phases on blocks of queries, all vectorized in numpy:
+    **score** (gather the entries of the block's C·b posting lists and count them per item with one
+    ``bincount``), **threshold** (per query, the smallest shared-code count t whose items with at least t
+    shared codes number k or more: a histogram of the C + 1 possible scores), **top-k** (the items above t,
+    then the first items at t by row; one stable sort of at most k entries per query). The encoding of the
+    queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes` gives the whole sparse score matrix.
 
     Parameters
     ----------
     n_chunks, chunk_size : int
         C and L of the codes.
+    block_items : int, default 2**18
+        Work budget of one block of queries in :meth:`search`: queries × items of its dense count array.
     """
 
-    def __init__(self, n_chunks: int, chunk_size: int) -> None:
+    def __init__(self, n_chunks: int, chunk_size: int, *, block_items: int = 2**18) -> None:
         self.n_chunks = check_int(n_chunks, "n_chunks", 1, 2**20, type(self).__name__, "2**20")
         self.chunk_size = check_int(chunk_size, "chunk_size", 1, 2**20, type(self).__name__, "2**20")
+        self.block_items = check_int(block_items, "block_items", 1, 2**40, type(self).__name__, "2**40")
 
     def _check_codes(self, codes: object, owner: str) -> np.ndarray:
         codes = np.asarray(codes)
@@ -268,13 +278,16 @@ class CodeIndex:
         self.postings_ = items.T.tocsr()  # (C·L) × N: row j is posting list j, item rows ascending
         self.postings_.sort_indices()
         self.n_items_ = n
+        self._starts = self.postings_.indptr[:-1].astype(np.int64)  # where each list begins in _entries
+        self._sizes = np.diff(self.postings_.indptr).astype(np.int64)
+        self._entries = self.postings_.indices.astype(np.int64)
         return self
 
     @property
     def list_sizes(self) -> np.ndarray:
         """Items per posting list, int64 of shape (C, L)."""
         check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.list_sizes needs an index")
-        return np.diff(self.postings_.indptr).astype(np.int64).reshape(self.n_chunks, self.chunk_size)
+        return self._sizes.reshape(self.n_chunks, self.chunk_size).copy()
 
     def shared_codes(self, query_codes: np.ndarray) -> sp.csr_matrix:
         """S = q_onehot · P: sparse (nq, N) float32 counts of shared codes, stored (columns ascending) only for the
@@ -291,7 +304,33 @@ class CodeIndex:
         """Posting-list entries each query reads (Σ of its C list sizes), int64 (nq,): the scoring work (§3.2.2)."""
         check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.postings needs an index")
         q = self._check_codes(query_codes, f"{type(self).__name__}.postings")
-        return np.diff(self.postings_.indptr).astype(np.int64)[self._lists(q)].sum(axis=1)
+        return self._sizes[self._lists(q)].sum(axis=1)
+
+    def _block_topk(self, lists: np.ndarray, k: int, D: np.ndarray, I: np.ndarray) -> None:
+        """The score, threshold and top-k phases for a block of b queries' flat list ids (b × C), into D, I."""
+        b, n, width = len(lists), self.n_items_, self.n_chunks + 1
+        starts, sizes = self._starts[lists].reshape(-1), self._sizes[lists].reshape(-1)
+        # score: the entries of the block's b·C posting lists, offset by query so that one bincount counts the shared
+        # codes of every (query, item)
+        entries = self._entries
+        items = np.concatenate([entries[a:a + m] for a, m in zip(starts.tolist(), sizes.tolist())])
+        if b > 1:
+            entry_row = np.repeat(np.arange(b, dtype=np.int64), sizes.reshape(b, -1).sum(axis=1))
+            items += entry_row * n
+        counts = np.bincount(items, minlength=b * n)
+        # threshold: an item with s shared codes appears s times among the entries, so the histogram of the entries'
+        # counts, divided by s, is the histogram of the items' scores; t = the largest score at least k items reach
+        key = counts[items] if b == 1 else entry_row * width + counts[items]
+        hist = np.bincount(key, minlength=b * width).reshape(b, width)
+        hist[:, 1:] //= np.arange(1, width)
+        at_least = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
+        over = at_least >= k
+        over[:, :2] = True  # fewer than k items share a code: all of them (score >= 1)
+        t = width - 1 - np.argmax(over[:, ::-1], axis=1)
+        # top-k: the items at or above t, row-major (item rows ascending), ranked by _entries_topk
+        chosen = np.flatnonzero(counts.reshape(b, n) >= t[:, None])
+        rows = chosen // n if b > 1 else np.zeros(chosen.size, np.int64)
+        _entries_topk(rows, chosen - rows * n, counts[chosen], k, self.n_chunks, D, I)
 
     def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of each query by shared codes, ties to the lower item row (no re-ranking).
@@ -306,25 +345,65 @@ class CodeIndex:
         owner = f"{type(self).__name__}.search"
         check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.search needs an index")
         k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
-        S = self.shared_codes(query_codes)
-        return _csr_topk(S, k, self.n_chunks)
+        lists = self._lists(self._check_codes(query_codes, owner))
+        nq, block = len(lists), max(1, self.block_items // max(self.n_items_, 1))
+        D = np.zeros((nq, k), np.float32)
+        I = np.full((nq, k), -1, np.int64)
+        for lo in range(0, nq, block):
+            self._block_topk(lists[lo:lo + block], k, D[lo:lo + block], I[lo:lo + block])
+        return D, I
+
+
+def _entries_topk(rows: np.ndarray, cols: np.ndarray, score: np.ndarray, k: int, max_score: int,
+                  D: np.ndarray, I: np.ndarray) -> None:
+    """Threshold and top-k phases on the stored entries of a score matrix, given in (row, column) ascending order
+    with small non-negative integer scores (<= max_score): writes each row's k largest (ties to the lower column)
+    into D, I (pre-filled with the pads 0 and -1).
+
+    Per row, a histogram of the max_score + 1 possible scores gives the threshold t (the largest score that at least
+    k entries reach; 0 when the row has fewer than k entries), the entries above t (fewer than k) and how many of
+    the entries at t are taken (the first ones in column order). Only the entries above t are sorted: one stable
+    sort by (row, score descending), which keeps columns ascending among equal scores.
+    """
+    nq, width = D.shape[0], max_score + 1
+    score = np.asarray(score, dtype=np.int64)
+    hist = np.bincount(rows * width + score, minlength=nq * width).reshape(nq, width)
+    at_least = np.zeros((nq, width + 1), np.int64)  # at_least[r, s]: entries of row r scoring >= s (s <= width)
+    at_least[:, :width] = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
+    over = at_least[:, :width] >= k
+    over[:, 0] = True
+    t = width - 1 - np.argmax(over[:, ::-1], axis=1)  # threshold per row
+    every = np.arange(nq)
+    above = at_least[every, t + 1]  # entries scoring more than t: fewer than k
+    take_tied = np.minimum(k - above, hist[every, t])  # entries at t taken, the first ones by column
+    t_row = t[rows]
+    hi = np.flatnonzero(score > t_row)
+    if hi.size:
+        key = rows[hi] * width + (max_score - score[hi])
+        key = key.astype(np.uint16) if nq * width <= 2**16 else key  # small keys: numpy's radix sort
+        hi = hi[np.argsort(key, kind="stable")]
+        r = rows[hi]
+        pos = np.arange(hi.size) - np.searchsorted(r, r, side="left")  # place inside its row
+        D[r, pos] = score[hi]
+        I[r, pos] = cols[hi]
+    tied = np.flatnonzero(score == t_row)
+    if tied.size:
+        r = rows[tied]
+        rank = np.arange(tied.size) - np.searchsorted(r, r, side="left")
+        keep = rank < take_tied[r]
+        r, rank, tied = r[keep], rank[keep], tied[keep]
+        D[r, above[r] + rank] = score[tied]
+        I[r, above[r] + rank] = cols[tied]
 
 
 def _csr_topk(S: sp.csr_matrix, k: int, max_score: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a CSR of small non-negative integer scores (<= max_score), the k largest, ties to the lower
-    column, by one sort of one int64 key per stored entry; -1/0 pad rows with fewer than k entries."""
-    nq, n = S.shape
-    counts = np.diff(S.indptr)
-    rows = np.repeat(np.arange(nq, dtype=np.int64), counts)
-    score = np.rint(S.data).astype(np.int64)
-    key = (rows * (max_score + 1) + (max_score - score)) * n + S.indices  # row asc, score desc, column asc
-    order = np.argsort(key, kind="stable")
-    rank = np.arange(order.size) - np.repeat(S.indptr[:-1], counts)  # position inside its row after sorting
-    keep = order[rank < k]
+    column (:func:`_entries_topk` on its stored entries, indices sorted); -1/0 pad rows with fewer than k entries."""
+    nq = S.shape[0]
+    rows = np.repeat(np.arange(nq, dtype=np.int64), np.diff(S.indptr))
     D = np.zeros((nq, k), np.float32)
     I = np.full((nq, k), -1, np.int64)
-    r, c = rows[keep], (rank[rank < k])
-    D[r, c], I[r, c] = S.data[keep], S.indices[keep]
+    _entries_topk(rows, S.indices.astype(np.int64), np.rint(S.data).astype(np.int64), k, max_score, D, I)
     return D, I
 
 
