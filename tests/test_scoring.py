@@ -29,7 +29,14 @@ from xenbench.crossencoder import (
 )
 from xenbench.data import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
-from xenbench.scoring import PairAssembler, run_score_job, score_matrix, score_pairs_sparse
+from xenbench.scoring import (
+    PairAssembler,
+    ScoreTiming,
+    run_score_job,
+    score_matrix,
+    score_pairs_sparse,
+    score_to_store,
+)
 
 HERE = Path(__file__).resolve()
 
@@ -116,14 +123,14 @@ def test_assembler_equals_collate(ce):
 
 def test_dense_matches_reference(ce):
     ref = reference(ce)
-    got = score_matrix(ce, QUERIES, ITEMS, batch_size=4, query_chunk=4, progress=False)
+    got = score_matrix(ce, QUERIES, ITEMS, batch_size=4, query_chunk=4, progress=False).scores
     assert got.shape == (6, 10) and got.dtype == np.float32
     np.testing.assert_allclose(got, ref, rtol=0, atol=atol(ref))
     assert np.ptp(ref) > 1e-3  # the layouts give scores that differ between pairs: the check is not vacuous
 
 
 def test_sparse_matches_dense(ce):
-    dense = score_matrix(ce, QUERIES, ITEMS, progress=False)
+    dense = score_matrix(ce, QUERIES, ITEMS, progress=False).scores
     rng = np.random.default_rng(1)
     pairs = np.stack([rng.integers(0, 6, 40), rng.integers(0, 10, 40)], axis=1)
     pairs[-1] = pairs[0]  # a duplicate entry is scored twice, identically
@@ -143,8 +150,9 @@ def test_ce_state_is_restored(small_ce):
 
 
 def test_bf16_is_close_but_not_exact(small_ce):
-    fp32 = score_matrix(small_ce, QUERIES, ITEMS, progress=False)
-    bf16, timing = score_matrix(small_ce, QUERIES, ITEMS, precision="bf16", progress=False, return_timing=True)
+    fp32 = score_matrix(small_ce, QUERIES, ITEMS, progress=False).scores
+    scored = score_matrix(small_ce, QUERIES, ITEMS, precision="bf16", progress=False)
+    bf16, timing = scored.scores, scored.timing
     assert timing.precision == "bf16" and timing.n_pairs == 60
     assert np.abs(bf16 - fp32).max() < 0.05 * np.ptp(fp32)  # bf16 keeps ~3 significant digits
 
@@ -153,9 +161,10 @@ def test_bf16_is_close_but_not_exact(small_ce):
 
 
 def test_store_path_and_manifest(small_ce, tmp_path):
-    mem = score_matrix(small_ce, QUERIES, ITEMS, batch_size=3, query_chunk=2, progress=False)
-    store, timing = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", batch_size=3, query_chunk=2,
-                                 progress=False, manifest={"dataset": "handmade", "seed": 7}, return_timing=True)
+    mem = score_matrix(small_ce, QUERIES, ITEMS, batch_size=3, query_chunk=2, progress=False).scores
+    store = score_to_store(small_ce, QUERIES, ITEMS, tmp_path / "s", batch_size=3, query_chunk=2, progress=False,
+                           manifest={"dataset": "handmade", "seed": 7})
+    timing = ScoreTiming.last(store)
     np.testing.assert_allclose(store.to_numpy(), mem, rtol=0, atol=1e-6)
     assert store.chunks == (2, 10) and store.is_complete
     attrs = store.attrs
@@ -165,13 +174,13 @@ def test_store_path_and_manifest(small_ce, tmp_path):
     assert attrs["wall_s"] > 0 and attrs["sessions"][0]["n_pairs"] == 60 == timing.n_pairs
     assert timing.pairs_per_s > 0 and timing.device == "cpu"
     # A second call finds everything done and scores nothing.
-    _, again = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False, return_timing=True)
+    again = ScoreTiming.last(score_to_store(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False))
     assert again.n_pairs == 0
 
 
 def test_resume_recomputes_torn_and_altered_blocks(small_ce, tmp_path):
     out = tmp_path / "s"
-    full = score_matrix(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False).to_numpy()
+    full = score_to_store(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False).to_numpy()
     # Block 1: torn file, no marker (a kill mid-write). Block 2: altered after its marker was written.
     with open(out / "scores" / "c" / "1" / "0", "r+b") as f:
         f.truncate(12)
@@ -179,33 +188,34 @@ def test_resume_recomputes_torn_and_altered_blocks(small_ce, tmp_path):
     raw = bytearray((out / "scores" / "c" / "2" / "0").read_bytes())
     raw[5] ^= 0x55
     (out / "scores" / "c" / "2" / "0").write_bytes(bytes(raw))
-    store, timing = score_matrix(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False, return_timing=True)
+    store = score_to_store(small_ce, QUERIES, ITEMS, out, query_chunk=2, progress=False)
+    timing = ScoreTiming.last(store)
     assert timing.n_pairs == 2 * 2 * 10  # exactly the two bad blocks
     np.testing.assert_allclose(store.to_numpy(), full, rtol=0, atol=1e-6)
 
 
 def test_resume_refuses_another_job(small_ce, tmp_path):
-    score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False)
+    score_to_store(small_ce, QUERIES, ITEMS, tmp_path / "s", progress=False)
     with pytest.raises(DataError, match=r"holds a score store of another job \(item_ids differs\)"):
-        score_matrix(small_ce, QUERIES, ITEMS[:5], tmp_path / "s", progress=False)
+        score_to_store(small_ce, QUERIES, ITEMS[:5], tmp_path / "s", progress=False)
     with pytest.raises(DataError, match=r"another job \(model_sha256 differs\)"):
-        score_matrix(tiny_ce("cls", seed=1), QUERIES, ITEMS, tmp_path / "s", progress=False)
+        score_to_store(tiny_ce("cls", seed=1), QUERIES, ITEMS, tmp_path / "s", progress=False)
     with pytest.raises(DataError, match=r"another job \(precision differs\)"):
-        score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "s", precision="bf16", progress=False)
+        score_to_store(small_ce, QUERIES, ITEMS, tmp_path / "s", precision="bf16", progress=False)
 
 
 _CHILD = """
 import importlib.util, os, sys, time
 spec = importlib.util.spec_from_file_location("scoring_tests", sys.argv[1])
 t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
-from xenbench.scoring import score_matrix
+from xenbench.scoring import score_to_store
 ce = t.tiny_ce("cls")
 forward = ce.forward
 def slow(batch):  # slow enough to be killed mid-run: ~0.5 s per query chunk
     time.sleep(0.1)
     return forward(batch)
 ce.forward = slow
-score_matrix(ce, t.QUERIES, t.ITEMS, sys.argv[2], batch_size=2, query_chunk=1, progress=False)
+score_to_store(ce, t.QUERIES, t.ITEMS, sys.argv[2], batch_size=2, query_chunk=1, progress=False)
 """
 
 
@@ -233,10 +243,10 @@ def test_kill_and_resume(small_ce, tmp_path):
 
     n_done = len(ScoreStore.open(out).done_chunks())
     assert 1 <= n_done < len(QUERIES)
-    store, timing = score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False,
-                                 return_timing=True)
+    store = score_to_store(small_ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
+    timing = ScoreTiming.last(store)
     assert timing.n_pairs <= (len(QUERIES) - n_done) * len(ITEMS)  # done chunks were not recomputed
-    uninterrupted = score_matrix(small_ce, QUERIES, ITEMS, batch_size=2, query_chunk=1, progress=False)
+    uninterrupted = score_matrix(small_ce, QUERIES, ITEMS, batch_size=2, query_chunk=1, progress=False).scores
     np.testing.assert_allclose(store.to_numpy(), uninterrupted, rtol=0, atol=1e-6)
     assert not list(out.rglob("*.partial")) and not list(out.rglob("*.tmp"))
 
@@ -254,7 +264,7 @@ def test_run_score_job(tmp_path, dataset):
     with pytest.warns(UserWarning, match="untrained-cls: the head is random"):
         store = run_score_job("untrained-cls", dataset, qids, iids, tmp_path / "s", progress=False, seed=3)
     ce = build_cross_encoder(CEConfig(kind="cls"), seed=3)
-    want = score_matrix(ce, [QUERIES[3], QUERIES[0]], [ITEMS[2], ITEMS[0], ITEMS[9]], progress=False)
+    want = score_matrix(ce, [QUERIES[3], QUERIES[0]], [ITEMS[2], ITEMS[0], ITEMS[9]], progress=False).scores
     np.testing.assert_allclose(store.to_numpy(), want, rtol=0, atol=1e-6)
     attrs = store.attrs
     assert attrs["model"] == "untrained-cls" and attrs["seed"] == 3
@@ -330,14 +340,14 @@ def test_import_without_zarr():
 
 def test_resume_identity_includes_batch_size_and_chunking(small_ce, tmp_path):
     out = tmp_path / "s"
-    score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=3, query_chunk=2, progress=False)
+    score_to_store(small_ce, QUERIES, ITEMS, out, batch_size=3, query_chunk=2, progress=False)
     # batch composition changes the float bits: another batch size would mix bit-different blocks
     with pytest.raises(DataError, match=r"another job \(batch_size differs\): store 3, this run 4; pass the same "
                                         r"--batch-size"):
-        score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=4, progress=False)
+        score_to_store(small_ce, QUERIES, ITEMS, out, batch_size=4, progress=False)
     with pytest.raises(DataError, match=r"was chunked in blocks of 2 queries, not 3"):
-        score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=3, query_chunk=3, progress=False)
-    _, timing = score_matrix(small_ce, QUERIES, ITEMS, out, progress=False, return_timing=True)  # adopts 3
+        score_to_store(small_ce, QUERIES, ITEMS, out, batch_size=3, query_chunk=3, progress=False)
+    timing = ScoreTiming.last(score_to_store(small_ce, QUERIES, ITEMS, out, progress=False))  # adopts 3
     assert timing.n_pairs == 0 and timing.batch_size == 3
 
 
@@ -376,8 +386,8 @@ def test_killed_five_times_at_random_points_gives_the_uninterrupted_bits(small_c
         if child.returncode != -signal.SIGKILL:  # finished before the kill: nothing left to interrupt
             break
     assert lock.exists() or child.returncode == 0  # SIGKILL leaves the lock; the next writer takes it over
-    store = score_matrix(small_ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
-    reference = score_matrix(small_ce, QUERIES, ITEMS, tmp_path / "ref", batch_size=2, query_chunk=1, progress=False)
+    store = score_to_store(small_ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
+    reference = score_to_store(small_ce, QUERIES, ITEMS, tmp_path / "ref", batch_size=2, query_chunk=1, progress=False)
     assert np.array_equal(store.to_numpy(), reference.to_numpy())  # bit-identical, not merely close
     assert store.verify() == [] and not lock.exists()
     assert not list(out.rglob("*.partial")) and not list(out.rglob("*.tmp"))
@@ -391,7 +401,7 @@ def test_a_second_writer_is_refused_up_front(small_ce, tmp_path):
         # the same job, and another CE into the same fresh folder: both refused before touching anything
         for ce in (small_ce, tiny_ce("emb")):
             with pytest.raises(DataError, match=rf"s: is being written by process {child.pid} on .*wait for that job"):
-                score_matrix(ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
+                score_to_store(ce, QUERIES, ITEMS, out, batch_size=2, query_chunk=1, progress=False)
         assert child.poll() is None  # the first writer is undisturbed
     finally:
         os.killpg(child.pid, signal.SIGKILL)
@@ -418,8 +428,8 @@ def ray_cluster():
 def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):
     ce, queries, items = _ray_job()
     kw = dict(batch_size=16, query_chunk=1, progress=False)
-    ref = score_matrix(ce, queries, items, tmp_path / "local", **kw).to_numpy()
-    store = score_matrix(ce, queries, items, tmp_path / "ray", backend="ray", ray_options={"workers": 2}, **kw)
+    ref = score_to_store(ce, queries, items, tmp_path / "local", **kw).to_numpy()
+    store = score_to_store(ce, queries, items, tmp_path / "ray", backend="ray", ray_options={"workers": 2}, **kw)
     assert np.array_equal(store.to_numpy(), ref)  # the same bits: same token ids, batches and precision
     workers = {store.chunk_info(k)["worker"] for k in range(store.n_chunks)}
     assert len(workers) == 2  # both actors scored blocks
@@ -431,8 +441,8 @@ def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):
     writable = ScoreStore.open(tmp_path / "ray", mode="r+")
     writable.invalidate(2)
     writable.invalidate(5)
-    _, timing = score_matrix(ce, queries, items, tmp_path / "ray", backend="ray", ray_options={"workers": 2},
-                             return_timing=True, **kw)
+    timing = ScoreTiming.last(score_to_store(ce, queries, items, tmp_path / "ray", backend="ray",
+                                             ray_options={"workers": 2}, **kw))
     assert timing.n_pairs == 2 * len(items)
     assert np.array_equal(ScoreStore.open(tmp_path / "ray").to_numpy(), ref)
 
@@ -442,7 +452,7 @@ def test_ray_backend_recovers_a_killed_worker(ray_cluster, tmp_path):
 
     ce, queries, items = _ray_job()
     kw = dict(batch_size=16, query_chunk=1, progress=False)
-    ref = score_matrix(ce, queries, items, **kw)
+    ref = score_matrix(ce, queries, items, **kw).scores
     out, killed = tmp_path / "ray", []
 
     def kill_one(actors):
@@ -455,14 +465,14 @@ def test_ray_backend_recovers_a_killed_worker(ray_cluster, tmp_path):
             killed.append(pid)
         threading.Thread(target=run, daemon=True).start()
 
-    store = score_matrix(ce, queries, items, out, backend="ray", ray_options={"workers": 2, "on_actors": kill_one}, **kw)
+    store = score_to_store(ce, queries, items, out, backend="ray", ray_options={"workers": 2, "on_actors": kill_one}, **kw)
     assert killed, "the worker was not killed"
     assert store.is_complete and np.array_equal(store.to_numpy(), ref)
 
 
-def test_ray_backend_needs_a_store(small_ce):
-    with pytest.raises(ParameterError, match="'out' parameter of score_matrix must be a store path when backend='ray'"):
-        score_matrix(small_ce, QUERIES, ITEMS, backend="ray")
+def test_a_store_needs_a_folder(small_ce):
+    with pytest.raises(ParameterError, match="'out' parameter of score_to_store must be a store folder"):
+        score_to_store(small_ce, QUERIES, ITEMS, None, backend="ray")
 
 
 def test_cached_scores_score_once_per_model_and_sample(tmp_path, monkeypatch):
@@ -473,9 +483,9 @@ def test_cached_scores_score_once_per_model_and_sample(tmp_path, monkeypatch):
     data = Dataset("mine", ITEMS[:4], QUERIES[:3], gold={})
     store = scoring.cached_scores(model, data, cache=tmp_path, device="cpu", progress=False)
     direct = score_matrix(load_cross_encoder(model), data.queries, data.items, device="cpu", progress=False,
-                          batch_size=store.attrs["batch_size"])
+                          batch_size=store.attrs["batch_size"]).scores
     np.testing.assert_array_equal(store.to_numpy(), direct)
-    monkeypatch.setattr(scoring, "score_matrix", lambda *a, **k: pytest.fail("a cached sample was scored again"))
+    monkeypatch.setattr(scoring, "score_to_store", lambda *a, **k: pytest.fail("a cached sample was scored again"))
     again = scoring.cached_scores(model, data, cache=tmp_path, device="cpu")
     assert again.path == store.path
     monkeypatch.undo()

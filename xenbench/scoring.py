@@ -11,7 +11,7 @@ Both paths share one engine:
 4. ``torch.inference_mode`` and, when asked, autocast to bf16/fp16 (fp32 by default: bf16 noise of about
    1e-2 relative inflates numerical ranks, see FACTS.md).
 
-:func:`score_matrix` writes row chunks to a :class:`~xenbench.store.ScoreStore` and skips the chunks a
+:func:`score_to_store` writes row chunks to a :class:`~xenbench.store.ScoreStore` and skips the chunks a
 previous (killed) run finished; :func:`score_pairs_sparse` scores given (query, item) entries, e.g. AXN's
 sparse matrix G; :func:`run_score_job` is the ``xenbench score`` entry point.
 """
@@ -43,7 +43,9 @@ from xenbench.store import ScoreStore, writer_lock
 __all__ = [
     "PairAssembler",
     "ScoreTiming",
+    "ScoredMatrix",
     "score_matrix",
+    "score_to_store",
     "score_pairs_sparse",
     "run_score_job",
     "model_fingerprint",
@@ -95,6 +97,22 @@ class ScoreTiming:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pairs_per_s": self.pairs_per_s}
+
+    @classmethod
+    def last(cls, store: ScoreStore) -> ScoreTiming:
+        """The timing of the last :func:`score_to_store` call on ``store`` (from its ``sessions`` attribute)."""
+        session = (store.attrs.get("sessions") or [None])[-1]
+        if not session:
+            raise DataError(store.path, "has no scoring session recorded (it was not written by score_to_store)")
+        return cls(**{f: session[f] for f in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ScoredMatrix:
+    """What :func:`score_matrix` returns: the scores and what computing them cost."""
+
+    scores: np.ndarray  # (n_queries, n_items), float32
+    timing: ScoreTiming
 
 
 # -- parameters -----------------------------------------------------------------------------------
@@ -283,19 +301,15 @@ def score_matrix(
     ce: CrossEncoder,
     queries: Sequence[Query],
     items: Sequence[Item],
-    out: str | os.PathLike[str] | None = None,
     *,
     batch_size: int | None = None,
     device: str | torch.device = "auto",
     precision: Precision = "fp32",
     progress: bool = True,
     query_chunk: int | None = None,
-    manifest: Mapping[str, Any] | None = None,
-    return_timing: bool = False,
-    backend: Literal["local", "ray"] = "local",
-    ray_options: Mapping[str, Any] | None = None,
-) -> ScoreStore | np.ndarray | tuple[ScoreStore | np.ndarray, ScoreTiming]:
-    """Exact dense scores ``f(q, i)`` for every query × item.
+) -> ScoredMatrix:
+    """Exact dense scores ``f(q, i)`` for every query × item, in memory (:func:`score_to_store` writes them to disk,
+    resumably, for matrices that do not fit or take hours).
 
     Parameters
     ----------
@@ -303,14 +317,9 @@ def score_matrix(
         Moved to ``device`` and set to eval mode while scoring, restored afterwards.
     queries : sequence of Query of length n_queries
     items : sequence of Item of length n_items
-    out
-        ``None``: return the matrix in memory. A path: write a :class:`ScoreStore` there, one row chunk at
-        a time (the matrix is never held whole), and if a store from an interrupted run of the *same* job
-        exists, score only its missing chunks (done chunks are checked against their SHA-256 first).
     batch_size
-        Pairs per forward pass, taken from the length-sorted pairs of a query chunk; ``None``: the existing
-        store's (a resume), else by device (:data:`DEFAULT_BATCH_SIZE`). It is part of a store's identity: the
-        batch composition changes the float bits.
+        Pairs per forward pass, taken from the length-sorted pairs of a query chunk; ``None``: by device
+        (:data:`DEFAULT_BATCH_SIZE`). The batch composition changes the float bits.
     device
         See :func:`resolve_device`.
     precision
@@ -319,36 +328,91 @@ def score_matrix(
     progress
         Show a tqdm bar with pairs/s.
     query_chunk
-        Queries per chunk (rows of a store block; pairs of a chunk are sorted together). Default: about
-        65,536 pairs per chunk. An existing store keeps its own chunking.
+        Queries per chunk (pairs of a chunk are sorted by length together). Default: about 65,536 pairs per chunk.
+
+    Returns
+    -------
+    ScoredMatrix
+        ``scores``, float32 of shape (n_queries, n_items), and ``timing`` (:class:`ScoreTiming`).
+
+    Raises
+    ------
+    ParameterError
+        Empty or ill-typed ``queries``/``items``, bad ``batch_size``/``query_chunk``/``precision``/``device``.
+    """
+    scores, timing = _score(ce, queries, items, None, batch_size, device, precision, progress, query_chunk, None,
+                            "local", None, "score_matrix")
+    return ScoredMatrix(scores, timing)
+
+
+def score_to_store(
+    ce: CrossEncoder,
+    queries: Sequence[Query],
+    items: Sequence[Item],
+    out: str | os.PathLike[str],
+    *,
+    batch_size: int | None = None,
+    device: str | torch.device = "auto",
+    precision: Precision = "fp32",
+    progress: bool = True,
+    query_chunk: int | None = None,
+    manifest: Mapping[str, Any] | None = None,
+    backend: Literal["local", "ray"] = "local",
+    ray_options: Mapping[str, Any] | None = None,
+) -> ScoreStore:
+    """Exact dense scores ``f(q, i)`` for every query × item into a resumable :class:`ScoreStore` at ``out``.
+
+    One row chunk is written at a time (the matrix is never held whole), and if a store from an interrupted run of
+    the *same* job exists at ``out``, only its missing chunks are scored (done chunks are checked against their
+    SHA-256 first). Each call appends its :class:`ScoreTiming` to the store's ``sessions``
+    (:meth:`ScoreTiming.last`).
+
+    Parameters
+    ----------
+    ce, queries, items, device, precision, progress
+        As :func:`score_matrix`.
+    out
+        The store's folder.
+    batch_size
+        As :func:`score_matrix`; ``None``: the existing store's (a resume), else by device. It is part of a store's
+        identity: the batch composition changes the float bits.
+    query_chunk
+        Queries per chunk (rows of a store block). An existing store keeps its own chunking.
     manifest
         Extra JSON fields for the store attributes (model path, dataset, domain, seed, ...).
-    return_timing
-        Also return a :class:`ScoreTiming`.
     backend
-        ``"local"``: this process. ``"ray"`` (needs ``out``; ``pip install xenbench[ray]``): row blocks are Ray
-        tasks on actors that each hold the model (one per GPU, or per CPU slot); this process stays the only
-        writer of the store, with the same verification, identity and lock, so a resumed job skips finished
-        blocks and a killed worker's block is retried on a restarted actor (:func:`_score_blocks_ray`).
+        ``"local"``: this process. ``"ray"`` (``pip install xenbench[ray]``): row blocks are Ray tasks on actors that
+        each hold the model (one per GPU, or per CPU slot); this process stays the only writer of the store, with
+        the same verification, identity and lock, so a resumed job skips finished blocks and a killed worker's
+        block is retried on a restarted actor (:func:`_score_blocks_ray`).
     ray_options
         ``address`` (a running cluster, e.g. ``"auto"``; default a local Ray started here), ``workers`` (actors;
         default one per GPU, or per CPU), ``gpus_per_worker`` (default 1 on CUDA, else 0).
 
     Returns
     -------
-    ScoreStore or ndarray of shape (n_queries, n_items), float32
-        The store (complete) when ``out`` is a path, else the array; with ``(…, ScoreTiming)`` if
-        ``return_timing``.
+    ScoreStore
+        Complete.
 
     Raises
     ------
     ParameterError
-        Empty or ill-typed ``queries``/``items``, bad ``batch_size``/``query_chunk``/``precision``/``device``.
+        As :func:`score_matrix`, and a bad ``backend``.
     DataError
         ``out`` holds a store of another job (other ids, texts, weights, model config, precision, batch size or
         device kind: each changes the float bits), or another process is writing it (:func:`writer_lock`).
     """
-    owner = "score_matrix"
+    if out is None:
+        raise ParameterError("out", "a store folder (score_matrix scores in memory)", out, "score_to_store")
+    store, _ = _score(ce, queries, items, out, batch_size, device, precision, progress, query_chunk, manifest,
+                      backend, ray_options, "score_to_store")
+    return store
+
+
+def _score(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], out: str | os.PathLike[str] | None,
+           batch_size: int | None, device: str | torch.device, precision: Precision, progress: bool,
+           query_chunk: int | None, manifest: Mapping[str, Any] | None, backend: str,
+           ray_options: Mapping[str, Any] | None, owner: str) -> tuple[Any, ScoreTiming]:
     _check_common(ce, queries, items, batch_size, precision, owner)
     check_int(query_chunk, "query_chunk", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     dev = resolve_device(device)
@@ -363,19 +427,17 @@ def score_matrix(
 
     if backend not in ("local", "ray"):
         raise ParameterError("backend", "'local' or 'ray'", backend, owner)
-    if backend == "ray" and out is None:
-        raise ParameterError("out", "a store path when backend='ray' (blocks are written as they arrive)", out, owner)
     # One writer per store: a second job into the same `out` is refused before it touches anything.
     with contextlib.nullcontext() if out is None else writer_lock(out):
         return _score_matrix(ce, queries, items, out, batch_size, dev, precision, progress, query_chunk,
-                             explicit_chunk, manifest, return_timing, t_start, backend, dict(ray_options or {}))
+                             explicit_chunk, manifest, t_start, backend, dict(ray_options or {}))
 
 
 def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
                   out: str | os.PathLike[str] | None, batch_size: int, dev: torch.device, precision: Precision,
                   progress: bool, query_chunk: int, explicit_chunk: bool, manifest: Mapping[str, Any] | None,
-                  return_timing: bool, t_start: float, backend: str = "local", ray_options: dict[str, Any] | None = None,
-                  ) -> ScoreStore | np.ndarray | tuple[ScoreStore | np.ndarray, ScoreTiming]:
+                  t_start: float, backend: str = "local", ray_options: dict[str, Any] | None = None,
+                  ) -> tuple[ScoreStore | np.ndarray, ScoreTiming]:
     n_q, n_i = len(queries), len(items)
     store = None
     if out is not None:
@@ -432,10 +494,8 @@ def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[It
         sessions = [*store.attrs.get("sessions", []), timing.to_dict()]
         store.update_attrs({"wall_s": store.wall_s, "chunks_done": store.n_chunks, "sessions": sessions,
                             "device": str(dev)})
-        result: ScoreStore | np.ndarray = store
-    else:
-        result = matrix
-    return (result, timing) if return_timing else result
+        return store, timing
+    return matrix, timing
 
 
 class _BlockScorer:
@@ -575,8 +635,7 @@ def score_pairs_sparse(
     device: str | torch.device = "auto",
     precision: Precision = "fp32",
     progress: bool = False,
-    return_timing: bool = False,
-) -> np.ndarray | tuple[np.ndarray, ScoreTiming]:
+) -> np.ndarray:
     """Exact scores of selected entries, e.g. the sparse matrix G of AXN.
 
     Parameters
@@ -585,8 +644,6 @@ def score_pairs_sparse(
         As in :func:`score_matrix`.
     pairs : array-like of int, shape (nnz, 2)
         ``(query_row, item_row)`` per entry, rows into ``queries`` and ``items``.
-    return_timing
-        Also return a :class:`ScoreTiming`.
 
     Returns
     -------
@@ -607,7 +664,6 @@ def score_pairs_sparse(
                                  arr[bad[0]].tolist(), owner)
     dev = resolve_device(device)
     batch_size = batch_size or DEFAULT_BATCH_SIZE.get(dev.type, 64)
-    t_start = time.perf_counter()
     scores = np.empty(0, dtype=np.float32)
     if len(arr):
         # Tokenize only the queries and items that occur, once each.
@@ -622,9 +678,7 @@ def score_pairs_sparse(
                                         precision=precision, on_batch=bar.update)
         finally:
             bar.close()
-    timing = ScoreTiming(len(arr), time.perf_counter() - t_start, str(dev), precision, batch_size,
-                         torch.get_num_threads())
-    return (scores, timing) if return_timing else scores
+    return scores
 
 
 # A CE with a randomly initialised head on the bundled backbone: only for testing the pipeline. The name says so,
@@ -711,9 +765,9 @@ def run_score_job(
         query_chunk = max(1, math.ceil(chunk_pairs / len(items)))
     domain = dataset.name.split(":", 1)[1] if ":" in dataset.name else dataset.name
     manifest = {"model": name, "dataset": dataset.name, "domain": domain, "seed": seed}
-    return score_matrix(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
-                        progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
-                        ray_options=ray_options)  # type: ignore[return-value]
+    return score_to_store(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
+                          progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
+                          ray_options=ray_options)
 
 
 def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, name: str, ds: str,
@@ -745,7 +799,7 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     (:meth:`xenbench.data.Dataset.subset`) to score only what the notebook needs. The store lives in
     ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config (:func:`model_fingerprint`) and of
     every query and item text, so another checkpoint or another sample gets its own store. Scoring is resumable
-    (:func:`score_matrix` with ``out=``): an interrupted run continues where it stopped.
+    (:func:`score_to_store`): an interrupted run continues where it stopped.
 
     Parameters
     ----------
@@ -759,7 +813,7 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     Returns
     -------
     ScoreStore
-        Complete (verified by :func:`score_matrix` when it was written or resumed).
+        Complete (verified by :func:`score_to_store` when it was written or resumed).
     """
     folder = Path(model).expanduser()
     if not folder.is_dir():
@@ -774,5 +828,5 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
             return store
     logger.info("scoring %d x %d pairs of %s with %s into %s", len(dataset.queries), len(dataset.items), dataset.name,
                 folder, out)
-    return score_matrix(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,
+    return score_to_store(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,
                         progress=progress, manifest={"model_path": str(folder.resolve()), "dataset": dataset.name})

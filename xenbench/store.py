@@ -73,7 +73,7 @@ def _zarr():
         import zarr
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "ScoreStore needs zarr>=3 (pip install 'zarr>=3'); score_matrix(..., out=None) works without it."
+            "ScoreStore needs zarr>=3 (pip install 'zarr>=3'); xenbench.scoring.score_matrix (in memory) works without it."
         ) from err
     return zarr
 
