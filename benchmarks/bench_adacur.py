@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from xenbench.adacur import AdaCur, AdaCurResult  # noqa: E402
+from xenbench.adacur import AdaCur, AdaCurResult, SearchOptions  # noqa: E402
 from xenbench.metrics import BudgetCounter, topk_recall  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def best_run(ada: AdaCur, T: np.ndarray, budget: int, repeat: int) -> tuple[AdaC
         counter = BudgetCounter(T, budget=budget)
         t0 = time.perf_counter()
         result = ada.run(counter)
-        if ada.implementation == "batched" and str(ada._torch_device()).startswith("cuda"):
+        if ada.options.implementation == "batched" and str(ada._torch_device()).startswith("cuda"):
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         if best is None or elapsed < best[1]:
@@ -121,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ADACUR {variant}, sampler={args.sampler}, N_r={args.rounds}, B_CE={args.budget}, seed={args.seed}, "
           f"torch {torch.__version__}, best of {args.repeat} runs per setting")
 
-    reference = AdaCur(args.budget, implementation="reference", **params).fit(R_anc)
-    batched = AdaCur(args.budget, implementation="batched", device=args.device, solver=args.solver, **params).fit(R_anc)
+    reference = AdaCur(args.budget, options=SearchOptions(implementation="reference"), **params).fit(R_anc)
+    batched = AdaCur(args.budget, options=SearchOptions(implementation="batched", device=args.device, solver=args.solver),
+                     **params).fit(R_anc)
     runs = {}  # (implementation, threads) -> (result, seconds, calls)
     for threads in args.threads:
         with thread_limit(threads):

@@ -10,6 +10,10 @@ import torch
 import xenbench.adacur as adacur_module
 from xenbench.adacur import (
     AdaCur,
+    Oracle,
+    SearchOptions,
+    SoftMax,
+    TopK,
     _AnchorState,
     _DeviceIndex,
     _solve_weights,
@@ -42,33 +46,38 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     return M[:N_ANCHOR_QUERIES], M[N_ANCHOR_QUERIES:]  # R_anc (k_q = 30), test queries (40)
 
 
-# (sampler, extra parameters); the oracle ones mask k_m = 2 exact top items and draw ε = 1/3 at random.
+# (name, sampler); the oracle ones mask k_m = 2 exact top items and draw ε = 1/3 at random.
 SAMPLER_CASES = [
-    ("topk", {}),
-    ("softmax", {"temperature": 0.5}),
-    ("random", {}),
-    ("oracle_topk", {"oracle_k_m": 2, "oracle_epsilon": 1 / 3}),
-    ("oracle_softmax", {"oracle_k_m": 2, "oracle_epsilon": 1 / 3}),
+    ("topk", "topk"),
+    ("softmax", SoftMax(0.5)),
+    ("random", "random"),
+    ("oracle_topk", Oracle(TopK(), k_m=2, epsilon=1 / 3)),
+    ("oracle_softmax", Oracle(SoftMax(), k_m=2, epsilon=1 / 3)),
 ]
+
+
+def options(implementation="batched", **engine):
+    return SearchOptions(implementation=implementation, **engine)
 # budget B_CE = 36; No-Split (k_i = 36) and split (k_i = 15, k_r = 21).
 SPLITS = [None, 15]
 
 
-def run(R, T, implementation, **params):
+def run(R, T, implementation, device=None, **params):
     params.setdefault("budget", 36)
     params.setdefault("n_rounds", 3)
-    return AdaCur(implementation=implementation, **params).fit(R).run(T, trace_query=1, return_approx=True)
+    return AdaCur(options=options(implementation, device=device), **params).fit(R).run(
+        T, trace_query=1, return_approx=True)
 
 
 # ----------------------------------------------------------------------------------------------
 # batched == reference
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n_anchor_items", SPLITS, ids=["no-split", "split"])
-@pytest.mark.parametrize("sampler,extra", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
-def test_batched_matches_reference(data, sampler, extra, n_anchor_items):
+@pytest.mark.parametrize("name,sampler", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_batched_matches_reference(data, name, sampler, n_anchor_items):
     R, T = data
-    ref = run(R, T, "reference", sampler=sampler, n_anchor_items=n_anchor_items, **extra)
-    bat = run(R, T, "batched", sampler=sampler, n_anchor_items=n_anchor_items, device="cpu", **extra)
+    ref = run(R, T, "reference", sampler=sampler, n_anchor_items=n_anchor_items)
+    bat = run(R, T, "batched", sampler=sampler, n_anchor_items=n_anchor_items, device="cpu")
     np.testing.assert_array_equal(bat.anchors, ref.anchors)
     for r_ref, r_bat in zip(ref.rounds, bat.rounds, strict=True):
         np.testing.assert_array_equal(r_bat.items, r_ref.items)
@@ -87,9 +96,10 @@ def test_batched_matches_reference(data, sampler, extra, n_anchor_items):
 def test_batched_matches_reference_with_prior_scores(data, sampler, n_anchor_items):
     R, T = data
     prior = T + np.random.default_rng(7).normal(0, 1.0, T.shape)  # a noisy parametric model
-    params = dict(sampler=sampler, n_anchor_items=n_anchor_items, prior_weight=0.4)
-    ref = AdaCur(36, n_rounds=3, implementation="reference", **params).fit(R).run(T, prior_scores=prior, return_approx=True)
-    bat = AdaCur(36, n_rounds=3, device="cpu", **params).fit(R).run(T, prior_scores=prior, return_approx=True)
+    params = dict(sampler=sampler, n_anchor_items=n_anchor_items)
+    mix = dict(prior_scores=prior, prior_weight=0.4, return_approx=True)
+    ref = AdaCur(36, n_rounds=3, options=options("reference"), **params).fit(R).run(T, **mix)
+    bat = AdaCur(36, n_rounds=3, options=options(device="cpu"), **params).fit(R).run(T, **mix)
     np.testing.assert_array_equal(bat.anchors, ref.anchors)
     np.testing.assert_array_equal(bat.I, ref.I)
     np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, atol=1e-5)
@@ -100,8 +110,9 @@ def test_batched_matches_reference_with_candidates_and_chunks(data, solver):
     R, T = data
     candidates = np.argsort(-(T + np.random.default_rng(5).normal(0, 1.0, T.shape)), axis=1)  # a noisy "DE"
     params = dict(budget=40, n_anchor_items=20, n_rounds=4, sampler="softmax")
-    ref = AdaCur(implementation="reference", **params).fit(R).run(T, candidates=candidates)
-    bat = AdaCur(device="cpu", solver=solver, batch_size=7, **params).fit(R).run(T, candidates=candidates)
+    ref = AdaCur(options=options("reference"), **params).fit(R).run(T, candidates=candidates)
+    bat = AdaCur(options=options(device="cpu", solver=solver, batch_size=7), **params).fit(R).run(
+        T, candidates=candidates)
     np.testing.assert_array_equal(ref.anchors[:, :5], candidates[:, :5])  # round 1 = the retriever's top k_s
     np.testing.assert_array_equal(bat.anchors, ref.anchors)
     np.testing.assert_array_equal(bat.I, ref.I)
@@ -116,19 +127,19 @@ def test_batched_matches_reference_on_solver_edge_cases(case):
         M = low_rank_noise(seed=3)
         params = dict(budget=64, n_anchor_items=60, n_rounds=4, sampler="topk")
     R, T = M[:N_ANCHOR_QUERIES], M[N_ANCHOR_QUERIES:]
-    ref = AdaCur(implementation="reference", **params).fit(R).run(T, return_approx=True)
-    bat = AdaCur(device="cpu", **params).fit(R).run(T, return_approx=True)
+    ref = AdaCur(options=options("reference"), **params).fit(R).run(T, return_approx=True)
+    bat = AdaCur(options=options(device="cpu"), **params).fit(R).run(T, return_approx=True)
     np.testing.assert_array_equal(bat.anchors, ref.anchors)
     np.testing.assert_array_equal(bat.I, ref.I)
     np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("sampler,extra", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
-def test_batched_on_gpu_matches_reference(data, sampler, extra):
+@pytest.mark.parametrize("name,sampler", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_batched_on_gpu_matches_reference(data, name, sampler):
     R, T = data
-    ref = run(R, T, "reference", sampler=sampler, n_anchor_items=15, **extra)
-    bat = run(R, T, "batched", sampler=sampler, n_anchor_items=15, device="cuda", **extra)
+    ref = run(R, T, "reference", sampler=sampler, n_anchor_items=15)
+    bat = run(R, T, "batched", sampler=sampler, n_anchor_items=15, device="cuda")
     np.testing.assert_array_equal(bat.anchors, ref.anchors)
     np.testing.assert_array_equal(bat.I, ref.I)
 
@@ -194,12 +205,12 @@ def test_gram_refinement_corrects_an_ill_conditioned_factor(monkeypatch):
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("implementation", ["reference", "batched"])
 @pytest.mark.parametrize("n_anchor_items", SPLITS, ids=["no-split", "split"])
-@pytest.mark.parametrize("sampler,extra", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
-def test_budget_is_spent_exactly_and_never_exceeded(data, sampler, extra, n_anchor_items, implementation):
+@pytest.mark.parametrize("name,sampler", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
+def test_budget_is_spent_exactly_and_never_exceeded(data, name, sampler, n_anchor_items, implementation):
     R, T = data
     counter = BudgetCounter(T, budget=36)  # raises BudgetExceededError on the 37th distinct call
-    ada = AdaCur(36, n_anchor_items=n_anchor_items, n_rounds=3, sampler=sampler, implementation=implementation,
-                 device="cpu", **extra).fit(R)
+    ada = AdaCur(36, n_anchor_items=n_anchor_items, n_rounds=3, sampler=sampler,
+                 options=options(implementation, device="cpu")).fit(R)
     result = ada.run(counter)
     assert (counter.calls == 36).all()
     assert sum(r.n_calls for r in result.rounds) == counter.calls.sum()
@@ -222,7 +233,7 @@ def test_baselines_spend_exactly_the_budget(data):
 @pytest.mark.parametrize("n_anchor_items", [None, 20], ids=["no-split", "split"])
 def test_full_budget_finds_exact_topk(data, implementation, n_anchor_items):
     R, T = data
-    ada = AdaCur(N_ITEMS, n_anchor_items=n_anchor_items, n_rounds=4, implementation=implementation, device="cpu")
+    ada = AdaCur(N_ITEMS, n_anchor_items=n_anchor_items, n_rounds=4, options=options(implementation, device="cpu"))
     D, I = ada.fit(R).search(T, 10)
     assert topk_recall(T, I, 10) == 1.0
     np.testing.assert_array_equal(I, np.argsort(-T, axis=1, kind="stable")[:, :10])
@@ -248,7 +259,7 @@ def test_rerank_baseline_and_anncur_with_budget(data):
 # ----------------------------------------------------------------------------------------------
 def test_topk_rounds_take_the_best_unchosen_approximate_scores(data):
     R, T = data
-    res = AdaCur(30, n_rounds=3, sampler="topk", implementation="reference").fit(R).run(T, trace_query=4)
+    res = AdaCur(30, n_rounds=3, sampler="topk", options=options("reference")).fit(R).run(T, trace_query=4)
     chosen = set(res.rounds[0].items[4])
     for rec in res.rounds[1:]:
         s_hat = rec.approx_scores.astype(np.float64).copy()
@@ -260,7 +271,7 @@ def test_topk_rounds_take_the_best_unchosen_approximate_scores(data):
 
 def test_single_round_equals_anncur_with_the_same_anchors(data):
     R, T = data
-    res = AdaCur(40, n_anchor_items=16, n_rounds=1, implementation="batched", device="cpu").fit(R).run(
+    res = AdaCur(40, n_anchor_items=16, n_rounds=1, options=options("batched", device="cpu")).fit(R).run(
         T, return_approx=True)
     for q in (0, 7, 39):
         cur = AnnCur(16, anchor_items=res.anchors[q]).fit(R)
@@ -271,36 +282,53 @@ def test_single_round_equals_anncur_with_the_same_anchors(data):
 def test_softmax_temperature_limits(data):
     R, T = data
 
-    def anchors(sampler, **kw):
-        return AdaCur(24, n_rounds=3, sampler=sampler, implementation="batched", device="cpu", **kw).fit(R).run(T).anchors
+    def anchors(sampler):
+        return AdaCur(24, n_rounds=3, sampler=sampler, options=options("batched", device="cpu")).fit(R).run(T).anchors
 
-    np.testing.assert_array_equal(anchors("softmax", temperature=1e-9), anchors("topk"))  # τ → 0: greedy
-    np.testing.assert_array_equal(anchors("softmax", temperature=1e12), anchors("random"))  # τ → ∞: uniform
+    np.testing.assert_array_equal(anchors(SoftMax(temperature=1e-9)), anchors("topk"))  # τ → 0: greedy
+    np.testing.assert_array_equal(anchors(SoftMax(temperature=1e12)), anchors("random"))  # τ → ∞: uniform
 
 
 def test_oracle_samplers_follow_section_3_2(data):
     R, T = data
     exact_order = np.argsort(-T, axis=1, kind="stable")
-    res = AdaCur(20, n_rounds=1, sampler="oracle_topk", oracle_k_m=3, implementation="reference").fit(R).run(T)
+    res = AdaCur(20, n_rounds=1, sampler=Oracle(TopK(), k_m=3), options=options("reference")).fit(R).run(T)
     np.testing.assert_array_equal(res.anchors, exact_order[:, 3:23])  # ε = 0: ranks k_m+1 .. k_m+k_i
-    res = AdaCur(20, n_rounds=1, sampler="oracle_softmax", oracle_k_m=3, oracle_epsilon=0.5,
-                 implementation="batched", device="cpu").fit(R).run(T)
+    res = AdaCur(20, n_rounds=1, sampler=Oracle(SoftMax(), k_m=3, epsilon=0.5),
+                 options=options("batched", device="cpu")).fit(R).run(T)
     for q in range(T.shape[0]):
         assert not set(res.anchors[q]) & set(exact_order[q, :3])  # the exact top-k_m are never anchors
-    res = AdaCur(20, n_rounds=1, sampler="oracle_topk", oracle_epsilon=0.25,
-                 implementation="batched", device="cpu").fit(R).run(T)
+    res = AdaCur(20, n_rounds=1, sampler=Oracle(TopK(), epsilon=0.25),
+                 options=options("batched", device="cpu")).fit(R).run(T)
     np.testing.assert_array_equal(res.anchors[:, :15], exact_order[:, :15])  # (1 − ε)·k_i greedy, then 5 random
 
 
 def test_seeded_runs_are_deterministic(data):
     R, T = data
-    a = AdaCur(24, n_rounds=3, sampler="random", device="cpu").fit(R).run(T).anchors
-    np.testing.assert_array_equal(a, AdaCur(24, n_rounds=3, sampler="random", device="cpu").fit(R).run(T).anchors)
-    assert not np.array_equal(a, AdaCur(24, n_rounds=3, sampler="random", seed=1, device="cpu").fit(R).run(T).anchors)
+    cpu = options(device="cpu")
+    a = AdaCur(24, n_rounds=3, sampler="random", options=cpu).fit(R).run(T).anchors
+    np.testing.assert_array_equal(a, AdaCur(24, n_rounds=3, sampler="random", options=cpu).fit(R).run(T).anchors)
+    assert not np.array_equal(a, AdaCur(24, n_rounds=3, sampler="random", seed=1, options=cpu).fit(R).run(T).anchors)
     # query_ids key the draws: a subset run with the global ids reproduces the full run's anchors.
-    sub = AdaCur(24, n_rounds=3, sampler="softmax", device="cpu").fit(R)
+    sub = AdaCur(24, n_rounds=3, sampler="softmax", options=cpu).fit(R)
     full = sub.run(T).anchors
     np.testing.assert_array_equal(sub.run(T[5:9], query_ids=np.arange(5, 9)).anchors, full[5:9])
+
+
+def test_sampler_names_and_objects_are_the_same_search(data):
+    from xenbench.adacur import SAMPLERS, Random, make_sampler
+
+    R, T = data
+    assert all(sampler.name == name for name, sampler in SAMPLERS.items())
+    assert make_sampler("softmax", "test", temperature=0.5) == SoftMax(0.5)
+    assert make_sampler("oracle_softmax", "test", temperature=0.5) == Oracle(SoftMax(0.5))
+    assert make_sampler(Random(), "test") == Random()
+    cpu = options(device="cpu")
+    for name, sampler in SAMPLERS.items():
+        by_name = AdaCur(24, n_rounds=3, sampler=name, options=cpu).fit(R).run(T).anchors
+        np.testing.assert_array_equal(by_name, AdaCur(24, n_rounds=3, sampler=sampler, options=cpu).fit(R).run(T).anchors)
+    with pytest.raises(ParameterError, match="The 'options' parameter of AdaCur must be None or a SearchOptions"):
+        AdaCur(10, options={"device": "cpu"}).fit(R)
 
 
 def test_keyed_uniforms_are_per_query_and_open_interval():
@@ -315,14 +343,14 @@ def test_keyed_uniforms_are_per_query_and_open_interval():
 def test_adaptive_beats_anncur_on_low_rank_plus_noise(data):
     # The paper's headline (Fig. 2): adaptive TopK anchors beat random anchors at equal budget.
     R, T = data
-    ada = AdaCur(36, n_rounds=4, sampler="topk", device="cpu").fit(R).search(T, 10)[1]
+    ada = AdaCur(36, n_rounds=4, sampler="topk", options=options(device="cpu")).fit(R).search(T, 10)[1]
     anncur = anncur_with_budget(AnnCur(18, seed=0).fit(R), T, 36)[1][:, :10]
     assert topk_recall(T, ada, 10) > topk_recall(T, anncur, 10)
 
 
 def test_round_records(data):
     R, T = data
-    res = AdaCur(36, n_anchor_items=15, n_rounds=3, device="cpu").fit(R).run(T, trace_query=2)
+    res = AdaCur(36, n_anchor_items=15, n_rounds=3, options=options(device="cpu")).fit(R).run(T, trace_query=2)
     assert [r.phase for r in res.rounds] == ["anchors"] * 3 + ["retrieve"]
     assert [r.items.shape[1] for r in res.rounds] == [5, 5, 5, 21]
     assert all(r.approx_scores.shape == (N_ITEMS,) for r in res.rounds)
@@ -338,16 +366,21 @@ def test_round_records(data):
     ({"budget": 10, "n_anchor_items": 11}, r"The 'n_anchor_items' parameter of AdaCur must be an int in \[1, budget\]. Got 11 instead."),
     ({"budget": 10, "n_rounds": 11}, r"The 'n_rounds' parameter of AdaCur must be an int in \[1, n_anchor_items\]. Got 11 instead."),
     ({"budget": 10, "sampler": "greedy"}, r"The 'sampler' parameter of AdaCur must be one of \('topk', 'softmax', 'random', 'oracle_topk', 'oracle_softmax'\). Got 'greedy' instead."),
-    ({"budget": 10, "temperature": 0.0}, r"The 'temperature' parameter of AdaCur must be a float > 0. Got 0.0 instead."),
-    ({"budget": 10, "oracle_epsilon": 1.5}, r"The 'oracle_epsilon' parameter of AdaCur must be a float in \[0, 1\]. Got 1.5 instead."),
-    ({"budget": 10, "oracle_k_m": 231}, r"The 'oracle_k_m' parameter of AdaCur must be an int in \[0, n_items - n_anchor_items\]. Got 231 instead."),
-    ({"budget": 10, "implementation": "fast"}, r"The 'implementation' parameter of AdaCur must be one of \('batched', 'reference'\). Got 'fast' instead."),
+    ({"budget": 10, "sampler": SoftMax(0.0)}, r"The 'temperature' parameter of AdaCur must be a float > 0. Got 0.0 instead."),
+    ({"budget": 10, "sampler": Oracle(epsilon=1.5)}, r"The 'oracle_epsilon' parameter of AdaCur must be a float in \[0, 1\]. Got 1.5 instead."),
+    ({"budget": 10, "sampler": Oracle(k_m=231)}, r"The 'oracle_k_m' parameter of AdaCur must be an int in \[0, n_items - n_anchor_items\]. Got 231 instead."),
+    ({"budget": 10, "options": SearchOptions(implementation="fast")}, r"The 'implementation' parameter of AdaCur must be one of \('batched', 'reference'\). Got 'fast' instead."),
     ({"budget": 10, "first_round": "dense"}, r"The 'first_round' parameter of AdaCur must be one of"),
-    ({"budget": 10, "prior_weight": 1.5}, r"The 'prior_weight' parameter of AdaCur must be a float in \[0, 1\]. Got 1.5 instead."),
 ])
 def test_parameter_errors(data, params, message):
     with pytest.raises(ParameterError, match=message):
         AdaCur(**params).fit(data[0])
+
+
+def test_prior_weight_error(data):
+    R, T = data
+    with pytest.raises(ParameterError, match=r"The 'prior_weight' parameter of AdaCur must be a float in \[0, 1\]. Got 1.5 instead."):
+        AdaCur(10).fit(R).run(T, prior_scores=T, prior_weight=1.5)
 
 
 def test_run_time_errors(data):
@@ -365,11 +398,10 @@ def test_run_time_errors(data):
         AdaCur(10).run(T)
     with pytest.raises(ParameterError, match="The 'prior_scores' parameter of AdaCur.run must be None since prior_weight = 0"):
         ada.run(T, prior_scores=T)
-    mixing = AdaCur(10, n_rounds=2, prior_weight=0.5).fit(R)
     with pytest.raises(ParameterError, match=r"The 'prior_scores' parameter of AdaCur.run must be a float array of shape \(40, 240\)"):
-        mixing.run(T)
+        ada.run(T, prior_weight=0.5)
     with pytest.raises(ParameterError, match=r"must be a finite float array of shape \(40, 240\)"):
-        mixing.run(T, prior_scores=T[:, :5])
+        ada.run(T, prior_scores=T[:, :5], prior_weight=0.5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,14 +412,14 @@ def test_run_time_errors(data):
 def test_first_round_sampler_needs_an_oracle_sampler(data, implementation, sampler):
     with pytest.raises(ParameterError, match=r"The 'first_round' parameter of AdaCur must be 'random' or 'auto' "
                                              rf"with sampler='{sampler}'"):
-        AdaCur(12, n_rounds=3, sampler=sampler, first_round="sampler", implementation=implementation).fit(data[0])
+        AdaCur(12, n_rounds=3, sampler=sampler, first_round="sampler", options=options(implementation)).fit(data[0])
 
 
 @pytest.mark.parametrize("implementation", ["reference", "batched"])
 def test_first_round_sampler_with_an_oracle_still_reads_the_exact_scores(data, implementation):
     R, T = data
-    res = AdaCur(12, n_rounds=3, sampler="oracle_topk", first_round="sampler", implementation=implementation,
-                 device="cpu").fit(R).run(T)
+    res = AdaCur(12, n_rounds=3, sampler="oracle_topk", first_round="sampler",
+                 options=options(implementation, device="cpu")).fit(R).run(T)
     want = np.argsort(-T.astype(np.float64), axis=1, kind="stable")[:, :4]  # k_m = 0, ε = 0: exact top-4
     np.testing.assert_array_equal(res.rounds[0].items, want)
 
@@ -411,7 +443,7 @@ def test_float32_scores_with_a_large_offset_are_recovered(seed):
     M = (rng.standard_normal((90, 5)) @ rng.standard_normal((5, 400)) + 1000.0).astype(np.float32)
     ulp = np.spacing(np.float32(1000.0))
     for implementation in ("reference", "batched"):
-        res = AdaCur(60, n_rounds=3, implementation=implementation, device="cpu").fit(M[:30]).run(
+        res = AdaCur(60, n_rounds=3, options=options(implementation, device="cpu")).fit(M[:30]).run(
             M[30:], return_approx=True)
         assert np.abs(res.approx_scores.astype(np.float64) - M[30:]).max() <= 4 * ulp
 
@@ -437,7 +469,7 @@ def plain_adacur_topk(R_anc: np.ndarray, scores: np.ndarray, first: np.ndarray, 
 def test_topk_anchors_equal_an_independent_numpy_reference(data, implementation):
     R, T = data  # k_q = 30 anchor queries; 4 rounds of k_s = 7 (a <= 28 < k_q, full column rank)
     first = np.stack([np.random.default_rng(q).choice(N_ITEMS, size=7, replace=False) for q in range(len(T))])
-    res = AdaCur(28, n_rounds=4, implementation=implementation, device="cpu").fit(R).run(T, candidates=first)
+    res = AdaCur(28, n_rounds=4, options=options(implementation, device="cpu")).fit(R).run(T, candidates=first)
     want = np.stack([plain_adacur_topk(R, T[q], first[q], 7, 4) for q in range(len(T))])
     np.testing.assert_array_equal(res.anchors, want)
     np.testing.assert_array_equal(res.I, np.take_along_axis(want, np.argsort(

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from xenbench.adacur import rerank_baseline
+from xenbench.adacur import SearchOptions, rerank_baseline
 from xenbench import plots as xb_plots
 from xenbench.axn import Axn, lambda_sweep, prior_scale
 from xenbench.experiments import at_lambda, select_lambda
@@ -51,7 +51,7 @@ def test_lambda_one_with_retriever_first_round_is_retrieve_and_rerank(factors):
 def test_eq7_mixture_matches_a_hand_computed_least_squares_fit(factors, lam):
     V, U, U_param = factors
     M = U @ V.T + 0.3 * np.random.default_rng(1).standard_normal((U.shape[0], N_ITEMS))  # not low rank
-    axn = Axn(budget=20, n_rounds=2, lam=lam, implementation="reference").fit(V)
+    axn = Axn(budget=20, n_rounds=2, lam=lam, options=SearchOptions(implementation="reference")).fit(V)
     result = axn.run(M, u_param=U_param if lam else None, return_approx=True)
     for q in range(U.shape[0]):
         A = result.anchors[q]  # all 20 scored items (> d): an over-determined regression
@@ -65,8 +65,8 @@ def test_batched_matches_reference(factors, lam):
     V, U, U_param = factors
     M = U @ V.T + 0.5 * np.random.default_rng(2).standard_normal((U.shape[0], N_ITEMS))
     kwargs = dict(u_param=U_param if lam else None, return_approx=True)
-    ref = Axn(budget=30, n_rounds=5, lam=lam, implementation="reference").fit(V).run(M, **kwargs)
-    bat = Axn(budget=30, n_rounds=5, lam=lam, device="cpu").fit(V).run(M, **kwargs)
+    ref = Axn(budget=30, n_rounds=5, lam=lam, options=SearchOptions(implementation="reference")).fit(V).run(M, **kwargs)
+    bat = Axn(budget=30, n_rounds=5, lam=lam, options=SearchOptions(device="cpu")).fit(V).run(M, **kwargs)
     np.testing.assert_array_equal(bat.anchors, ref.anchors)
     np.testing.assert_array_equal(bat.I, ref.I)
     np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, atol=1e-5)
@@ -342,7 +342,7 @@ def test_a_bad_device_is_one_clear_error_naming_the_function(factors, device, me
     M = U @ V.T
     splits = protocol.query_splits(25, 8, 7, seeds=[0])
     calls = {
-        "Axn": lambda: Axn(budget=10, device=device).fit(V),
+        "Axn": lambda: Axn(budget=10, options=SearchOptions(device=device)).fit(V),
         "lambda_sweep": lambda: lambda_sweep(M, V, U_param, [0.0], budgets=[10], k_values=(1,), device=device),
         "round_trace": lambda: axn.round_trace(M, V, 0, budget=10, device=device),
         "protocol_runs": lambda: axn.protocol_runs(M, splits, V, U_param, seeds=[0], lambdas=[0.0], budgets=[10],
@@ -358,7 +358,8 @@ def test_cuda_gives_the_cpu_anchors_and_recall(devices, factors):
     V, U, U_param = factors
     M = U @ V.T + 0.3 * np.random.default_rng(1).standard_normal((U.shape[0], N_ITEMS))
     for lam in (0.0, 0.5):
-        runs = [Axn(budget=20, n_rounds=4, lam=lam, device=d).fit(V).run(M, u_param=U_param if lam else None)
+        runs = [Axn(budget=20, n_rounds=4, lam=lam, options=SearchOptions(device=d)).fit(V).run(
+                    M, u_param=U_param if lam else None)
                 for d in ("cpu", "cuda")]
         np.testing.assert_array_equal(runs[0].anchors, runs[1].anchors)
         np.testing.assert_array_equal(runs[0].I, runs[1].I)

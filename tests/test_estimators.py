@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xenbench.adacur import AdaCur
+from xenbench.adacur import AdaCur, SearchOptions
 from xenbench.axn import Axn
 from xenbench.ccsa import CodeIndex, CompositeCodeAE
 from xenbench.cur import AnnCur
@@ -62,11 +62,12 @@ class Case:
 CASES = [
     Case("AnnCur", lambda s: AnnCur(5, seed=s), lambda e: e.fit(R_ANC),
          lambda e: e.search(M_TEST[:, e.anchor_items_], 3), lambda e: e.transform(np.zeros((2, 5))), "fit(R_anc)"),
-    Case("AdaCur-softmax", lambda s: AdaCur(8, n_rounds=2, sampler="softmax", seed=s, device="cpu"),
+    Case("AdaCur-softmax", lambda s: AdaCur(8, n_rounds=2, sampler="softmax", seed=s, options=SearchOptions(device="cpu")),
          lambda e: e.fit(R_ANC), lambda e: e.search(M_TEST, 3), lambda e: e.search(M_TEST, 3), "fit(R_anc)"),
-    Case("AdaCur-reference", lambda s: AdaCur(8, n_anchor_items=4, n_rounds=2, seed=s, implementation="reference"),
+    Case("AdaCur-reference", lambda s: AdaCur(8, n_anchor_items=4, n_rounds=2, seed=s,
+                                              options=SearchOptions(implementation="reference")),
          lambda e: e.fit(R_ANC), lambda e: e.run(M_TEST).I, lambda e: e.run(M_TEST), "fit(R_anc)"),
-    Case("Axn", lambda s: Axn(8, n_rounds=2, seed=s, device="cpu"), lambda e: e.fit(V),
+    Case("Axn", lambda s: Axn(8, n_rounds=2, seed=s, options=SearchOptions(device="cpu")), lambda e: e.fit(V),
          lambda e: e.search(M_TEST, 3), lambda e: e.search(M_TEST, 3), "fit(V)"),
     Case("MatrixFactorization", lambda s: MatrixFactorization("ind", epochs=2, batch_size=16, seed=s,
                                                                progress=False, device="cpu"),

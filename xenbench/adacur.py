@@ -13,12 +13,16 @@ Two ways to spend the CE budget B_CE (§2.2):
 * **No-Split** (``n_anchor_items=None``): all B_CE calls go to anchors; return the anchors sorted by
   their exact scores.
 
-Two implementations that must agree (tests check anchors, ranked lists and recall):
+Two implementations that must agree (tests check anchors, ranked lists and recall), chosen by
+``options=SearchOptions(implementation=...)``:
 
-* ``implementation="reference"``: per query, numpy, loops; reads line by line against Alg. 1–3.
-* ``implementation="batched"``: all test queries at once with torch (CPU or GPU). Alg. 2 becomes a
+* ``"reference"``: per query, numpy, loops; reads line by line against Alg. 1–3.
+* ``"batched"``: all test queries at once with torch (CPU or GPU). Alg. 2 becomes a
   batched solve for the query weights w = C_test · pinv(R_anc[:, I_anc]) (one per query) and a single
-  GEMM ŝ = W · R_anc; the solve grows a Cholesky factor by one block per round (``solver``).
+  GEMM ŝ = W · R_anc; the solve grows a Cholesky factor by one block per round (``SearchOptions.solver``).
+
+[AXN] Eq. 7 in score space, (1 − λ)·ŝ + λ·ŝ_prior, is an input of :meth:`AdaCur.run`
+(``prior_scores``, ``prior_weight``): :class:`xenbench.axn.Axn` owns λ and u_param and passes them.
 
 Randomness is keyed, not sequential: the uniforms of (seed, query id, round, stream) come from
 :func:`keyed_uniforms`, a counter-based SplitMix64 hash. Both implementations read the same numbers,
@@ -26,18 +30,26 @@ whatever the batching, so they draw identical anchors for the random and softmax
 
 Samplers (``sampler=``)
 -----------------------
-``"topk"``
+A sampler is a small object with one method, ``keys(scores, draws)``: the k_s unchosen items with the
+highest keys become the round's anchors. :data:`SAMPLERS` maps the names used by notebooks and yaml
+files to default objects (:func:`make_sampler` also sets τ).
+
+:class:`TopK` (``"topk"``)
     Greedy top-k_s of ŝ (TopK, Alg. 3 line 10).
-``"softmax"``
-    k_s items without replacement from softmax(ŝ / temperature) (SoftMax, Alg. 3 line 12), drawn as
-    the top-k_s of ŝ / temperature + Gumbel noise (the Gumbel-top-k trick, Kool et al. 2019).
-``"random"``
+:class:`SoftMax` (``"softmax"``)
+    k_s items without replacement from softmax(ŝ / τ) (SoftMax, Alg. 3 line 12), drawn as the
+    top-k_s of ŝ / τ + Gumbel noise (the Gumbel-top-k trick, Kool et al. 2019).
+:class:`Random` (``"random"``)
     k_s items uniformly from the items that are not anchors yet (Alg. 3 line 14).
-``"oracle_topk"``, ``"oracle_softmax"``
-    TopK^O_{k_m,ε} and SoftMax^O_{k_m,ε} of §3.2: they read the query's *exact* scores of all items
-    (free oracle access, not counted as CE calls: an analysis tool), mask the exact top-k_m items,
-    take (1 − ε)·k_s items greedily / by softmax of exact scores and ε·k_s uniformly at random. With
-    ``n_rounds=1`` they are exactly the §3.2 strategies applied to ANNCUR (Fig. 5–7).
+:class:`Oracle` (``"oracle_topk"``, ``"oracle_softmax"``)
+    TopK^O_{k_m,ε} and SoftMax^O_{k_m,ε} of §3.2, the oracle analysis: they read the query's *exact*
+    scores of all items (free oracle access, not counted as CE calls: an analysis tool), mask the
+    exact top-k_m items, take (1 − ε)·k_s items greedily / by softmax of exact scores and ε·k_s
+    uniformly at random. With ``n_rounds=1`` they are exactly the §3.2 strategies applied to ANNCUR
+    (Fig. 5–7).
+
+Engine options (:class:`SearchOptions`: implementation, device, solver, batch size) change how fast
+the search runs, never which items it returns.
 
 All top-k selections use the tie rule of :mod:`xenbench.metrics` (higher key, then lower index).
 All linear algebra is float64 so that the two implementations rank items identically.
@@ -55,7 +67,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -69,9 +83,17 @@ __all__ = [
     "SAMPLERS",
     "AdaCur",
     "AdaCurResult",
+    "Draws",
+    "Oracle",
+    "Random",
     "RoundRecord",
+    "Sampler",
+    "SearchOptions",
+    "SoftMax",
+    "TopK",
     "anncur_with_budget",
     "keyed_uniforms",
+    "make_sampler",
     "rank_by_exact",
     "rerank_baseline",
     "round_sizes",
@@ -80,8 +102,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SAMPLERS = ("topk", "softmax", "random", "oracle_topk", "oracle_softmax")
-_ORACLES = ("oracle_topk", "oracle_softmax")
 # Estimated cond(R_anc[:, I_anc]) above which the batched "gram" solver hands a query to pinv: the
 # normal equations lose cond² · eps of accuracy (one refinement step brings it back near cond · eps
 # while cond² · eps ≪ 1), and pinv's singular-value cut-off must decide rank-deficient cases.
@@ -171,6 +191,125 @@ def _gumbel(u: np.ndarray) -> np.ndarray:
     np.negative(u, out=u)
     np.log(u, out=u)
     return np.negative(u, out=u)
+
+
+# ==============================================================================================
+# samplers (Alg. 3): one small object each, shared by both implementations
+# ==============================================================================================
+@dataclass(frozen=True)
+class Draws:
+    """The keyed random numbers of one round (seed, query ids, round t), as the caller's arrays.
+
+    The reference passes numpy rows of one query, the batched code torch tensors of a chunk; both read
+    :func:`keyed_uniforms`, so a sampler draws the same items in either.
+    """
+
+    uniform: Callable[[], Any]  # U(0, 1) per (query, item)
+    gumbel: Callable[[], Any]   # -log(-log U) of the same uniforms
+
+
+@dataclass(frozen=True)
+class TopK:
+    """TopK (Alg. 3 line 10): the k_s unchosen items with the highest ŝ."""
+
+    name: ClassVar[str] = "topk"
+
+    def keys(self, scores: Any, draws: Draws) -> Any:
+        return scores
+
+
+@dataclass(frozen=True)
+class SoftMax:
+    """SoftMax (Alg. 3 line 12): k_s items without replacement from softmax(ŝ / τ), as the top-k_s of
+    ŝ / τ + Gumbel noise (the Gumbel-top-k trick, [KOOL19]).
+
+    Attributes
+    ----------
+    temperature : float, default 1.0
+        τ > 0: τ → 0 is TopK, τ → ∞ is Random.
+    """
+
+    temperature: float = 1.0
+    name: ClassVar[str] = "softmax"
+
+    def keys(self, scores: Any, draws: Draws) -> Any:
+        return scores / self.temperature + draws.gumbel()
+
+
+@dataclass(frozen=True)
+class Random:
+    """Random (Alg. 3 line 14): k_s items uniformly from the items that are not anchors yet."""
+
+    name: ClassVar[str] = "random"
+
+    def keys(self, scores: Any, draws: Draws) -> Any:
+        return draws.uniform()
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """TopK^O_{k_m,ε} / SoftMax^O_{k_m,ε} of [ADACUR] §3.2: the oracle analysis of anchor choice.
+
+    ``keys`` are the inner sampler's keys of the query's *exact* scores (free oracle access, not
+    counted as CE calls). A round masks the exact top-k_m items, takes (1 − ε)·k_s items by these keys
+    and ε·k_s uniformly at random from the rest.
+
+    Attributes
+    ----------
+    inner : TopK or SoftMax, default TopK()
+        How the greedy part ranks the exact scores.
+    k_m : int, default 0
+        Exact top items never chosen (``oracle_k_m`` in error messages).
+    epsilon : float, default 0.0
+        ε in [0, 1], the fraction of each round drawn uniformly (``oracle_epsilon``).
+    """
+
+    inner: TopK | SoftMax = TopK()
+    k_m: int = 0
+    epsilon: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"oracle_{self.inner.name}"
+
+    def keys(self, scores: Any, draws: Draws) -> Any:
+        return self.inner.keys(scores, draws)
+
+
+Sampler = TopK | SoftMax | Random | Oracle
+
+#: Sampler names of notebooks and yaml files -> default objects; :func:`make_sampler` sets τ.
+SAMPLERS: dict[str, Sampler] = {
+    "topk": TopK(), "softmax": SoftMax(), "random": Random(), "oracle_topk": Oracle(TopK()),
+    "oracle_softmax": Oracle(SoftMax()),
+}
+_ORACLES = tuple(name for name, s in SAMPLERS.items() if isinstance(s, Oracle))
+
+
+def make_sampler(sampler: str | Sampler, owner: str, *, temperature: float = 1.0) -> Sampler:
+    """The sampler object of a name of :data:`SAMPLERS` with SoftMax temperature τ, or ``sampler`` itself.
+
+    >>> make_sampler("oracle_softmax", "doc", temperature=0.5)
+    Oracle(inner=SoftMax(temperature=0.5), k_m=0, epsilon=0.0)
+    """
+    if not isinstance(sampler, str):
+        return sampler
+    check_choice(sampler, "sampler", tuple(SAMPLERS), owner)
+    return _with_temperature(SAMPLERS[sampler], temperature)
+
+
+def _with_temperature(sampler: Sampler, temperature: float) -> Sampler:
+    if isinstance(sampler, SoftMax):
+        return SoftMax(temperature)
+    if isinstance(sampler, Oracle):
+        return replace(sampler, inner=_with_temperature(sampler.inner, temperature))
+    return sampler
+
+
+def _temperature(sampler: Sampler) -> float | None:
+    """τ of a SoftMax sampler (plain or inside an oracle), else None."""
+    inner = sampler.inner if isinstance(sampler, Oracle) else sampler
+    return inner.temperature if isinstance(inner, SoftMax) else None
 
 
 def round_sizes(n_anchor_items: int, n_rounds: int) -> list[int]:
@@ -285,24 +424,54 @@ class AdaCurResult:
 
 
 @dataclass(frozen=True)
+class SearchOptions:
+    """How an ADACUR / AXN search runs, not what it computes: every choice returns the same items.
+
+    Attributes
+    ----------
+    implementation : {"batched", "reference"}, default "batched"
+        Batched torch code or the per-query numpy reference; they return the same anchors and lists.
+    device : str or torch.device, optional
+        Device of the batched implementation; default "cuda" when available, else "cpu" (:class:`AdaCur`;
+        :class:`xenbench.axn.Axn` resolves it with :func:`search_device`).
+    solver : {"gram", "pinv"}, default "gram"
+        How the batched implementation applies pinv(R_anc[:, I_anc]) (Alg. 2 line 6). "pinv": a batched
+        SVD per round, like the reference. "gram": a Cholesky factor of R_anc[:, I_anc]ᵀ R_anc[:, I_anc],
+        gathered from the item Gram matrix R_ancᵀ R_anc (kept when it fits in 1 GiB) and extended by
+        one block per round, checked by the residual on the anchors and refined once where needed;
+        queries whose factor is rank-deficient or ill-conditioned fall back to pinv. Both give the
+        reference's anchors; "gram" is several times faster.
+    batch_size : int, optional
+        Test queries per batched chunk; default keeps a chunk's float64 working set under 512 MiB.
+
+    Checked by the estimator that receives them (in ``fit``), so errors name it.
+    """
+
+    implementation: str = "batched"
+    device: str | torch.device | None = None
+    solver: str = "gram"
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
 class _Plan:
     """Validated configuration shared by both implementations."""
 
     budget: int            # B_CE
     n_anchor_items: int    # k_i
     sizes: tuple[int, ...]  # k_s per round
-    sampler: str
+    sampler: Sampler
     first_round: str       # "random" or "sampler" (candidates override it at run time)
-    temperature: float
-    k_m: int
-    epsilon: float
     seed: int
-    prior_weight: float    # λ of the score mixing (1 − λ)·ŝ + λ·ŝ_prior, [AXN] Eq. 7
     score_eps: float = float(np.finfo(np.float64).eps)  # eps of R_anc's stored dtype (pinv cut-off)
 
     @property
     def split(self) -> bool:
         return self.n_anchor_items < self.budget
+
+    def round_sampler(self, t: int) -> Sampler:
+        """The sampler of round t: round 1 of Alg. 1 is uniform at random (§2.2) unless chosen otherwise."""
+        return Random() if t == 0 and self.first_round == "random" else self.sampler
 
 
 # ==============================================================================================
@@ -332,39 +501,26 @@ def _sample_reference(plan: _Plan, t: int, k_s: int, s_hat: np.ndarray, is_ancho
                       qid: int, exact: np.ndarray, oracle_masked: np.ndarray) -> np.ndarray:
     """Alg. 3 SAMPLEANCHORS for one query: k_s new anchors, already-chosen ones masked."""
     n_items = s_hat.size
-    sampler = plan.sampler
-    if t == 0 and plan.first_round == "random":
-        sampler = "random"  # round 1 of Alg. 1 is uniform at random (§2.2)
+    sampler = plan.round_sampler(t)
 
     def uniforms(stream: int) -> np.ndarray:
         return keyed_uniforms(plan.seed, np.array([qid]), t, stream, n_items)[0]
 
-    if sampler in _ORACLES:
+    draws = Draws(lambda: uniforms(_STREAM_MAIN), lambda: _gumbel(uniforms(_STREAM_MAIN)))
+    if isinstance(sampler, Oracle):
         masked = is_anchor | oracle_masked  # never pick the exact top-k_m (§3.2)
-        n_rand = _n_random(plan.epsilon, k_s)
-        if sampler == "oracle_topk":
-            keys = exact.copy()
-        else:
-            keys = exact / plan.temperature + _gumbel(uniforms(_STREAM_MAIN))
-        keys[masked] = -np.inf
-        greedy = _top_reference(keys, k_s - n_rand)
+        n_rand = _n_random(sampler.epsilon, k_s)
+        greedy = _top_reference(np.where(masked, -np.inf, sampler.keys(exact, draws)), k_s - n_rand)
         masked = masked.copy()
         masked[greedy] = True
-        keys = uniforms(_STREAM_EPSILON)
-        keys[masked] = -np.inf
+        keys = np.where(masked, -np.inf, uniforms(_STREAM_EPSILON))
         return np.concatenate([greedy, _top_reference(keys, n_rand)])
-    if sampler == "topk":
-        keys = s_hat.copy()
-    elif sampler == "softmax":
-        keys = s_hat / plan.temperature + _gumbel(uniforms(_STREAM_MAIN))
-    else:  # "random"
-        keys = uniforms(_STREAM_MAIN)
-    keys[is_anchor] = -np.inf  # Alg. 3 line 8
+    keys = np.where(is_anchor, -np.inf, sampler.keys(s_hat, draws))  # Alg. 3 line 8
     return _top_reference(keys, k_s)
 
 
 def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candidates: np.ndarray | None,
-                   prior: np.ndarray | None, query_ids: np.ndarray, trace_query: int | None,
+                   prior: np.ndarray | None, prior_weight: float, query_ids: np.ndarray, trace_query: int | None,
                    want_approx: bool) -> AdaCurResult:
     """ADACUR (Alg. 1) one query at a time."""
     n_queries, n_items = counter.n_queries, counter.n_items
@@ -382,8 +538,8 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
         exact = counter.M[q].astype(np.float64)  # read only by the oracle samplers (§3.2)
         prior_q = None if prior is None else prior[q].astype(np.float64)
         oracle_masked = np.zeros(n_items, bool)
-        if plan.sampler in _ORACLES and plan.k_m > 0:
-            oracle_masked[_top_reference(exact, plan.k_m)] = True
+        if isinstance(plan.sampler, Oracle) and plan.sampler.k_m > 0:
+            oracle_masked[_top_reference(exact, plan.sampler.k_m)] = True
         anchors = np.zeros(0, np.int64)  # I_anc  (Alg. 1 line 9)
         c_test = np.zeros(0, np.float64)  # C_test (line 10)
         is_anchor = np.zeros(n_items, bool)
@@ -392,8 +548,8 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
             if t == 0:
                 s_hat = np.zeros(n_items)  # ŝ^(1) from an empty anchor set
             else:
-                s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight,
-                                                                    plan.score_eps)
+                s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, prior_weight,
+                                                                plan.score_eps)
                 rec.time_pinv += t_pinv
                 rec.time_matmul += t_mm
             if q == trace_query:
@@ -417,8 +573,8 @@ def _run_reference(plan: _Plan, R_anc: np.ndarray, counter: BudgetCounter, candi
         items, item_scores = anchors, c_test
         if plan.split or want_approx:
             rec = records[-1] if plan.split else records[n_rounds - 1]
-            s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, plan.prior_weight,
-                                                                    plan.score_eps)
+            s_hat, t_pinv, t_mm = _approx_scores_reference(R_anc, c_test, anchors, prior_q, prior_weight,
+                                                            plan.score_eps)
             rec.time_pinv += t_pinv
             rec.time_matmul += t_mm
             if want_approx:
@@ -721,47 +877,42 @@ def _sample_batched(plan: _Plan, t: int, k_s: int, state: _AnchorState, qids: np
     s_hat = state.s_hat
     n_items = s_hat.shape[1]
     device = s_hat.device
-    sampler = "random" if t == 0 and plan.first_round == "random" else plan.sampler
+    sampler = plan.round_sampler(t)
 
     def uniforms(stream: int) -> torch.Tensor:
         return torch.from_numpy(keyed_uniforms(plan.seed, qids, t, stream, n_items)).to(device)
 
     def gumbel() -> torch.Tensor:
+        # Gumbel noise in numpy, as the reference computes it, so both see bit-identical keys.
         return torch.from_numpy(_gumbel(keyed_uniforms(plan.seed, qids, t, _STREAM_MAIN, n_items))).to(device)
 
-    if sampler in _ORACLES:
+    draws = Draws(lambda: uniforms(_STREAM_MAIN), gumbel)
+    if isinstance(sampler, Oracle):
         masked = state.is_anchor | oracle_masked
-        n_rand = _n_random(plan.epsilon, k_s)
-        keys = exact.clone() if sampler == "oracle_topk" else exact / plan.temperature + gumbel()
-        greedy = _topk_stable(keys.masked_fill(masked, -torch.inf), k_s - n_rand)
+        n_rand = _n_random(sampler.epsilon, k_s)
+        greedy = _topk_stable(sampler.keys(exact, draws).masked_fill(masked, -torch.inf), k_s - n_rand)
         masked = masked.scatter(1, greedy, True)
         rand = _topk_stable(uniforms(_STREAM_EPSILON).masked_fill(masked, -torch.inf), n_rand)
         return torch.cat([greedy, rand], dim=1)
-    if sampler == "topk":
-        keys = s_hat
-    elif sampler == "softmax":
-        keys = torch.div(s_hat, plan.temperature, out=state.keys).add_(gumbel())
-    else:
-        keys = uniforms(_STREAM_MAIN)
-    return _topk_stable(state.unchosen(keys), k_s)
+    return _topk_stable(state.unchosen(sampler.keys(s_hat, draws)), k_s)
 
 
 def _run_batched_chunk(plan: _Plan, index: _DeviceIndex, counter: BudgetCounter, rows: np.ndarray,
-                       candidates: np.ndarray | None, prior: np.ndarray | None, qids: np.ndarray,
+                       candidates: np.ndarray | None, prior: np.ndarray | None, prior_weight: float, qids: np.ndarray,
                        trace_row: int | None, want_approx: bool, solver: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, list[RoundRecord]]:
     """ADACUR for the test rows ``rows`` at once; returns D, I, anchors, C_test, final ŝ, records."""
     device = index.R.device
     nq, n_items = rows.size, counter.n_items
     n_rounds = len(plan.sizes)
     prior_t = None if prior is None else torch.from_numpy(prior.astype(np.float64)).to(device)
-    state = _AnchorState(index, nq, plan.n_anchor_items, prior_t, plan.prior_weight)
+    state = _AnchorState(index, nq, plan.n_anchor_items, prior_t, prior_weight)
     exact = oracle_masked = None
-    if plan.sampler in _ORACLES:
+    if isinstance(plan.sampler, Oracle):
         exact_np = counter.M[rows].astype(np.float64)  # oracle access, not charged (§3.2)
         exact = torch.from_numpy(exact_np).to(device)
         oracle_masked = torch.zeros((nq, n_items), dtype=torch.bool, device=device)
-        if plan.k_m > 0:
-            oracle_masked.scatter_(1, torch.from_numpy(topk_indices(exact_np, plan.k_m)).to(device), True)
+        if plan.sampler.k_m > 0:
+            oracle_masked.scatter_(1, torch.from_numpy(topk_indices(exact_np, plan.sampler.k_m)).to(device), True)
     records: list[RoundRecord] = []
     s_hat = state.s_hat
     for t, k_s in enumerate(plan.sizes):
@@ -906,38 +1057,19 @@ class AdaCur:
         the split variant (k_r = B_CE − k_i more items retrieved by the final ŝ and re-ranked).
     n_rounds : int, default 5
         N_r, ``1 <= N_r <= k_i``; round t chooses k_s = k_i / N_r anchors (see :func:`round_sizes`).
-    sampler : {"topk", "softmax", "random", "oracle_topk", "oracle_softmax"}, default "topk"
-        Alg. 3 strategy, or a §3.2 oracle (module docstring).
+    sampler : TopK, SoftMax, Random, Oracle or a name of :data:`SAMPLERS`, default "topk"
+        Alg. 3 strategy, or a §3.2 oracle (module docstring); a name gets the default object (τ = 1,
+        k_m = 0, ε = 0).
     first_round : {"auto", "random", "sampler"}, default "auto"
         How round 1 is chosen when no ``candidates`` are given: "random" (Alg. 1, §2.2); "sampler"
         (use the sampler; allowed only with the oracle samplers, since ŝ ≡ 0 before any anchor and
         TopK would give every query items 0..k_s−1: a ParameterError otherwise);
         "auto" = "sampler" for the oracle samplers, "random" otherwise.
-    temperature : float, default 1.0
-        Softmax temperature τ of the softmax samplers (keys ŝ / τ).
-    oracle_k_m : int, default 0
-        k_m, exact top items masked by the oracle samplers.
-    oracle_epsilon : float, default 0.0
-        ε in [0, 1], fraction of each oracle round drawn uniformly at random.
     seed : int, default 0
         Seed of every random choice (see :func:`keyed_uniforms`).
-    prior_weight : float, default 0.0
-        λ in [0, 1]: rounds after the first sample from (1 − λ)·ŝ + λ·ŝ_prior, where ŝ_prior are the
-        ``prior_scores`` given to :meth:`run` (e.g. a dual encoder's scores). This is [AXN] Eq. 7
-        written in score space; with R_anc = Vᵀ it is AXN itself (see :class:`xenbench.axn.Axn`).
-    implementation : {"batched", "reference"}, default "batched"
-        Batched torch code or the per-query numpy reference; they return the same anchors and lists.
-    device : str or torch.device, optional
-        Device of the batched implementation; default "cuda" when available, else "cpu".
-    solver : {"gram", "pinv"}, default "gram"
-        How the batched implementation applies pinv(R_anc[:, I_anc]) (Alg. 2 line 6). "pinv": a batched
-        SVD per round, like the reference. "gram": a Cholesky factor of R_anc[:, I_anc]ᵀ R_anc[:, I_anc],
-        gathered from the item Gram matrix R_ancᵀ R_anc (kept when it fits in 1 GiB) and extended by
-        one block per round, checked by the residual on the anchors and refined once where needed;
-        queries whose factor is rank-deficient or ill-conditioned fall back to pinv. Both give the
-        reference's anchors; "gram" is several times faster.
-    batch_size : int, optional
-        Test queries per batched chunk; default keeps a chunk's float64 working set under 512 MiB.
+    options : SearchOptions, optional
+        Implementation, device, solver and batch size (:class:`SearchOptions`; default its defaults).
+        They change the speed, not the anchors or the ranked lists.
 
     Attributes
     ----------
@@ -956,31 +1088,22 @@ class AdaCur:
     --------
     >>> rng = np.random.default_rng(0)
     >>> M = (rng.standard_normal((60, 4)) @ rng.standard_normal((4, 200))).astype(np.float32)
-    >>> ada = AdaCur(budget=20, n_rounds=4, implementation="reference").fit(M[:20])
+    >>> ada = AdaCur(budget=20, n_rounds=4, options=SearchOptions(implementation="reference")).fit(M[:20])
     >>> D, I = ada.search(M[20:], k=5)
     >>> D.shape, I.dtype
     ((40, 5), dtype('int64'))
     """
 
     def __init__(self, budget: int, *, n_anchor_items: int | None = None, n_rounds: int = 5,
-                 sampler: str = "topk", first_round: str = "auto", temperature: float = 1.0,
-                 oracle_k_m: int = 0, oracle_epsilon: float = 0.0, seed: int = 0, prior_weight: float = 0.0,
-                 implementation: str = "batched", device: str | torch.device | None = None,
-                 solver: str = "gram", batch_size: int | None = None) -> None:
+                 sampler: str | Sampler = "topk", first_round: str = "auto", seed: int = 0,
+                 options: SearchOptions | None = None) -> None:
         self.budget = budget
         self.n_anchor_items = n_anchor_items
         self.n_rounds = n_rounds
         self.sampler = sampler
         self.first_round = first_round
-        self.temperature = temperature
-        self.oracle_k_m = oracle_k_m
-        self.oracle_epsilon = oracle_epsilon
         self.seed = seed
-        self.prior_weight = prior_weight
-        self.implementation = implementation
-        self.device = device
-        self.solver = solver
-        self.batch_size = batch_size
+        self.options = options
 
     # -- parameters --------------------------------------------------------------------------
     def _plan(self, n_items: int, score_dtype: np.dtype | type = np.float64) -> _Plan:
@@ -989,39 +1112,34 @@ class AdaCur:
         k_i = budget if self.n_anchor_items is None else check_int(
             self.n_anchor_items, "n_anchor_items", 1, budget, owner, "budget")
         n_rounds = check_int(self.n_rounds, "n_rounds", 1, k_i, owner, "n_anchor_items")
-        check_choice(self.sampler, "sampler", SAMPLERS, owner)
+        sampler = _check_sampler(self.sampler, n_items - k_i, owner)
         check_choice(self.first_round, "first_round", ("auto", "random", "sampler"), owner)
+        oracle = isinstance(sampler, Oracle)
         first = self.first_round
         if first == "auto":
-            first = "sampler" if self.sampler in _ORACLES else "random"
-        if first == "sampler" and self.sampler not in _ORACLES:
+            first = "sampler" if oracle else "random"
+        if first == "sampler" and not oracle:
             # Before any anchor ŝ ≡ 0, so TopK would give every query items 0..k_s−1 (and SoftMax
             # / Random would just be a uniform draw): only an oracle sampler can choose round 1.
-            raise ParameterError("first_round", f"'random' or 'auto' with sampler={self.sampler!r} ('sampler' "
+            raise ParameterError("first_round", f"'random' or 'auto' with sampler={sampler.name!r} ('sampler' "
                                  f"needs an oracle sampler {_ORACLES}: before any anchor the approximate "
                                  "scores are all 0)", self.first_round, owner)
-        check_float(self.temperature, "temperature", 0, None, owner, closed="neither")
-        k_m = check_int(self.oracle_k_m, "oracle_k_m", 0, n_items - k_i, owner, "n_items - n_anchor_items")
-        eps = self.oracle_epsilon
-        check_float(eps, "oracle_epsilon", 0, 1, owner)
         check_seed(self.seed, owner)
-        lam = self.prior_weight
-        check_float(lam, "prior_weight", 0, 1, owner)
-        check_choice(self.implementation, "implementation", ("batched", "reference"), owner)
-        check_choice(self.solver, "solver", ("gram", "pinv"), owner)
-        if self.batch_size is not None:
-            check_int(self.batch_size, "batch_size", 1, 2**62, owner, "inf")
-        return _Plan(budget, k_i, tuple(round_sizes(k_i, n_rounds)), self.sampler, first,
-                     float(self.temperature), k_m, float(eps), int(self.seed), float(lam),
+        _check_options(self._options(), owner)
+        return _Plan(budget, k_i, tuple(round_sizes(k_i, n_rounds)), sampler, first, int(self.seed),
                      float(np.finfo(np.dtype(score_dtype)).eps))
 
+    def _options(self) -> SearchOptions:
+        return SearchOptions() if self.options is None else self.options
+
     def _torch_device(self) -> torch.device:
-        if self.device is None:
+        device = self._options().device
+        if device is None:
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         try:
-            return torch.device(self.device)
+            return torch.device(device)
         except (RuntimeError, TypeError) as exc:
-            raise ParameterError("device", "a torch device such as 'cpu' or 'cuda:0'", self.device,
+            raise ParameterError("device", "a torch device such as 'cpu' or 'cuda:0'", device,
                                  type(self).__name__) from exc
 
     # -- estimator API -----------------------------------------------------------------------
@@ -1052,7 +1170,7 @@ class AdaCur:
         return self._device_cache[key]
 
     def run(self, scores: np.ndarray | BudgetCounter, *, candidates: np.ndarray | None = None,
-            prior_scores: np.ndarray | None = None, query_ids: np.ndarray | None = None,
+            prior_scores: np.ndarray | None = None, prior_weight: float = 0.0, query_ids: np.ndarray | None = None,
             trace_query: int | None = None, return_approx: bool = False) -> AdaCurResult:
         """Run ADACUR for every test query and return everything it did.
 
@@ -1066,8 +1184,12 @@ class AdaCur:
             Item rankings of a cheap retriever (DE, TF-IDF), best first; round 1 takes the first k_s
             (ADACUR_{DE+TopK}, §3). Overrides ``first_round``.
         prior_scores : float ndarray of shape (nq, n_items), optional
-            ŝ_prior, mixed into every approximation with weight ``prior_weight``; required when
-            ``prior_weight > 0`` and refused otherwise. Free: they cost no CE calls.
+            ŝ_prior: rounds after the first sample from (1 − λ)·ŝ + λ·ŝ_prior, λ = ``prior_weight``.
+            This is [AXN] Eq. 7 written in score space (with R_anc = Vᵀ it is AXN itself, which is how
+            :class:`xenbench.axn.Axn` uses it). Required when ``prior_weight > 0`` and refused
+            otherwise. Free: they cost no CE calls.
+        prior_weight : float, default 0.0
+            λ in [0, 1] of the mixing above.
         query_ids : int ndarray of shape (nq,), optional
             Keys of the per-query randomness; default ``arange(nq)``. Pass the global ids to get the
             same draws for a query whatever subset it is run in.
@@ -1083,6 +1205,8 @@ class AdaCur:
         check_is_fitted(self, "plan_", "fit(R_anc)")
         owner = f"{type(self).__name__}.run"
         plan = self.plan_
+        # λ keeps the message it had as a parameter of the estimator ("... parameter of AdaCur").
+        prior_weight = float(check_float(prior_weight, "prior_weight", 0, 1, type(self).__name__))
         counter = _as_counter(scores, plan.budget, self.n_items_, owner)
         nq = counter.n_queries
         if candidates is not None:
@@ -1096,14 +1220,17 @@ class AdaCur:
                                      f"{query_ids.dtype} array of shape {query_ids.shape}", owner)
         if trace_query is not None:
             trace_query = check_int(trace_query, "trace_query", 0, nq - 1, owner, "nq - 1")
-        prior = _check_prior(prior_scores, plan.prior_weight, nq, self.n_items_, owner)
-        if self.implementation == "reference":
-            return _run_reference(plan, self.R_anc_, counter, candidates, prior, query_ids, trace_query, return_approx)
-        return self._run_batched(plan, counter, candidates, prior, query_ids, trace_query, return_approx)
+        prior = _check_prior(prior_scores, prior_weight, nq, self.n_items_, owner)
+        options = self._options()
+        if options.implementation == "reference":
+            return _run_reference(plan, self.R_anc_, counter, candidates, prior, prior_weight, query_ids, trace_query,
+                                  return_approx)
+        return self._run_batched(plan, options, counter, candidates, prior, prior_weight, query_ids, trace_query,
+                                 return_approx)
 
-    def _run_batched(self, plan: _Plan, counter: BudgetCounter, candidates: np.ndarray | None,
-                     prior: np.ndarray | None, query_ids: np.ndarray, trace_query: int | None,
-                     want_approx: bool) -> AdaCurResult:
+    def _run_batched(self, plan: _Plan, options: SearchOptions, counter: BudgetCounter,
+                     candidates: np.ndarray | None, prior: np.ndarray | None, prior_weight: float,
+                     query_ids: np.ndarray, trace_query: int | None, want_approx: bool) -> AdaCurResult:
         device = self._torch_device()
         index = self._device_index(device)
         nq = counter.n_queries
@@ -1111,15 +1238,15 @@ class AdaCur:
         k_i = plan.n_anchor_items
         # float64 working set per query: R_anc[:, I_anc]ᵀ, its Gram matrix, and a few (n_items,) rows.
         per_query = 8 * (k_i * k_q + k_i * k_i + 5 * self.n_items_)
-        chunk = self.batch_size or max(1, _CHUNK_BYTES // per_query)
+        chunk = options.batch_size or max(1, _CHUNK_BYTES // per_query)
         parts = []
         for start in range(0, nq, chunk):
             rows = np.arange(start, min(nq, start + chunk))
             trace_row = trace_query - start if trace_query is not None and start <= trace_query < start + rows.size else None
             parts.append(_run_batched_chunk(plan, index, counter, rows,
                                             None if candidates is None else candidates[rows],
-                                            None if prior is None else prior[rows],
-                                            query_ids[rows], trace_row, want_approx, self.solver))
+                                            None if prior is None else prior[rows], prior_weight,
+                                            query_ids[rows], trace_row, want_approx, options.solver))
         logger.debug("AdaCur batched: %d queries in %d chunks on %s", nq, len(parts), device)
         D, I, anchors, c_test, approx, records = zip(*parts)
         return AdaCurResult(np.concatenate(D), np.concatenate(I), np.concatenate(anchors), np.concatenate(c_test),
@@ -1127,7 +1254,8 @@ class AdaCur:
                             np.concatenate(approx) if want_approx else None)
 
     def search(self, scores: np.ndarray | BudgetCounter, k: int, *, candidates: np.ndarray | None = None,
-               prior_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               prior_scores: np.ndarray | None = None, prior_weight: float = 0.0,
+               query_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of every test query by exact score, within B_CE CE calls (faiss contract).
 
         Parameters
@@ -1136,10 +1264,8 @@ class AdaCur:
             Exact CE scores of the test queries (see :meth:`run`).
         k : int
             ``1 <= k <= B_CE``.
-        candidates : int ndarray of shape (nq, >= k_s), optional
-            First-round items from a retriever (see :meth:`run`).
-        prior_scores : float ndarray of shape (nq, n_items), optional
-            ŝ_prior for ``prior_weight > 0`` (see :meth:`run`).
+        candidates, prior_scores, prior_weight, query_ids
+            As in :meth:`run`.
 
         Returns
         -------
@@ -1149,8 +1275,41 @@ class AdaCur:
         """
         check_is_fitted(self, "plan_", "fit(R_anc)")
         k = check_int(k, "k", 1, self.plan_.budget, f"{type(self).__name__}.search", "budget")
-        result = self.run(scores, candidates=candidates, prior_scores=prior_scores)
+        result = self.run(scores, candidates=candidates, prior_scores=prior_scores, prior_weight=prior_weight,
+                          query_ids=query_ids)
         return result.D[:, :k], result.I[:, :k]
+
+
+def _check_sampler(sampler: object, max_k_m: int, owner: str) -> Sampler:
+    """The sampler object of ``sampler`` (a name of SAMPLERS or an object), its parameters checked.
+
+    The messages keep the names the parameters had on the estimator (``temperature``,
+    ``oracle_k_m``, ``oracle_epsilon``)."""
+    if isinstance(sampler, str):
+        sampler = make_sampler(sampler, owner)
+    elif not isinstance(sampler, (TopK, SoftMax, Random, Oracle)):
+        raise ParameterError("sampler", f"one of {tuple(SAMPLERS)} or a TopK, SoftMax, Random or Oracle object",
+                             sampler, owner)
+    if isinstance(sampler, Oracle):
+        if not isinstance(sampler.inner, (TopK, SoftMax)):
+            raise ParameterError("sampler", "an Oracle of TopK() or SoftMax(temperature)", sampler, owner)
+        check_int(sampler.k_m, "oracle_k_m", 0, max_k_m, owner, "n_items - n_anchor_items")
+        check_float(sampler.epsilon, "oracle_epsilon", 0, 1, owner)
+    temperature = _temperature(sampler)
+    if temperature is not None:
+        check_float(temperature, "temperature", 0, None, owner, closed="neither")
+    return sampler
+
+
+def _check_options(options: object, owner: str) -> SearchOptions:
+    """Check the engine options of an estimator (errors name the option and the estimator)."""
+    if not isinstance(options, SearchOptions):
+        raise ParameterError("options", "None or a SearchOptions", type(options).__name__, owner)
+    check_choice(options.implementation, "implementation", ("batched", "reference"), owner)
+    check_choice(options.solver, "solver", ("gram", "pinv"), owner)
+    if options.batch_size is not None:
+        check_int(options.batch_size, "batch_size", 1, 2**62, owner, "inf")
+    return options
 
 
 # ==============================================================================================

@@ -14,7 +14,8 @@ top-k of all scored items by exact CE score (Eq. 6).
 This is ADACUR's TopK No-Split search with R_anc replaced by Vᵀ: ŝ = a · pinv(V_Aᵀ) · Vᵀ = u_LinRegᵀ Vᵀ,
 and Eq. 7 is linear, so mixing embeddings equals mixing scores, (1 − λ)·ŝ + λ·u_paramᵀ Vᵀ. :class:`Axn`
 therefore runs :class:`xenbench.adacur.AdaCur` (its batched torch and per-query numpy implementations,
-budget accounting and timings) on Vᵀ with ``prior_weight=λ``.
+budget accounting and timings) on Vᵀ with the :class:`~xenbench.adacur.TopK` sampler, and owns the prior:
+it turns u_param into ŝ_prior = u_paramᵀ Vᵀ and passes it with ``prior_weight=λ``.
 
 References
 ----------
@@ -24,12 +25,13 @@ References
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import torch
 
-from xenbench.adacur import AdaCur, AdaCurResult, search_device
+from xenbench.adacur import AdaCur, AdaCurResult, SearchOptions, TopK, search_device
 from xenbench._validation import check_array, check_float, check_int, check_is_fitted
 from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
@@ -52,19 +54,19 @@ class Axn:
         λ of Eq. 7 in [0, 1]: 0 is the pure regression embedding, 1 retrieves by u_param alone.
     seed : int, default 0
         Seed of the random first round (keyed per query, see :func:`xenbench.adacur.keyed_uniforms`).
-    implementation : {"batched", "reference"}, default "batched"
-        Batched torch code or the per-query numpy reference; they retrieve the same items.
-    device : str or torch.device, optional
-        Device of the batched implementation: ``"auto"`` (the default, also for None) is CUDA when
-        available, else CPU; or ``"cpu"``, ``"cuda"``, ``"cuda:<k>"``. Checked in :meth:`fit`
-        (:func:`xenbench.adacur.search_device`).
-    batch_size : int, optional
-        Test queries per batched chunk (default: bounded working set).
+    options : SearchOptions, optional
+        Implementation, device, solver and batch size of the search (:class:`xenbench.adacur.SearchOptions`).
+        The device ``"auto"`` (the default, also for None) is CUDA when available, else CPU; or
+        ``"cpu"``, ``"cuda"``, ``"cuda:<k>"``. Checked in :meth:`fit` (:func:`xenbench.adacur.search_device`).
 
     Attributes
     ----------
     V_ : ndarray of shape (n_items, d), float64
         Item embeddings (the offline index).
+    device_ : torch.device
+        The resolved device of the search.
+    lam_ : float
+        λ, checked.
     engine_ : AdaCur
         The search engine fitted on Vᵀ.
 
@@ -78,15 +80,12 @@ class Axn:
     """
 
     def __init__(self, budget: int, *, n_rounds: int = 5, lam: float = 0.0, seed: int = 0,
-                 implementation: str = "batched", device: str | torch.device | None = None,
-                 batch_size: int | None = None) -> None:
+                 options: SearchOptions | None = None) -> None:
         self.budget = budget
         self.n_rounds = n_rounds
         self.lam = lam
         self.seed = seed
-        self.implementation = implementation
-        self.device = device
-        self.batch_size = batch_size
+        self.options = options
 
     def fit(self, V: np.ndarray) -> "Axn":
         """Store the item embeddings V and validate the parameters against |I|.
@@ -102,14 +101,16 @@ class Axn:
         """
         owner = type(self).__name__
         V = check_array(V, "V", owner, expected="a finite, non-empty float array of shape (n_items, d)")
-        lam = check_float(self.lam, "lam", 0, 1, owner)
-        self.device_ = search_device("auto" if self.device is None else self.device, owner)
+        self.lam_ = check_float(self.lam, "lam", 0, 1, owner)
+        options = SearchOptions() if self.options is None else self.options
+        if not isinstance(options, SearchOptions):
+            raise ParameterError("options", "None or a SearchOptions", type(options).__name__, owner)
+        self.device_ = search_device("auto" if options.device is None else options.device, owner)
         self.V_ = V.astype(np.float64)
         # Fitted on Vᵀ in V's own dtype: the engine computes in float64 but takes its pinv cut-off
         # from the precision V was stored in (xenbench.cur.pinv_rtol).
-        self.engine_ = AdaCur(self.budget, n_rounds=self.n_rounds, sampler="topk", first_round="random",
-                              seed=self.seed, prior_weight=float(lam), implementation=self.implementation,
-                              device=self.device_, batch_size=self.batch_size).fit(V.T)
+        self.engine_ = AdaCur(self.budget, n_rounds=self.n_rounds, sampler=TopK(), first_round="random",
+                              seed=self.seed, options=replace(options, device=self.device_)).fit(V.T)
         return self
 
     def run(self, scores: np.ndarray | BudgetCounter, *, u_param: np.ndarray | None = None,
@@ -141,10 +142,10 @@ class Axn:
         """
         check_is_fitted(self, "engine_", "fit(V)")
         prior = None
-        if u_param is not None or self.lam > 0:
+        if u_param is not None or self.lam_ > 0:
             prior = self._prior_scores(u_param, scores)
-        return self.engine_.run(scores, candidates=candidates, prior_scores=prior, query_ids=query_ids,
-                                trace_query=trace_query, return_approx=return_approx)
+        return self.engine_.run(scores, candidates=candidates, prior_scores=prior, prior_weight=self.lam_,
+                                query_ids=query_ids, trace_query=trace_query, return_approx=return_approx)
 
     def search(self, scores: np.ndarray | BudgetCounter, k: int, *, u_param: np.ndarray | None = None,
                candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -166,7 +167,7 @@ class Axn:
         d = self.V_.shape[1]
         if u_param is None:
             raise ParameterError("u_param", f"an array of shape ({nq}, {d}) since lam > 0", None, owner)
-        if self.lam == 0:
+        if self.lam_ == 0:
             raise ParameterError("u_param", "None since lam = 0 (it would be ignored)", "an array", owner)
         u = np.asarray(u_param)
         if u.shape != (nq, d) or not np.issubdtype(u.dtype, np.floating) or not np.isfinite(u).all():
@@ -249,12 +250,12 @@ def lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas
         (its standard error) and ``n_test_queries``. With ``per_query=True``, a tuple of it and a
         frame with columns ``method``, ``lam``, ``budget``, ``k``, ``query``, ``recall``.
     """
-    device = search_device(device, "lambda_sweep")
+    options = SearchOptions(device=search_device(device, "lambda_sweep"))
     rows, per_rows = [], []
     qids = np.arange(np.asarray(M_test).shape[0]) if query_ids is None else np.asarray(query_ids)
     for budget in budgets:
         for lam in lambdas:
-            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, device=device).fit(V)
+            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, options=options).fit(V)
             result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates, query_ids=query_ids)
             for k in (k for k in k_values if k <= budget):
                 r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
@@ -293,7 +294,7 @@ def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_
         Torch device of the search: CUDA when available, else CPU (see :class:`Axn`).
     """
     device = search_device(device, "round_trace")
-    axn = Axn(budget, n_rounds=n_rounds, lam=lam, seed=seed, device=device).fit(V)
+    axn = Axn(budget, n_rounds=n_rounds, lam=lam, seed=seed, options=SearchOptions(device=device)).fit(V)
     result = axn.run(M[[query_row]], u_param=None if u_param is None or lam == 0 else np.asarray(u_param)[None],
                      candidates=None if candidates is None else np.asarray(candidates)[None],
                      query_ids=np.array([query_row]), trace_query=0, return_approx=True)
@@ -378,6 +379,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     if not splits:
         raise ParameterError("splits", "a non-empty list of protocol.Split", splits, owner)
     device = search_device(device, owner)
+    options = SearchOptions(device=device)
     M = np.asarray(M)
     de = U @ V.T
     de_order = np.argsort(-de, axis=1, kind="stable")
@@ -415,7 +417,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
                     at_b = chosen[chosen["budget"] == budget]
                     for lam in sorted(set(at_b["lam"]) | {0.0}):
                         axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed,
-                                  device=device).fit(V_m)
+                                  options=options).fit(V_m)
                         res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
                                       candidates=None if cand is None else cand[test], query_ids=test)
                         rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
@@ -426,7 +428,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
                 bar.update(1)
         for seed in seeds:
             for budget in budgets:
-                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler="topk", seed=seed, device=device)
+                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler=TopK(), seed=seed, options=options)
                 res = ada.fit(M[anchor]).run(M_test, query_ids=test)
                 add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
                     _per_query_recalls(M_test, res.I, res.calls, budget, k_values))

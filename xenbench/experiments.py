@@ -65,7 +65,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from xenbench.adacur import SAMPLERS, AdaCur, anncur_with_budget, rerank_baseline, search_device
+from xenbench.adacur import (
+    SAMPLERS,
+    AdaCur,
+    SearchOptions,
+    TopK,
+    anncur_with_budget,
+    make_sampler,
+    rerank_baseline,
+    search_device,
+)
 from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.cur import AnnCur
 from xenbench.errors import ParameterError
@@ -355,7 +364,8 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
             raise ParameterError(_NEEDS[m], f"the retriever scores that method {m!r} needs", None, owner)
     if not split_fractions or not all(0 < f <= 1 for f in split_fractions):
         raise ParameterError("split_fractions", "a non-empty list of floats in (0, 1]", split_fractions, owner)
-    device = search_device(device, owner)
+    check_float(temperature, "temperature", 0, None, owner, closed="neither")
+    options = SearchOptions(device=search_device(device, owner))
 
     R_anc, M_test = M[split.anchor], M[test]
     k_q = R_anc.shape[0]
@@ -394,8 +404,9 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                 for k_i in _split_grid(budget, split_fractions, rounds_m, budget - 1, k_q):
                     if k_i < rounds_m or k_i >= budget:
                         continue
-                    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=rounds_m, sampler=_ADACUR_SPLIT.get(method, "topk"),
-                                 temperature=temperature, seed=seed, device=device).fit(R_anc)
+                    sampler = make_sampler(_ADACUR_SPLIT.get(method, "topk"), owner, temperature=temperature)
+                    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=rounds_m, sampler=sampler, seed=seed,
+                                 options=options).fit(R_anc)
                     res = ada.run(M_test, candidates=candidates, query_ids=test)
                     cands.append(_rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), k_i,
                                        None if method == "anncur_de" else n_rounds, keep))
@@ -405,7 +416,7 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
                 if budget < n_rounds:
                     continue
                 candidates = orders["de_scores"] if method == "adacur_de_nosplit" else None
-                ada = AdaCur(budget, n_rounds=n_rounds, sampler="topk", seed=seed, device=device).fit(R_anc)
+                ada = AdaCur(budget, n_rounds=n_rounds, sampler=TopK(), seed=seed, options=options).fit(R_anc)
                 res = ada.run(M_test, candidates=candidates, query_ids=test)
                 rows += _rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), budget, n_rounds,
                               keep)
@@ -507,11 +518,12 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
     """
     owner = "recall_vs_rounds"
     M, split = _check_inputs(M, split, owner)
-    check_choice(sampler, "sampler", SAMPLERS, owner)
+    check_choice(sampler, "sampler", tuple(SAMPLERS), owner)
     budgets = _check_budgets(budgets, M.shape[1], owner)
     k_values = _check_k_values(k_values, M.shape[1], owner)
     rounds = sorted({check_int(r, "rounds", 1, None, owner) for r in rounds})
-    device = search_device(device, owner)
+    options = SearchOptions(device=search_device(device, owner))
+    search_sampler = make_sampler(sampler, owner, temperature=temperature)
     R_anc, M_test = M[split.anchor], M[split.test]
     out = []
     for budget in budgets:
@@ -520,8 +532,8 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
         for n_r in rounds:
             if n_r > (k_i or budget):
                 continue
-            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_r, sampler=sampler, temperature=temperature,
-                         seed=seed, device=device).fit(R_anc)
+            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_r, sampler=search_sampler, seed=seed,
+                         options=options).fit(R_anc)
             res = ada.run(M_test, query_ids=split.test)
             for row in _rows(METHODS["adacur_nosplit"], budget, ks, _recalls(M_test, res.I, res.calls, budget, ks),
                              k_i or budget, n_r):
@@ -579,8 +591,9 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
         for n_r in rounds:
             if n_r > (k_i or budget):
                 continue
-            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_r, sampler=sampler, seed=seed, device=device,
-                         solver=solver, batch_size=1).fit(R_anc)
+            # One query at a time (batch_size=1): single-query latencies, not a batched throughput.
+            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_r, sampler=sampler, seed=seed,
+                         options=SearchOptions(device=device, solver=solver, batch_size=1)).fit(R_anc)
             res = ada.run(M_test, query_ids=test)
             seconds = {step: t / test.size for step, t in res.timings().items()}
             if seconds_per_ce_call is not None:
@@ -638,8 +651,9 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     budget = check_int(budget, "budget", 1, M.shape[1], owner, f"n_items={M.shape[1]}")
     k_i = _n_anchor_items(budget, anchor_fraction, owner)
     device = search_device(device, owner)
-    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds, sampler=sampler, temperature=temperature,
-                 seed=seed, device=device).fit(M[split.anchor])
+    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds,
+                 sampler=make_sampler(sampler, owner, temperature=temperature), seed=seed,
+                 options=SearchOptions(device=device)).fit(M[split.anchor])
     cand = None if candidates is None else np.asarray(candidates)[None, :]
     res = ada.run(M[[query_row]], candidates=cand, query_ids=np.array([query_row]), trace_query=0, return_approx=True)
     return trace_from_result(res, query_row, M[query_row], budget, sampler)
