@@ -39,10 +39,9 @@ test-browser: setup
 test-fast: setup
 	$(BIN)/python -m pytest -m "not notebook"
 
+# Every benchmark (the list and its arguments: benchmarks/run_all.py) into one table, reports/bench.{json,md}.
 bench: setup
-	$(BIN)/python benchmarks/bench_scoring.py --ce models/cls-ce --n-queries 20 --n-items 100
-	$(BIN)/python benchmarks/bench_adacur.py --matrix data/scores/noun.cognition/cls-ce --n-test 501 --n-anchor-queries 500
-	$(BIN)/python benchmarks/bench_openmp_wait.py
+	$(BIN)/python benchmarks/run_all.py
 
 # Record the last `make full` as the reference run and regenerate the README's findings from it.
 findings: setup

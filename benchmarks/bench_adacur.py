@@ -11,6 +11,10 @@ Usage::
     python benchmarks/bench_adacur.py                       # synthetic 500 test x 3000 items
     python benchmarks/bench_adacur.py --matrix scores.npy   # a real (n_queries, n_items) CE matrix
     python benchmarks/bench_adacur.py --sampler softmax --n-anchor-items 50 --device cuda
+    python benchmarks/bench_adacur.py ... --json reports/bench/bench_adacur.json   # also a benchmark fragment
+
+The fragment (schema of ``benchmarks/run_all.py``): ours = batched, baseline = reference, ratio = reference /
+batched wall time, one row for each at its fastest thread setting and one per thread setting.
 
 The synthetic matrix is low rank plus noise (rank 40, noise 0.1, like an [EMB]-CE matrix whose
 numerical rank is small; ANNCUR §3.3). The headline ratio compares each implementation at its own
@@ -29,6 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
 from xenbench.adacur import AdaCur, AdaCurResult, SearchOptions  # noqa: E402
 from xenbench.metrics import BudgetCounter, topk_recall  # noqa: E402
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="timed runs per setting; the fastest counts (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, nargs="+", default=[1, 10, 100])
+    p.add_argument("--json", type=Path, default=None, help="write a benchmark fragment (benchmarks/run_all.py)")
     args = p.parse_args(argv)
 
     if args.matrix is not None:
@@ -157,6 +163,27 @@ def main(argv: list[str] | None = None) -> int:
           f"identical recall: {recall_equal}")
     ok = recall_equal and lists_equal and calls_ref.max() <= args.budget and calls_bat.max() <= args.budget
     print("OK" if ok else "MISMATCH")
+    if args.json:
+        from run_all import command_line, write_fragment
+
+        point = (f"{T.shape[0]} test queries x {T.shape[1]} items, k_q = {R_anc.shape[0]}, B_CE = {args.budget}, "
+                 f"N_r = {args.rounds}, {args.sampler}, {variant}")
+        same = f"identical ranked lists: {lists_equal}, identical recall: {recall_equal}"
+        rows = [{"comparison": f"ADACUR batched ({args.device}) vs per-query reference, each at its fastest threads",
+                 "metric": "wall s", "ours": t_bat, "baseline": t_ref, "ratio": t_ref / t_bat,
+                 "higher_is_better": False, "at": f"{point}; {ref_label} vs {bat_label}; {same}"}]
+        rows += [{"comparison": f"ADACUR batched vs reference, both at {label}", "metric": "wall s",
+                  "ours": runs["batched", label][1], "baseline": runs["reference", label][1],
+                  "ratio": runs["reference", label][1] / runs["batched", label][1], "higher_is_better": False,
+                  "at": point} for label in labels]
+        breakdown = ", ".join(f"{step} {ref.timings()[step]:.3f} / {bat.timings()[step]:.3f} s"
+                              for step in ("ce", "pinv", "matmul", "sample"))
+        write_fragment(args.json, {
+            "benchmark": "bench_adacur", "title": "ADACUR batched torch vs per-query numpy reference",
+            "command": command_line(__file__, argv), "rows": rows,
+            "notes": [f"matrix: {source}; fastest of {args.repeat} runs per setting (timeit's convention)",
+                      f"Fig. 4 breakdown, reference / batched: {breakdown}",
+                      f"queries with identical anchors: {anchors_equal:.1%}; {same}; {'OK' if ok else 'MISMATCH'}"]})
     return 0 if ok else 1
 
 

@@ -8,12 +8,14 @@ machine, then with a busy-loop process per core minus one, and prints medians an
 
 Usage::
 
-    python benchmarks/bench_openmp_wait.py [--budget 100] [--repeat 3] [--json out.json]
+    python benchmarks/bench_openmp_wait.py [--budget 100] [--repeat 3] [--json reports/bench/bench_openmp_wait.json]
+
+``--json`` writes a benchmark fragment (the schema of ``benchmarks/run_all.py``): ours = PASSIVE (xenbench's
+default), baseline = ACTIVE, ratio = ACTIVE / PASSIVE seconds.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
 # One AXN search in a fresh process (the policy is read when OpenMP loads): prints its wall seconds.
 _CHILD = """
@@ -49,14 +52,14 @@ def _time(policy: str, args: argparse.Namespace) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--matrix", type=Path, default=ROOT / "data" / "scores" / "noun.cognition" / "cls-ce")
     p.add_argument("--n-test", type=int, default=351)
     p.add_argument("--budget", type=int, default=100)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", type=Path, default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     rows = []
     n_busy = max(1, (os.cpu_count() or 2) - 1)
@@ -82,7 +85,20 @@ def main() -> int:
     for r in rows:
         print(f"{r['load']:<18}{r['active_s']:>10.3f}{r['passive_s']:>11.3f}{r['active_over_passive']:>16.2f}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        from run_all import command_line, write_fragment
+
+        write_fragment(args.json, {
+            "benchmark": "bench_openmp_wait",
+            "title": "OpenMP wait policy PASSIVE (xenbench's default) vs ACTIVE on one AXN search",
+            "command": command_line(__file__, argv),
+            "rows": [{"comparison": f"PASSIVE vs ACTIVE wait, {r['load']}", "metric": "AXN search s",
+                      "ours": r["passive_s"], "baseline": r["active_s"], "ratio": r["active_over_passive"],
+                      "higher_is_better": False,
+                      "at": f"B_CE = {args.budget}, {args.n_test} test queries, {os.cpu_count()} CPUs, "
+                            f"{r['load']}, median of {r['runs']} fresh processes"} for r in rows],
+            "notes": ["each time is one AXN search (batched torch, 5 rounds) in a fresh process, so the policy is "
+                      "read when OpenMP loads; the policies alternate (interleaved) so that drift hits both alike",
+                      f"busy cores: {n_busy} busy-loop process(es) hold all CPUs but one"]})
     return 0
 
 

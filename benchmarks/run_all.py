@@ -1,0 +1,349 @@
+"""Run every benchmark and write one table: reports/bench.json (machine + every row) and reports/bench.md.
+
+Each benchmark script in :data:`BENCHMARKS` runs with the arguments ``make bench`` uses plus ``--json
+reports/bench/<name>.json`` and writes a *fragment* there::
+
+    {"benchmark": str, "title": str, "command": str (the command that reproduces it),
+     "rows": [{"comparison": str, "metric": str, "ours": float, "baseline": float, "ratio": float,
+               "higher_is_better": bool, "at": str}],
+     "notes": [str]}
+
+``ratio`` is ours' advantage over the baseline measured side by side in one run (times: baseline / ours;
+throughputs or recall: ours / baseline); ``at`` states the compared point. A script that is missing, fails or
+writes no valid fragment is listed as ``failed: <error>`` and the others still run. Fragments already in
+reports/bench/ that no listed script wrote (someone else's) are picked up as well.
+
+The README's "Benchmarks" block is rendered from the committed copy benchmarks/results/bench.json::
+
+    python benchmarks/run_all.py                 # run everything, write reports/bench.json and reports/bench.md
+    python benchmarks/run_all.py --only bench_ccsa --keep   # rerun one, keep the other fragments
+    cp reports/bench.json benchmarks/results/bench.json
+    python benchmarks/run_all.py --readme        # re-render the README block (no running)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = Path(__file__).resolve().parent
+REPORTS = ROOT / "reports"
+FRAGMENTS = REPORTS / "bench"
+COMMITTED = BENCH_DIR / "results" / "bench.json"
+README = ROOT / "README.md"
+README_BEGIN = "<!-- bench:start -->"
+README_END = "<!-- bench:end -->"
+
+#: (script name in benchmarks/, the arguments `make bench` runs it with), in table order.
+BENCHMARKS: list[tuple[str, list[str]]] = [
+    ("bench_scoring", ["--ce", "models/cls-ce", "--n-queries", "20", "--n-items", "100"]),
+    ("bench_adacur", ["--matrix", "data/scores/noun.cognition/cls-ce", "--n-test", "501", "--n-anchor-queries", "500"]),
+    ("bench_openmp_wait", []),
+    ("bench_ccsa", []),
+    ("bench_pefa_pecos", []),
+]
+
+FRAGMENT_KEYS = {"benchmark": str, "title": str, "command": str, "rows": list, "notes": list}
+ROW_KEYS = {"comparison": str, "metric": str, "ours": float, "baseline": float, "ratio": float,
+            "higher_is_better": bool, "at": str}
+
+
+class FragmentError(ValueError):
+    """A benchmark fragment that does not follow the schema; the message names the file and the key."""
+
+
+# --------------------------------------------------------------------------------------------------
+# fragments
+# --------------------------------------------------------------------------------------------------
+def _is(value: object, kind: type) -> bool:
+    if kind is float:  # a number: int or float, not bool, finite
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+_KIND = {str: "a string", float: "a finite number", bool: "true or false", list: "a list"}
+
+
+def validate_fragment(doc: object, source: str | os.PathLike[str]) -> dict[str, Any]:
+    """``doc`` if it follows the fragment schema, else :class:`FragmentError` naming ``source`` and the first bad key."""
+    if not isinstance(doc, Mapping):
+        raise FragmentError(f"{source}: a benchmark fragment must be a JSON object, got {type(doc).__name__}")
+    for key, kind in FRAGMENT_KEYS.items():
+        if key not in doc:
+            raise FragmentError(f"{source}: missing key '{key}'")
+        if not _is(doc[key], kind):
+            raise FragmentError(f"{source}: '{key}' must be {_KIND[kind]}, got {doc[key]!r}")
+    for i, row in enumerate(doc["rows"]):
+        if not isinstance(row, Mapping):
+            raise FragmentError(f"{source}: rows[{i}] must be an object, got {row!r}")
+        for key, kind in ROW_KEYS.items():
+            if key not in row:
+                raise FragmentError(f"{source}: rows[{i}] is missing key '{key}'")
+            if not _is(row[key], kind):
+                raise FragmentError(f"{source}: '{key}' of rows[{i}] must be {_KIND[kind]}, got {row[key]!r}")
+    for i, note in enumerate(doc["notes"]):
+        if not isinstance(note, str):
+            raise FragmentError(f"{source}: notes[{i}] must be a string, got {note!r}")
+    return dict(doc)
+
+
+def load_fragment(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate one fragment file."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FragmentError(f"{path}: no such fragment (the benchmark wrote none)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FragmentError(f"{path}: not JSON ({err})") from None
+    return validate_fragment(doc, path)
+
+
+def write_fragment(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> Path:
+    """Validate ``doc`` and write it to ``path`` (numbers as plain floats), creating the folder."""
+    doc = {**doc, "rows": [{**r, **{k: float(r[k]) for k in ("ours", "baseline", "ratio") if k in r}}
+                           for r in doc.get("rows", [])]}
+    validate_fragment(doc, path)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def command_line(script: str | os.PathLike[str], argv: Sequence[str] | None) -> str:
+    """The command that reproduces a benchmark run: ``python benchmarks/<script> <args>`` without ``--json PATH``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    kept, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--json":
+            skip = True
+        elif not a.startswith("--json="):
+            kept.append(a)
+    return shlex.join(["python", f"benchmarks/{Path(script).name}", *kept])
+
+
+# --------------------------------------------------------------------------------------------------
+# machine
+# --------------------------------------------------------------------------------------------------
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+    except Exception:  # noqa: BLE001 - a missing or broken library is reported, not fatal
+        return "not installed"
+    return str(getattr(mod, "__version__", "unknown"))
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, logical CPUs, torch threads, RAM, GPU and library versions of this machine."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        cpu = platform.processor() or "unknown"
+    ram = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    try:
+        import torch
+
+        threads = torch.get_num_threads()
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    except Exception:  # noqa: BLE001
+        threads, gpu = None, "none"
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "torch_threads": threads, "ram_gib": ram, "gpu": gpu,
+            "versions": {"python": platform.python_version(), **{m: _version(m) for m in
+                                                                 ("torch", "numpy", "faiss", "scipy")}}}
+
+
+# --------------------------------------------------------------------------------------------------
+# running
+# --------------------------------------------------------------------------------------------------
+def _tail(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def run_one(name: str, args: Sequence[str], fragments: Path = FRAGMENTS, timeout: float | None = None
+            ) -> dict[str, Any]:
+    """Run ``benchmarks/<name>.py args --json fragments/<name>.json``; the fragment, or an entry whose ``status``
+    says why there is none (``failed: ...``)."""
+    script = BENCH_DIR / f"{name}.py"
+    out = fragments / f"{name}.json"
+    entry = {"benchmark": name, "title": name, "command": shlex.join(["python", f"benchmarks/{name}.py", *args]),
+             "rows": [], "notes": []}
+    if not script.exists():
+        return {**entry, "status": f"failed: missing benchmarks/{name}.py"}
+    out.unlink(missing_ok=True)
+    print(f"== {entry['command']}", flush=True)
+    try:
+        proc = subprocess.run([sys.executable, str(script), *args, "--json", str(out)], cwd=ROOT, timeout=timeout,
+                              stdout=None, stderr=subprocess.PIPE, text=True)
+    except subprocess.TimeoutExpired:
+        return {**entry, "status": f"failed: timed out after {timeout:g} s"}
+    sys.stderr.write(proc.stderr[-4000:])
+    if proc.returncode != 0:
+        return {**entry, "status": f"failed: exit status {proc.returncode}: {_tail(proc.stderr)}"}
+    try:
+        return {**load_fragment(out), "status": "ok"}
+    except FragmentError as err:
+        return {**entry, "status": f"failed: {err}"}
+
+
+def collect(results: Sequence[Mapping[str, Any]], fragments: Path = FRAGMENTS) -> list[dict[str, Any]]:
+    """``results`` plus every other fragment in ``fragments`` (by file name order), each validated."""
+    seen = {r["benchmark"] for r in results}
+    out = [dict(r) for r in results]
+    for path in sorted(fragments.glob("*.json")) if fragments.is_dir() else []:
+        if path.stem in seen:
+            continue
+        try:
+            doc = load_fragment(path)
+            out.append({**doc, "status": "ok"})
+            seen.add(doc["benchmark"])
+        except FragmentError as err:
+            out.append({"benchmark": path.stem, "title": path.stem, "command": "", "rows": [], "notes": [],
+                        "status": f"failed: {err}"})
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------------------
+def fmt(value: float) -> str:
+    """A table number: thousands separated from 100 up, 2 decimals from 1, else 3 significant digits."""
+    v = float(value)
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    """Markdown of a bench.json document: the machine, one table of every row (failed benchmarks as one row
+    each), then each benchmark's command and notes."""
+    m = doc["machine"]
+    v = m.get("versions", {})
+    lines = [f"Measured {doc.get('date', '')} on {m.get('cpu')} ({m.get('logical_cpus')} logical CPUs, "
+             f"{m.get('torch_threads')} torch threads, {m.get('ram_gib')} GiB RAM, GPU: {m.get('gpu')}); "
+             + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
+             "",
+             "| benchmark | comparison | metric | ours | baseline | ratio | at |",
+             "|---|---|---|---:|---:|---:|---|"]
+    for b in doc["benchmarks"]:
+        if b.get("status", "ok") != "ok":
+            lines.append(f"| {_cell(b['benchmark'])} | {_cell(b['status'])} | | | | | |")
+            continue
+        for r in b["rows"]:
+            better = "higher" if r["higher_is_better"] else "lower"
+            lines.append(f"| {_cell(b['benchmark'])} | {_cell(r['comparison'])} | {_cell(r['metric'])} "
+                         f"({better} is better) | {fmt(r['ours'])} | {fmt(r['baseline'])} | "
+                         f"**{r['ratio']:.2f}×** | {_cell(r['at'])} |")
+    for b in doc["benchmarks"]:
+        if b.get("status", "ok") != "ok" or not (b["notes"] or b["command"]):
+            continue
+        lines += ["", f"**{b['benchmark']}** — {b['title']} (`{b['command']}`):"]
+        lines += [f"* {n}" for n in b["notes"]]
+    return "\n".join(lines)
+
+
+def bench_document(benchmarks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"machine": machine(), "date": datetime.date.today().isoformat(), "benchmarks": list(benchmarks)}
+
+
+def load_document(path: str | os.PathLike[str] = COMMITTED) -> dict[str, Any]:
+    """Read a bench.json; every benchmark that ran must carry a valid fragment."""
+    path = Path(path)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("machine", "benchmarks"):
+        if key not in doc:
+            raise FragmentError(f"{path}: missing key '{key}'")
+    for b in doc["benchmarks"]:
+        if b.get("status", "ok") == "ok":
+            validate_fragment(b, f"{path} ({b.get('benchmark', '?')})")
+    return doc
+
+
+def readme_block(path: str | os.PathLike[str] = COMMITTED) -> str:
+    """The README's Benchmarks block: :func:`render` of the committed bench.json."""
+    return render(load_document(path))
+
+
+def update_readme(readme: str | os.PathLike[str] = README, path: str | os.PathLike[str] = COMMITTED) -> bool:
+    """Replace the text between the README's bench markers by :func:`readme_block`; True if it changed."""
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    if README_BEGIN not in text or README_END not in text:
+        raise FragmentError(f"{readme}: no {README_BEGIN} ... {README_END} block")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_BEGIN}\n{readme_block(path)}\n{README_END}{tail}"
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--readme", action="store_true",
+                   help="only re-render README.md's block from benchmarks/results/bench.json (runs nothing)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks (names in BENCHMARKS)")
+    p.add_argument("--keep", action="store_true", help="with --only: keep the other fragments already written")
+    p.add_argument("--no-run", action="store_true", help="run nothing: tabulate the fragments in reports/bench/")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per benchmark (default: none)")
+    args = p.parse_args(argv)
+    if args.readme:
+        changed = update_readme()
+        print(f"README.md {'updated' if changed else 'already up to date'} from {COMMITTED.relative_to(ROOT)}")
+        return 0
+    names = [n for n, _ in BENCHMARKS]
+    unknown = sorted(set(args.only or []) - set(names))
+    if unknown:
+        p.error(f"unknown benchmark(s) {unknown}; choose from {names}")
+    FRAGMENTS.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name, bench_args in BENCHMARKS:
+        if args.no_run or (args.only and name not in args.only):
+            if not (args.keep or args.no_run):
+                (FRAGMENTS / f"{name}.json").unlink(missing_ok=True)
+            continue
+        results.append(run_one(name, bench_args, timeout=args.timeout))
+    listed = [r for r in collect(results)]
+    order = {n: i for i, n in enumerate(names)}
+    listed.sort(key=lambda r: order.get(r["benchmark"], len(order)))
+    doc = bench_document(listed)
+    REPORTS.mkdir(exist_ok=True)
+    (REPORTS / "bench.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (REPORTS / "bench.md").write_text("# Benchmarks\n\n" + render(doc) + "\n", encoding="utf-8")
+    print(render(doc))
+    print(f"\nwrote {REPORTS / 'bench.json'} and {REPORTS / 'bench.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
