@@ -137,6 +137,30 @@ def test_recall_vs_budget_rejects_retriever_scores_of_the_wrong_rows(M, split):
         ex.recall_vs_budget(M, split, [10], de_scores=M, k_values=(1,))
 
 
+def test_every_comparable_method_searches_within_the_budget(M, split, retrievers):
+    """The registry's shared call: search(counter, k) -> (D float32 (nq, k), I int64 (nq, k)), every
+    returned item scored through the counter, no query over B_CE calls."""
+    from xenbench.adacur import SearchOptions
+    from xenbench.metrics import BudgetCounter, topk_indices
+
+    assert ex.METHODS == {key: m.label for key, m in ex.COMPARABLE.items()}
+    budget, k = 20, 5
+    state = ex.SplitState(M[split.anchor], split.test,
+                          {name: topk_indices(sc, budget) for name, sc in retrievers.items()}, n_rounds=4,
+                          split_fractions=ex.SPLIT_FRACTIONS, temperature=1.0, seed=0,
+                          options=SearchOptions(device="cpu"))
+    M_test = M[split.test]
+    for key, method in ex.COMPARABLE.items():
+        variants = method.variants(state, budget)
+        assert variants, key
+        for variant in variants:
+            counter = BudgetCounter(M_test, budget)
+            D, I = variant.search(counter, k)
+            assert D.shape == I.shape == (split.test.size, k) and D.dtype == np.float32 and I.dtype == np.int64, key
+            assert counter.calls.max() <= budget, key
+            np.testing.assert_array_equal(D, np.take_along_axis(M_test, I, axis=1))
+
+
 def test_recall_vs_budget_is_deterministic(M, split, retrievers, budget_results):
     again = ex.recall_vs_budget(M, split, BUDGETS, k_values=(1, 10, 20), **retrievers, seed=0)
     pd.testing.assert_frame_equal(again, budget_results)

@@ -23,7 +23,10 @@ Notebook 03 reports the protocol functions (built on :mod:`xenbench.protocol`): 
 on dev queries, every number is a mean over anchor seeds × query splits with an interval that contains
 their variance, and only the pre-declared pairs are compared, with paired tests over queries.
 
-Methods compared at equal budget (:data:`METHODS`, keys -> labels in the ``method`` column):
+Methods compared at equal budget: the registry :data:`COMPARABLE` maps each key to a :class:`Comparable`
+(its display label in the ``method`` column, :data:`METHODS`; the retriever scores it needs; its
+variants at a budget). A variant, built from one split's fitted state (:class:`SplitState`), has one
+shared call ``search(counter, k) -> (D, I)``; :func:`recall_vs_budget` loops over the registry:
 
 ``anncur``
     ANNCUR: k_i random anchor items, then the top B_CE − k_i items by ŝ are scored; best k_i of a
@@ -57,7 +60,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -84,14 +87,19 @@ from xenbench.trace import RoundTrace, trace_from_result  # re-exported: lives i
 
 __all__ = [
     "ALPHA",
+    "COMPARABLE",
     "METHODS",
     "PAIRS",
     "PROTOCOL_METHODS",
     "RANDOM_START",
     "SPLIT_FRACTIONS",
+    "Comparable",
     "QuerySplit",
     "Setup",
     "RoundTrace",
+    "Search",
+    "SplitState",
+    "Variant",
     "all_retriever_scores",
     "at_lambda",
     "chosen_on_dev",
@@ -121,20 +129,144 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
-METHODS: dict[str, str] = {
-    "anncur": "ANNCUR",
-    "anncur_de": "ANNCUR DE",
-    "adacur_topk": "ADACUR TopK",
-    "adacur_softmax": "ADACUR SoftMax",
-    "adacur_nosplit": "ADACUR TopK No-Split",
-    "adacur_de_nosplit": "ADACUR DE+TopK No-Split",
-    "de_rerank": "DE re-rank",
-    "tfidf_rerank": "TF-IDF re-rank",
+# ==============================================================================================
+# the methods compared at equal budget: a registry with one shared call
+# ==============================================================================================
+#: ``search(counter, k) -> (D float32 (nq, k), I int64 (nq, k))``: the top-k of every test query by
+#: exact score, every CE call read through ``counter`` (a fresh :class:`~xenbench.metrics.BudgetCounter`
+#: of the test rows with budget B_CE).
+Search = Callable[[BudgetCounter, int], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class SplitState:
+    """What every method of :data:`COMPARABLE` is built from: one split's offline index and settings.
+
+    Attributes
+    ----------
+    R_anc : ndarray of shape (k_q, n_items)
+        M[split.anchor], the offline index.
+    test : int ndarray of shape (n_test,)
+        Test rows: the keys of ADACUR's per-query randomness.
+    orders : dict
+        ``"de_scores"`` / ``"tfidf_scores"`` -> the retriever's ranking of the test rows, best first
+        (the top max(budgets) items), for the methods that need it.
+    n_rounds, split_fractions, temperature, seed
+        As in :func:`recall_vs_budget`.
+    options : SearchOptions
+        ADACUR's engine options (the device).
+    """
+
+    R_anc: np.ndarray
+    test: np.ndarray
+    orders: Mapping[str, np.ndarray]
+    n_rounds: int
+    split_fractions: Sequence[float]
+    temperature: float
+    seed: int
+    options: SearchOptions
+
+
+class Variant(NamedTuple):
+    """One configuration of a method at a budget: k_i (0 for re-rank, B_CE for No-Split), N_r (None
+    when not ADACUR) and its search."""
+
+    n_anchor_items: int
+    n_rounds: int | None
+    search: Search
+
+
+@dataclass(frozen=True)
+class Comparable:
+    """A method of :func:`recall_vs_budget`.
+
+    Attributes
+    ----------
+    label : str
+        Display name (the ``method`` column and the plots).
+    variants : callable (SplitState, budget) -> list of Variant
+        Its configurations at a budget; with several (a k_i grid), the driver reports the best.
+    needs : str, optional
+        The retriever scores it needs (``"de_scores"`` or ``"tfidf_scores"``).
+    """
+
+    label: str
+    variants: Callable[[SplitState, int], list[Variant]]
+    needs: str | None = None
+
+
+def _top(result: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    D, I = result
+    return D[:, :k], I[:, :k]
+
+
+def _anncur(state: SplitState, budget: int) -> list[Variant]:
+    """ANNCUR with k_i random anchors, then B_CE − k_i items by ŝ ([ANNCUR] §3.2), per k_i of the grid."""
+    def variant(k_i: int) -> Variant:
+        cur = AnnCur(k_i, seed=state.seed).fit(state.R_anc)
+        return Variant(k_i, None, lambda counter, k: _top(anncur_with_budget(cur, counter, budget), k))
+
+    return [variant(k_i) for k_i in _split_grid(budget, state.split_fractions, 1, budget, state.R_anc.shape[0])]
+
+
+def _adacur_search(ada: AdaCur, candidates: np.ndarray | None, test: np.ndarray) -> Search:
+    return lambda counter, k: ada.search(counter, k, candidates=candidates, query_ids=test)
+
+
+def _adacur_split(sampler: str, *, de_start: bool = False) -> Callable[[SplitState, int], list[Variant]]:
+    """ADACUR (split) with ``sampler`` per k_i of the grid; ``de_start``: ANNCUR_DE, one round whose
+    anchors are the DE's top k_i items ([ADACUR] Fig. 2)."""
+    def variants(state: SplitState, budget: int) -> list[Variant]:
+        n_rounds = 1 if de_start else state.n_rounds
+        candidates = state.orders["de_scores"] if de_start else None
+        out = []
+        for k_i in _split_grid(budget, state.split_fractions, n_rounds, budget - 1, state.R_anc.shape[0]):
+            if k_i < n_rounds or k_i >= budget:
+                continue
+            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds,
+                         sampler=make_sampler(sampler, "recall_vs_budget", temperature=state.temperature),
+                         seed=state.seed, options=state.options).fit(state.R_anc)
+            out.append(Variant(k_i, None if de_start else n_rounds, _adacur_search(ada, candidates, state.test)))
+        return out
+
+    return variants
+
+
+def _adacur_nosplit(*, de_start: bool = False) -> Callable[[SplitState, int], list[Variant]]:
+    """ADACUR^No-Split with TopK; ``de_start``: round 1 takes the DE's top k_s items."""
+    def variants(state: SplitState, budget: int) -> list[Variant]:
+        if budget < state.n_rounds:
+            return []
+        ada = AdaCur(budget, n_rounds=state.n_rounds, sampler=TopK(), seed=state.seed,
+                     options=state.options).fit(state.R_anc)
+        candidates = state.orders["de_scores"] if de_start else None
+        return [Variant(budget, state.n_rounds, _adacur_search(ada, candidates, state.test))]
+
+    return variants
+
+
+def _rerank(scores: str) -> Callable[[SplitState, int], list[Variant]]:
+    """Retrieve-and-rerank: the retriever's top B_CE items scored with the CE."""
+    def variants(state: SplitState, budget: int) -> list[Variant]:
+        order = state.orders[scores]
+        return [Variant(0, None, lambda counter, k: _top(rerank_baseline(counter, order, budget), k))]
+
+    return variants
+
+
+#: Method keys of :func:`recall_vs_budget` -> the comparable method, in the order they are run and drawn.
+COMPARABLE: dict[str, Comparable] = {
+    "anncur": Comparable("ANNCUR", _anncur),
+    "anncur_de": Comparable("ANNCUR DE", _adacur_split("topk", de_start=True), "de_scores"),
+    "adacur_topk": Comparable("ADACUR TopK", _adacur_split("topk")),
+    "adacur_softmax": Comparable("ADACUR SoftMax", _adacur_split("softmax")),
+    "adacur_nosplit": Comparable("ADACUR TopK No-Split", _adacur_nosplit()),
+    "adacur_de_nosplit": Comparable("ADACUR DE+TopK No-Split", _adacur_nosplit(de_start=True), "de_scores"),
+    "de_rerank": Comparable("DE re-rank", _rerank("de_scores"), "de_scores"),
+    "tfidf_rerank": Comparable("TF-IDF re-rank", _rerank("tfidf_scores"), "tfidf_scores"),
 }
-_NEEDS = {"anncur_de": "de_scores", "adacur_de_nosplit": "de_scores", "de_rerank": "de_scores",
-          "tfidf_rerank": "tfidf_scores"}
-_ADACUR_SPLIT = {"adacur_topk": "topk", "adacur_softmax": "softmax"}
+#: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
+METHODS: dict[str, str] = {key: method.label for key, method in COMPARABLE.items()}
 #: ADACUR variants whose first round is uniform at random: the like-for-like challengers of ANNCUR.
 RANDOM_START: tuple[str, ...] = (METHODS["adacur_topk"], METHODS["adacur_softmax"], METHODS["adacur_nosplit"])
 
@@ -351,82 +483,58 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
     k_values = _check_k_values(k_values, n_items, owner)
     n_rounds = check_int(n_rounds, "n_rounds", 1, None, owner)
     test = split.test
-    de_scores = _check_retriever_scores(de_scores, "de_scores", test.size, n_items, owner)
-    tfidf_scores = _check_retriever_scores(tfidf_scores, "tfidf_scores", test.size, n_items, owner)
-    given = {"de_scores": de_scores is not None, "tfidf_scores": tfidf_scores is not None}
-    if methods is None:
-        methods = [m for m in METHODS if given.get(_NEEDS.get(m, ""), True)]
-    methods = list(methods)
-    for m in methods:
-        if m not in METHODS:
-            raise ParameterError("methods", f"a list of keys of METHODS {list(METHODS)}", m, owner)
-        if m in _NEEDS and not given[_NEEDS[m]]:
-            raise ParameterError(_NEEDS[m], f"the retriever scores that method {m!r} needs", None, owner)
+    scores = {"de_scores": _check_retriever_scores(de_scores, "de_scores", test.size, n_items, owner),
+              "tfidf_scores": _check_retriever_scores(tfidf_scores, "tfidf_scores", test.size, n_items, owner)}
+    methods = _check_methods(methods, {name for name, sc in scores.items() if sc is not None}, owner)
     if not split_fractions or not all(0 < f <= 1 for f in split_fractions):
         raise ParameterError("split_fractions", "a non-empty list of floats in (0, 1]", split_fractions, owner)
     check_float(temperature, "temperature", 0, None, owner, closed="neither")
-    options = SearchOptions(device=search_device(device, owner))
-
-    R_anc, M_test = M[split.anchor], M[test]
-    k_q = R_anc.shape[0]
-    max_budget = max(budgets)
-    orders = {name: topk_indices(scores, max_budget) for name, scores in
-              (("de_scores", de_scores), ("tfidf_scores", tfidf_scores)) if scores is not None}
+    state = SplitState(M[split.anchor], test,
+                       {name: topk_indices(sc, max(budgets)) for name, sc in scores.items() if sc is not None},
+                       n_rounds, tuple(split_fractions), temperature, seed,
+                       SearchOptions(device=search_device(device, owner)))
+    M_test = M[test]
     rows: list[dict[str, Any]] = []
-    keep = bool(per_query)
-
-    def best(candidates: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        if all_splits:
-            return [r for rows_ in candidates for r in rows_]
-        # per k, the grid point with the highest mean recall (ties: the smaller k_i, listed first)
-        return [max((rows_[j] for rows_ in candidates), key=lambda r: r["recall"]) for j in range(len(candidates[0]))]
-
     for budget in budgets:
         ks = [k for k in k_values if k <= budget]
         if not ks:
             continue
-        for method in methods:
-            label = METHODS[method]
+        for key in methods:
+            method = COMPARABLE[key]
             t0 = time.perf_counter()
-            if method == "anncur":
-                cands = []
-                for k_i in _split_grid(budget, split_fractions, 1, budget, k_q):
-                    counter = BudgetCounter(M_test, budget)
-                    _, I = anncur_with_budget(AnnCur(k_i, seed=seed).fit(R_anc), counter, budget)
-                    cands.append(_rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), k_i, None,
-                                       keep))
-                rows += best(cands)
-            elif method in _ADACUR_SPLIT or method == "anncur_de":
-                # ANNCUR_DE is ADACUR with one round whose anchors are the DE's top k_i items.
-                rounds_m = 1 if method == "anncur_de" else n_rounds
-                candidates = orders["de_scores"] if method == "anncur_de" else None
-                cands = []
-                for k_i in _split_grid(budget, split_fractions, rounds_m, budget - 1, k_q):
-                    if k_i < rounds_m or k_i >= budget:
-                        continue
-                    sampler = make_sampler(_ADACUR_SPLIT.get(method, "topk"), owner, temperature=temperature)
-                    ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=rounds_m, sampler=sampler, seed=seed,
-                                 options=options).fit(R_anc)
-                    res = ada.run(M_test, candidates=candidates, query_ids=test)
-                    cands.append(_rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), k_i,
-                                       None if method == "anncur_de" else n_rounds, keep))
-                if cands:
-                    rows += best(cands)
-            elif method in ("adacur_nosplit", "adacur_de_nosplit"):
-                if budget < n_rounds:
-                    continue
-                candidates = orders["de_scores"] if method == "adacur_de_nosplit" else None
-                ada = AdaCur(budget, n_rounds=n_rounds, sampler=TopK(), seed=seed, options=options).fit(R_anc)
-                res = ada.run(M_test, candidates=candidates, query_ids=test)
-                rows += _rows(label, budget, ks, _recalls(M_test, res.I, res.calls, budget, ks), budget, n_rounds,
-                              keep)
-            else:  # retrieve-and-rerank
+            candidates = []
+            for variant in method.variants(state, budget):
                 counter = BudgetCounter(M_test, budget)
-                _, I = rerank_baseline(counter, orders[_NEEDS[method]], budget)
-                rows += _rows(label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks), 0, None, keep)
-            logger.info("%s at B_CE=%d: %.1f s", label, budget, time.perf_counter() - t0)
+                _, I = variant.search(counter, max(ks))
+                candidates.append(_rows(method.label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks),
+                                        variant.n_anchor_items, variant.n_rounds, bool(per_query)))
+            if candidates:
+                rows += _all_or_best(candidates, all_splits)
+            logger.info("%s at B_CE=%d: %.1f s", method.label, budget, time.perf_counter() - t0)
     return pd.DataFrame(rows, columns=["method", "budget", "k", "recall", "recall_se", "n_anchor_items",
-                                       "n_rounds", "n_test_queries"] + (["per_query"] if keep else []))
+                                       "n_rounds", "n_test_queries"] + (["per_query"] if per_query else []))
+
+
+def _check_methods(methods: Sequence[str] | None, given: set[str], owner: str) -> list[str]:
+    """Keys of :data:`COMPARABLE`; default every method whose retriever scores are ``given``."""
+    if methods is None:
+        return [key for key, m in COMPARABLE.items() if m.needs is None or m.needs in given]
+    methods = list(methods)
+    for key in methods:
+        if key not in COMPARABLE:
+            raise ParameterError("methods", f"a list of keys of METHODS {list(METHODS)}", key, owner)
+        needs = COMPARABLE[key].needs
+        if needs is not None and needs not in given:
+            raise ParameterError(needs, f"the retriever scores that method {key!r} needs", None, owner)
+    return methods
+
+
+def _all_or_best(candidates: list[list[dict[str, Any]]], all_splits: bool) -> list[dict[str, Any]]:
+    """Every variant's rows, or per k the variant with the highest mean recall (ties: the one listed first,
+    i.e. the smaller k_i)."""
+    if all_splits:
+        return [r for rows in candidates for r in rows]
+    return [max((rows[j] for rows in candidates), key=lambda r: r["recall"]) for j in range(len(candidates[0]))]
 
 
 def gain_over(results: pd.DataFrame, baseline: str | Sequence[str] = METHODS["anncur"],
