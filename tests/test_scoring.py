@@ -157,6 +157,17 @@ def test_bf16_is_close_but_not_exact(small_ce):
     assert np.abs(bf16 - fp32).max() < 0.05 * np.ptp(fp32)  # bf16 keeps ~3 significant digits
 
 
+def test_bf16_weights_are_close_and_leave_the_model_in_fp32(small_ce):
+    fp32 = score_matrix(small_ce, QUERIES, ITEMS, progress=False).scores
+    scored = score_matrix(small_ce, QUERIES, ITEMS, precision="bf16-weights", progress=False)
+    assert scored.timing.precision == "bf16-weights" and scored.scores.dtype == np.float32
+    assert 0 < np.abs(scored.scores - fp32).max() < 0.05 * np.ptp(fp32)  # rounded, but close
+    assert all(p.dtype == torch.float32 for p in small_ce.parameters())  # the caller's weights are untouched
+    np.testing.assert_array_equal(score_matrix(small_ce, QUERIES, ITEMS, progress=False).scores, fp32)
+    sparse = score_pairs_sparse(small_ce, QUERIES, ITEMS, np.array([[0, 1], [3, 2]]), precision="bf16-weights")
+    np.testing.assert_allclose(sparse, fp32[[0, 3], [1, 2]], rtol=0, atol=0.05 * np.ptp(fp32))  # other batches
+
+
 # -- the store path, resume ----------------------------------------------------------------------------
 
 
@@ -303,7 +314,8 @@ def test_bad_input(small_ce):
         score_matrix(small_ce, QUERIES, ITEMS, batch_size=0)
     with pytest.raises(ParameterError, match="'query_chunk' parameter of score_matrix must be an int >= 1 or None"):
         score_matrix(small_ce, QUERIES, ITEMS, query_chunk=-1)
-    with pytest.raises(ParameterError, match="'precision' parameter of score_matrix must be 'fp32', 'bf16' or"):
+    with pytest.raises(ParameterError, match="'precision' parameter of score_matrix must be one of \\['fp32', 'bf16', "
+                                             "'fp16', 'bf16-weights'\\]"):
         score_matrix(small_ce, QUERIES, ITEMS, precision="fp64")
     with pytest.raises(ParameterError, match="'ce' parameter of score_matrix must be a xenbench CrossEncoder"):
         score_matrix(small_ce.model, QUERIES, ITEMS)

@@ -210,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--chunk-pairs", type=int, default=None,
                    help="pairs per resumable block (default about 65,536; smaller loses less work to a kill)")
     s.add_argument("--device", default="auto")
-    s.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    s.add_argument("--precision", choices=["fp32", "bf16", "fp16", "bf16-weights"], default="fp32",
+                   help="fp32 is exact; bf16/fp16 autocast; bf16-weights runs a bf16 copy of the weights "
+                        "(about 1e-2 relative noise; see make bench for speed and error)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--backend", choices=["local", "ray"], default="local",
                    help="ray: row blocks as tasks on actors holding the model (pip install xenbench[ray])")

@@ -18,6 +18,7 @@ sparse matrix G; :func:`run_score_job` is the ``xenbench score`` entry point.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -54,7 +55,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16", "fp16", "bf16-weights"]
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16-weights")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: Pairs per length-sorted batch when ``batch_size=None``, by device type. On 2 CPU cores MiniLM-L6 ran
 #: fastest at 64-128 pairs of ~29 tokens (larger batches stop helping the matmuls and cost cache); a GPU
@@ -132,8 +134,8 @@ def _check_common(ce: Any, queries: Any, items: Any, batch_size: Any, precision:
             raise ParameterError(name, f"a sequence of {kind.__name__} (entry {bad} is not)",
                                  type(seq[bad]).__name__, owner)
     check_int(batch_size, "batch_size", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise ParameterError("precision", "'fp32', 'bf16' or 'fp16'", precision, owner)
+    if precision not in PRECISIONS:
+        raise ParameterError("precision", f"one of {list(PRECISIONS)}", precision, owner)
 
 
 # -- pair assembly --------------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def _on_device(ce: CrossEncoder, device: torch.device) -> Iterator[None]:
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
+    if precision not in _AUTOCAST_DTYPES:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=_AUTOCAST_DTYPES[precision])
 
@@ -257,6 +259,8 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
     q_sorted = torch.as_tensor(q_rows[order], device=asm.device)
     i_sorted = torch.as_tensor(i_rows[order], device=asm.device)
     out = torch.empty(len(order), dtype=torch.float32, device=asm.device)
+    if precision == "bf16-weights":  # a bf16 copy of the weights: the caller's CE keeps its fp32 weights
+        ce = copy.deepcopy(ce).to(torch.bfloat16)
     with torch.inference_mode(), _autocast(asm.device, precision):
         for s in range(0, len(order), batch_size):
             e = min(s + batch_size, len(order))
@@ -323,8 +327,9 @@ def score_matrix(
     device
         See :func:`resolve_device`.
     precision
-        ``"fp32"`` (default, exact), or autocast to ``"bf16"``/``"fp16"`` (faster, about 1e-2 relative
-        noise: not for rank analysis).
+        ``"fp32"`` (default, exact); autocast to ``"bf16"``/``"fp16"``; or ``"bf16-weights"``, a bf16 copy of the
+        weights and activations (half the weight bytes). The last three are faster where the hardware has bf16/fp16
+        units and carry about 1e-2 relative noise: not for rank analysis (``make bench`` measures speed and error).
     progress
         Show a tqdm bar with pairs/s.
     query_chunk
