@@ -72,6 +72,16 @@ def test_training_moves_the_loss_and_only_trains_top_layers(tmp_path) -> None:
         n.startswith(("bert.encoder.layer.5.", "bert.pooler.", "classifier.")) for n in ce.config.trained
     )
     assert ce.config.notes["steps"] == 4 and ce.config.notes["n_examples"] == 8
+    # The loss it minimizes, -log softmax(scores)[gold] over gold + negatives, falls on the examples it saw:
+    untrained = train.build_cross_encoder(train.CEConfig(kind="cls"), seed=5)
+    before, after = _mean_loss(untrained, _tiny_data()), _mean_loss(ce, _tiny_data())
+    assert after < before
+    # ... and _mean_loss is that loss: by hand with log-sum-exp for one example
+    ds, (_, q, rows) = _tiny_data().datasets[0], _tiny_data().examples[0]
+    s = ce.score_pairs([ds.queries[q]] * len(rows), [ds.items[r] for r in rows]).double().numpy()
+    by_hand = np.log(np.exp(s - s.max()).sum()) + s.max() - s[0]
+    one = train.TrainingData([ds], [_tiny_data().examples[0]])
+    assert _mean_loss(ce, one) == pytest.approx(by_hand, rel=1e-5)
 
 
 def test_resume_refuses_a_different_config(tmp_path, monkeypatch) -> None:
