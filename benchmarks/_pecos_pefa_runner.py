@@ -19,8 +19,8 @@ HNSW differences.
 Inputs (``--inputs DIR``): ``embeddings.npz`` (P, Q_train, Q_test: float32), ``Y_train.npz`` (scipy sparse,
 m × n) and ``jobs.json`` (a list of {"name", "method": "xs"|"xl", "lam", "n_neighbors", "erm_topk", "index",
 "k", "threads", "repeat"}). Outputs (``--out DIR``): ``pred_<name>.npz`` with ``I`` (int64, rows best first, -1 pads)
-and ``D`` (float32, -inf pads), width k; and ``results.json`` with each job's build / search seconds and the
-versions used.
+and ``D`` (float32, -inf pads), width k; and ``results.json`` with each job's build / search seconds (the fastest, and
+every run's) and the versions used.
 
 Usage::
 
@@ -161,7 +161,8 @@ def run_job(job: dict, P: np.ndarray, Q: np.ndarray, Y: smat.csr_matrix, Q_test:
         build.append(t1 - t0)
         search.append(t2 - t1)
     D, I = ranked(Yp, k)
-    return {"name": job["name"], "build_s": min(build), "search_s": min(search), "D": D, "I": I}
+    return {"name": job["name"], "build_s": min(build), "search_s": min(search), "build_runs": build,
+            "search_runs": search, "D": D, "I": I}
 
 
 def versions() -> dict:

@@ -81,6 +81,7 @@ def test_read_results_reads_what_the_runner_writes(tmp_path):
     assert set(results) == {"xs_flat"}
     r = results["xs_flat"]
     assert r["I"].dtype == np.int64 and r["build_s"] == 0.25 and r["search_s"] == 0.5
+    assert r["build_runs"] == [0.25] and r["search_runs"] == [0.5]  # a results.json without the runs
     np.testing.assert_array_equal(r["I"], I)
     np.testing.assert_array_equal(r["D"], D)
 
