@@ -476,8 +476,6 @@ def test_score_distributions_standardized_densities_match_numpy_and_integrate_to
     assert fig.layout.xaxis.title.text == "score − query mean (in stds)"
 
 
-@pytest.mark.xfail(strict=True, reason="score_distributions bins each matrix over its own range (np.histogram(Z, "
-                   "bins=bins) in xenbench/plots/scores.py), not over the pooled range its docstring promises")
 def test_score_distributions_bin_every_matrix_over_the_pooled_range():
     narrow = np.array([[0.0, 1.0], [0.0, 1.0]])  # centered: ±0.5
     wide = np.array([[0.0, 10.0], [0.0, 10.0]])  # centered: ±5
@@ -539,9 +537,6 @@ def test_recall_vs_lambda_lines_star_the_chosen_lambda_in_the_panel_of_its_k():
     assert _ys(lines[("k = 10", "AXN, B_CE = 20")])[1.0] == pytest.approx(0.32)
 
 
-@pytest.mark.xfail(strict=True, reason="xenbench/plots/tuning.py puts each star in column sorted(k).index(k) + 1, "
-                   "but plotly express orders the k facets as they first appear in the sweep: a sweep listing k = 10 "
-                   "before k = 1 gets the k = 1 star in the k = 10 panel and vice versa")
 def test_recall_vs_lambda_lines_star_lands_in_its_k_panel_whatever_the_row_order():
     fig = plots.recall_vs_lambda_lines(_sweep(ks=(10, 1)), _chosen())
     colour = _style.method_color("AXN, B_CE = 20")

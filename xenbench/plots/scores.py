@@ -19,11 +19,15 @@ def score_distributions(matrices: Mapping[str, np.ndarray], *, standardize: bool
     from xenbench.stats import center_rows
 
     fig = go.Figure()
+    pooled = {}
     for name, M in matrices.items():
         Z = center_rows(M).ravel()
-        if standardize:
-            Z = Z / (Z.std() or 1.0)
-        density, edges = np.histogram(Z, bins=bins, density=True)
+        pooled[name] = Z / (Z.std() or 1.0) if standardize else Z
+    lo = min((float(Z.min()) for Z in pooled.values()), default=0.0)
+    hi = max((float(Z.max()) for Z in pooled.values()), default=1.0)
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)  # one grid: the lines share their bins
+    for name, Z in pooled.items():
+        density, _ = np.histogram(Z, bins=edges, density=True)
         fig.add_scatter(x=(edges[:-1] + edges[1:]) / 2, y=density, mode="lines", name=name)
     fig.update_xaxes(title="score − query mean" + (" (in stds)" if standardize else ""))
     fig.update_yaxes(title="density", type="log")

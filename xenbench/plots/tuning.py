@@ -29,14 +29,14 @@ def recall_vs_lambda_lines(sweep: pd.DataFrame, chosen: pd.DataFrame | None = No
     """
     df = sweep.sort_values([c for c in ("method", "budget", "lam") if c in sweep]).assign(line=_line)
     lines = list(dict.fromkeys(df["line"]))
+    ks = sorted(df["k"].unique())  # panels in rising k, whatever the rows' order: the stars below rely on it
     fig = px.line(df, x="lam", y="recall", color="line", facet_col="k", markers=True, error_y="recall_se",
-                  labels={"line": ""}, category_orders={"line": lines},
+                  labels={"line": ""}, category_orders={"line": lines, "k": ks},
                   color_discrete_map={name: method_color(name) for name in lines})
     fig.update_traces(hovertemplate="%{fullData.name}<br>λ = %{x:.2f}<br>recall %{y:.3f} ± %{error_y.array:.3f}"
                                     "<extra></extra>")
     if chosen is not None:
         colors = {tr.name: tr.line.color for tr in fig.data}
-        ks = sorted(df["k"].unique())
         for (_, r), name in zip(chosen.iterrows(), _line(chosen)):
             fig.add_trace(go.Scatter(x=[r["lam"]], y=[r["recall"]], mode="markers", showlegend=False,
                                      marker={"symbol": "star", "size": 14, "color": colors.get(name),
