@@ -156,6 +156,12 @@ def test_fragment_rows_and_schema():
     assert [r["metric"] for r in no_times] == ["recall@1"]
 
 
+def test_command_line_leaves_out_the_json_path():
+    assert bench.command_line(["--lam", "0.3", "--json", "out.json", "--index", "flat"]) == \
+        "python benchmarks/bench_pefa_pecos.py --lam 0.3 --index flat"
+    assert bench.command_line(["--json=out.json"]) == "python benchmarks/bench_pefa_pecos.py"
+
+
 @pytest.mark.parametrize("spoil", [
     lambda f: f.pop("notes"),
     lambda f: f.update(extra=1),
