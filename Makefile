@@ -43,9 +43,10 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
-# Record the last `make full` as the reference run and regenerate the README's findings from it.
+# Record the last `make full` (and a `large` scale run, if any) as the reference runs; regenerate the README's findings.
 findings: setup
 	cp reports/*.full.results.json notebooks/results/
+	cp reports/*.large.results.json notebooks/results/ 2>/dev/null || true
 	$(BIN)/xenbench findings --write
 
 clean-reports:

@@ -15,7 +15,8 @@ from xenbench.errors import DataError, ParameterError
 from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, list_notebooks
 
 README = REPO_ROOT / "README.md"
-COMMITTED = sorted(findings.RESULTS_DIR.glob("*.full.results.json"))
+COMMITTED = sorted(p for p in findings.RESULTS_DIR.glob("*.results.json")
+                   if p.name.split(".")[-3] in findings.README_PROFILES)
 
 
 def _readme_block() -> str:
@@ -33,10 +34,10 @@ def test_readme_findings_agree_with_committed_results():
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
-def test_committed_results_are_full_runs_of_existing_notebooks(path):
+def test_committed_results_are_reference_runs_of_existing_notebooks(path):
     doc = findings.load_results(path)
-    assert path.name == f"{doc['notebook']}.full.results.json"
-    assert doc["profile"] == "full"
+    assert path.name == f"{doc['notebook']}.{doc['profile']}.results.json"
+    assert doc["profile"] in findings.README_PROFILES
     assert doc["notebook"] in list_notebooks()
     assert findings.lines(doc["notebook"], doc["results"])  # states something
 
@@ -157,3 +158,9 @@ def test_cli_findings_check(capsys):
     assert "findings agree" in capsys.readouterr().out
     assert main(["findings"]) == 0
     assert capsys.readouterr().out.strip() == findings.readme_section().strip()
+
+
+def test_cost_line_comes_from_the_resources_of_the_run():
+    assert findings.cost_line({"resources": {"seconds": 1530.0, "peak_rss_mb": 3225.6}}) == (
+        "This run took 25.5 min in its kernel, with 3.15 GB peak resident memory.")
+    assert findings.cost_line({"results": {}}) is None  # files written before resources were recorded

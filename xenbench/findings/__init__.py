@@ -116,17 +116,34 @@ def show(path: str | os.PathLike[str]) -> None:
     display(Markdown(head + "\n\n" + markdown(doc["notebook"], doc["results"])))
 
 
+#: Profiles whose committed runs the README reports: the study (``full``) and the scale run (``large``).
+README_PROFILES = ("full", "large")
+
+
+def cost_line(doc: Mapping[str, Any]) -> str | None:
+    """"The run took ... with ... peak memory" from a results document's ``resources`` (None for older files)."""
+    res = doc.get("resources") or {}
+    if not res.get("seconds"):
+        return None
+    return (f"This run took {res['seconds'] / 60:.1f} min in its kernel, with {res['peak_rss_mb'] / 1024:.2f} GB peak "
+            f"resident memory.")
+
+
 def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
-    """Markdown of the findings of every committed ``<name>.full.results.json``, in notebook order."""
+    """Markdown of the findings of every committed ``<name>.<profile>.results.json`` of :data:`README_PROFILES`, in
+    notebook order, each with what its run cost (:func:`cost_line`)."""
     folder = Path(results_dir)
     fns = registered()
     parts = []
-    for path in sorted(folder.glob("*.full.results.json")):
+    paths = [p for p in folder.glob("*.results.json") if p.name.split(".")[-3] in README_PROFILES]
+    for path in sorted(paths, key=lambda p: (p.name.split(".")[0], README_PROFILES.index(p.name.split(".")[-3]))):
         doc = load_results(path)
         name = doc["notebook"]
         if name not in fns:
             raise DataError(path, f"no findings function is registered for notebook {name!r}")
-        parts.append(f"**{name}** (`notebooks/results/{path.name}`):\n\n" + markdown(name, doc["results"]))
+        head = f"**{name}**" + (f", profile `{doc['profile']}`" if doc["profile"] != "full" else "")
+        body = lines(name, doc["results"]) + [line for line in [cost_line(doc)] if line]
+        parts.append(f"{head} (`notebooks/results/{path.name}`):\n\n" + "\n".join(f"* {line}" for line in body))
     return "\n\n".join(parts)
 
 
