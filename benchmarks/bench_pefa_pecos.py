@@ -22,7 +22,7 @@ the recipe's ``topk_p``) adds the recipe as shipped. Recall@k (``|top-k ∩ rele
 test queries with a relevant item, the same function for both), build seconds (index construction,
 PIFA / Qᵀ Y included) and search seconds (all test queries to ranked top-k lists) are printed, with the
 share of each query's top-k that both implementations return, and the explanation of the differences.
-Exits with status 1 if the exact (``flat``) PEFA-XS rankings, which must agree, do not.
+Exits with status 1 if the exact (``flat``) PEFA-XS recalls, which must agree, differ by more than 0.001.
 
 Usage::
 
