@@ -120,3 +120,24 @@ def test_code_index_needs_add_first():
     with pytest.raises(NotFittedError, match=r"CodeIndex\.search needs an index; call add\(codes\) first\."):
         index.search(np.zeros((1, 2), np.int64), 1)
     assert index.add(np.zeros((3, 2), np.int64)) is index
+
+
+SEARCHERS = [c for c in CASES if c.id not in ("AdaCur-reference", "MatrixFactorization", "CompositeCodeAE")]
+
+
+@pytest.mark.parametrize("case", SEARCHERS, ids=lambda c: c.id)
+def test_every_search_follows_the_retrieval_contract(case):
+    """search(...) -> (D float32 (nq, k), I int64 (nq, k)), best first, statistics returned elsewhere."""
+    out = case.result(case.fit(case.make(0)))
+    assert isinstance(out, tuple) and len(out) == 2
+    D, I = out
+    assert D.dtype == np.float32 and I.dtype == np.int64 and D.shape == I.shape and D.ndim == 2
+    valid = I >= 0
+    assert (np.diff(np.where(valid, D, -np.inf), axis=1)[valid[:, 1:]] <= 0).all()  # descending where filled
+
+
+def test_code_index_search_follows_the_retrieval_contract():
+    codes = np.random.default_rng(0).integers(0, 4, size=(30, 3))
+    D, I = CodeIndex(3, 4).add(codes).search(codes[:5], 4)
+    assert D.dtype == np.float32 and I.dtype == np.int64 and D.shape == I.shape == (5, 4)
+    assert (np.diff(D, axis=1) <= 0).all() and (D[:, 0] == 3).all()  # each item shares all 3 codes with itself
