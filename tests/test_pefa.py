@@ -252,3 +252,24 @@ def test_gain_by_seen_share_figure():
     random = next(tr for tr in fig.data if "random" in tr.name)
     np.testing.assert_allclose(random.x, [0.0, 0.2, 1.0])
     np.testing.assert_allclose(random.y, [-4.0, -1.2, 10.0])
+
+
+def test_pefa_xs_breaks_ties_by_the_lower_item_row():
+    """At λ = 0 every item without training queries scores exactly 0: the one tie rule decides which fill the top-k
+    (faiss's own order put the higher row first)."""
+    P = np.eye(4, dtype=np.float32)
+    Y = sp.csr_matrix(np.array([[1.0, 0, 0, 0]]))
+    for index in ("flat", "hnsw"):
+        D, I = PefaXS(0.0, index=index).fit(P, P[[0]], Y).search(P[[0]], k=4)
+        assert I.tolist() == [[0, 1, 2, 3]] and D.dtype == np.float32 and I.dtype == np.int64
+
+
+def test_pefa_xl_at_lambda_one_is_the_erm_alone():
+    """Eq. 2 with λ = 1: items reached only through neighbouring training queries must not enter with a 0 score
+    ahead of ERM candidates with a negative inner product."""
+    q = np.array([[1.0, 0.0]], np.float32)
+    P = np.array([[1.0, 0.0], [-0.6, 0.8], [-0.8, -0.6]], np.float32)
+    Y = sp.csr_matrix(np.array([[0, 0, 1.0]]))
+    D, I = PefaXL(1.0, n_neighbors=1).fit(P, q, Y).search(q, 2)
+    assert I.tolist() == [[0, 1]]  # the item search alone: <q, p_1> = -0.6 > <q, p_2> = -0.8
+    np.testing.assert_allclose(D, [[1.0, -0.6]], rtol=1e-6)

@@ -40,7 +40,7 @@ import scipy.sparse as sp
 
 from xenbench._validation import check_array, check_choice, check_float, check_int, check_is_fitted
 from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
-from xenbench.metrics import label_recall, mean_se
+from xenbench.metrics import label_recall, mean_se, topk_indices
 
 __all__ = ["PefaXL", "PefaXS", "across_seeds", "choose_on_dev", "evaluate_per_query", "gain_by_seen_share",
            "label_coverage", "lambda_sweep", "relevance_matrix", "seen_golds", "subset_gains", "tune_and_test"]
@@ -120,6 +120,23 @@ def _ann(X: np.ndarray, kind: str, owner: str) -> faiss.Index:
     return index
 
 
+def _search(index: faiss.Index, vectors: np.ndarray, kind: str, queries: np.ndarray, k: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k rows of ``vectors`` by inner product, in the one order of :mod:`xenbench.metrics` (higher score first,
+    equal scores by lower row): exact over every row for ``"flat"`` (faiss's order among ties is its own), and the
+    HNSW candidates re-ordered by that rule for ``"hnsw"``."""
+    if kind == "flat":
+        D, I = np.empty((len(queries), k), np.float32), np.empty((len(queries), k), np.int64)
+        for a in range(0, len(queries), 1024):  # blocks of queries: at most 1024 x n scores in memory
+            S = queries[a:a + 1024] @ vectors.T
+            I[a:a + 1024] = topk_indices(S, k)
+            D[a:a + 1024] = np.take_along_axis(S, I[a:a + 1024], axis=1)
+        return D, I
+    D, I = index.search(queries, k)
+    order = np.lexsort((np.where(I < 0, np.iinfo(np.int64).max, I), -np.where(I < 0, -np.inf, D)), axis=1)
+    return np.take_along_axis(D, order, axis=1), np.take_along_axis(I, order, axis=1).astype(np.int64)
+
+
 class PefaXS:
     """PEFA-XS (Eq. 8): one index over λ · p_j + (1 − λ) · Π(Qᵀ Y_{:,j}).
 
@@ -160,7 +177,7 @@ class PefaXS:
         owner = f"{type(self).__name__}.search"
         queries = _unit_rows(queries, "queries", owner)
         k = check_int(k, "k", 1, self.index_.ntotal, owner, "n_items")
-        return self.index_.search(queries, k)
+        return _search(self.index_, self.item_vectors_, self.index, queries, k)
 
 
 class PefaXL:
@@ -188,6 +205,7 @@ class PefaXL:
         P, Q = _unit_rows(P, "P", owner), _unit_rows(Q, "Q", owner)
         self.Y_ = _check_Y(Y, Q.shape[0], P.shape[0], owner)
         check_int(self.n_neighbors, "n_neighbors", 1, Q.shape[0], owner, "number of training queries")
+        self.P_ = P
         self.item_index_ = _ann(P, self.index, owner)
         self.query_index_ = _ann(Q, self.index, owner)
         return self
@@ -208,7 +226,9 @@ class PefaXL:
         n_items = self.item_index_.ntotal
         k = check_int(k, "k", 1, n_items, owner, "n_items")
         lam, kk = float(self.lam), int(self.n_neighbors)
-        D_p, I_p = self.item_index_.search(queries, k)  # the ERM's candidates, ⟨q̂, p_j⟩
+        D_p, I_p = _search(self.item_index_, self.P_, self.index, queries, k)  # the ERM's candidates, ⟨q̂, p_j⟩
+        if lam == 1.0:  # the ERM alone (Eq. 2): kNN-only candidates must not enter with a score of 0
+            return D_p.astype(np.float32), I_p
         D_q, I_q = self.query_index_.search(queries, kk)  # NN(q̂, Q; k) and ⟨q̂, q_i⟩
         nq = queries.shape[0]
         found = I_q >= 0
