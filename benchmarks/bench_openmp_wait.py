@@ -31,13 +31,14 @@ _CHILD = """
 import sys, time
 sys.path.insert(0, {root!r})
 import numpy as np
+from xenbench.adacur import SearchOptions
 from xenbench.axn import Axn
 from xenbench.store import ScoreStore
 M = ScoreStore.open({matrix!r}).to_numpy()
 rng = np.random.default_rng(0)
 V = rng.standard_normal((M.shape[1], 384)).astype(np.float32)  # item embeddings: shape matters, not quality
 test = np.sort(rng.choice(M.shape[0], {n_test}, replace=False))
-axn = Axn({budget}, n_rounds=5, seed=0, device="cpu").fit(V)
+axn = Axn({budget}, n_rounds=5, seed=0, options=SearchOptions(device="cpu")).fit(V)
 axn.run(M[test[:8]], query_ids=test[:8])  # warm-up: allocations, thread pool
 t = time.perf_counter()
 axn.run(M[test], query_ids=test)
