@@ -49,7 +49,10 @@ print(time.perf_counter() - t)
 def _time(policy: str, args: argparse.Namespace) -> float:
     code = _CHILD.format(root=str(ROOT), matrix=str(args.matrix), n_test=args.n_test, budget=args.budget)
     env = {**os.environ, "OMP_WAIT_POLICY": policy}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if out.returncode != 0:  # say why: the child's own last error line
+        lines = [ln for ln in out.stderr.strip().splitlines() if ln.strip()]
+        raise SystemExit(f"the timed AXN search failed ({policy}): {lines[-1] if lines else out.returncode}")
     return float(out.stdout.strip().splitlines()[-1])
 
 

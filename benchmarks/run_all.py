@@ -331,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_run or (args.only and name not in args.only):
             if not (args.keep or args.no_run):
                 (FRAGMENTS / f"{name}.json").unlink(missing_ok=True)
+            elif not (FRAGMENTS / f"{name}.json").exists():  # listed, not run now, nothing from before
+                results.append({"benchmark": name, "title": name, "command": "", "rows": [], "notes": [],
+                                "status": f"failed: not run (--only/--no-run) and no earlier fragment {name}.json"})
             continue
         results.append(run_one(name, bench_args, timeout=args.timeout))
     listed = [r for r in collect(results)]

@@ -1,0 +1,209 @@
+"""The benchmark table: the README's block is the committed bench.json rendered, fragments are validated with one
+clear error, failing or missing benchmarks are listed without stopping the others. Nothing here times anything."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+run_all = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("run_all", run_all)
+_spec.loader.exec_module(run_all)
+
+
+def _row(**kw):
+    row = {"comparison": "ours vs theirs", "metric": "latency ms", "ours": 2.0, "baseline": 10.0, "ratio": 5.0,
+           "higher_is_better": False, "at": "Recall@1000 0.912 vs 0.905, 12 B/item"}
+    return {**row, **kw}
+
+
+def _fragment(name="bench_x", rows=None, **kw):
+    doc = {"benchmark": name, "title": f"{name} title", "command": f"python benchmarks/{name}.py --n 3",
+           "rows": [_row()] if rows is None else rows, "notes": ["a note"]}
+    return {**doc, **kw}
+
+
+def _doc(*benchmarks):
+    return {"machine": {"cpu": "Test CPU", "logical_cpus": 2, "torch_threads": 2, "ram_gib": 8.0, "gpu": "none",
+                        "versions": {"python": "3.11.7", "numpy": "2.0"}},
+            "date": "2025-01-01", "benchmarks": list(benchmarks)}
+
+
+# --- the README ---------------------------------------------------------------------------------------
+
+
+def test_readme_block_is_the_committed_bench_json_rendered():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.count(run_all.README_BEGIN) == 1 and text.count(run_all.README_END) == 1
+    block = text.split(run_all.README_BEGIN, 1)[1].split(run_all.README_END, 1)[0].strip("\n")
+    assert block == run_all.readme_block(run_all.COMMITTED), (
+        "README.md's Benchmarks block disagrees with benchmarks/results/bench.json: "
+        "run `python benchmarks/run_all.py --readme`")
+    heading = text.split(run_all.README_BEGIN, 1)[0].rsplit("\n## ", 1)[-1].splitlines()[0]
+    assert heading == "Benchmarks"  # the block sits in the README's "## Benchmarks" section
+
+
+def test_committed_bench_json_has_a_valid_fragment_per_benchmark_that_ran():
+    doc = run_all.load_document(run_all.COMMITTED)
+    assert {"cpu", "logical_cpus", "torch_threads", "ram_gib", "gpu", "versions"} <= doc["machine"].keys()
+    assert {"python", "torch", "numpy", "faiss", "scipy"} <= doc["machine"]["versions"].keys()
+    ran = [b for b in doc["benchmarks"] if b["status"] == "ok"]
+    assert any(b["benchmark"] == "bench_ccsa" for b in ran)
+    for b in doc["benchmarks"]:
+        assert b["status"] == "ok" or b["status"].startswith("failed: ")
+
+
+def test_update_readme_rewrites_only_the_block(tmp_path):
+    results = tmp_path / "bench.json"
+    results.write_text(json.dumps(_doc({**_fragment(), "status": "ok"})), encoding="utf-8")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# T\n\n## Benchmarks\n\n{run_all.README_BEGIN}\nold\n{run_all.README_END}\n\n## After\n",
+                      encoding="utf-8")
+    assert run_all.update_readme(readme, results)
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("# T\n\n## Benchmarks\n\n") and text.endswith(f"{run_all.README_END}\n\n## After\n")
+    assert run_all.readme_block(results) in text and "old" not in text
+    assert not run_all.update_readme(readme, results)  # already up to date
+    readme.write_text("no markers\n", encoding="utf-8")
+    with pytest.raises(run_all.FragmentError, match="no <!-- bench:start -->"):
+        run_all.update_readme(readme, results)
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+
+
+def test_render_one_table_row_per_comparison_and_failed_benchmarks():
+    ok = {**_fragment("bench_a", rows=[_row(), _row(comparison="batch | 1000", metric="throughput q/s", ours=1234.5,
+                                                   baseline=617.25, ratio=2.0, higher_is_better=True)]),
+          "status": "ok"}
+    bad = {**_fragment("bench_b", rows=[]), "status": "failed: missing benchmarks/bench_b.py"}
+    text = run_all.render(_doc(ok, bad))
+    lines = text.splitlines()
+    assert lines[0] == ("Measured 2025-01-01 on Test CPU (2 logical CPUs, 2 torch threads, 8.0 GiB RAM, GPU: none); "
+                        "python 3.11.7, numpy 2.0.")
+    assert lines[2] == "| benchmark | comparison | metric | ours | baseline | ratio | at |"
+    assert lines[4] == ("| bench_a | ours vs theirs | latency ms (lower is better) | 2.00 | 10.00 | **5.00×** | "
+                        "Recall@1000 0.912 vs 0.905, 12 B/item |")
+    assert lines[5] == ("| bench_a | batch \\| 1000 | throughput q/s (higher is better) | 1,234 | 617 | **2.00×** | "
+                        "Recall@1000 0.912 vs 0.905, 12 B/item |")
+    assert lines[6] == "| bench_b | failed: missing benchmarks/bench_b.py | | | | | |"
+    assert "**bench_a** — bench_a title (`python benchmarks/bench_a.py --n 3`):" in text and "* a note" in text
+    assert "bench_b title" not in text  # a failed benchmark has its row only
+    assert [run_all.fmt(v) for v in (0.01234, 0.5, 3.14159, 99.5, 100, 123456.7)] == \
+        ["0.0123", "0.5", "3.14", "99.50", "100", "123,457"]
+
+
+# --- fragments ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drop", ["benchmark", "title", "command", "rows", "notes"])
+def test_a_fragment_without_a_key_names_the_file_and_the_key(tmp_path, drop):
+    doc = _fragment()
+    del doc[drop]
+    path = tmp_path / "bench_x.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(run_all.FragmentError) as err:
+        run_all.load_fragment(path)
+    assert str(err.value) == f"{path}: missing key '{drop}'"
+
+
+@pytest.mark.parametrize("drop", list(run_all.ROW_KEYS))
+def test_a_row_without_a_key_names_the_file_the_row_and_the_key(tmp_path, drop):
+    row = _row()
+    del row[drop]
+    doc = _fragment(rows=[_row(), row])
+    with pytest.raises(run_all.FragmentError) as err:
+        run_all.validate_fragment(doc, tmp_path / "f.json")
+    assert str(err.value) == f"{tmp_path / 'f.json'}: rows[1] is missing key '{drop}'"
+
+
+def test_fragment_types_are_checked(tmp_path):
+    for bad, msg in ((_fragment(rows=[_row(ratio="5x")]), "'ratio' of rows[0] must be a finite number, got '5x'"),
+                     (_fragment(rows=[_row(ours=float("nan"))]), "'ours' of rows[0] must be a finite number"),
+                     (_fragment(rows=[_row(higher_is_better=1)]), "'higher_is_better' of rows[0] must be true or false"),
+                     (_fragment(rows=[_row(ours=True)]), "'ours' of rows[0] must be a finite number"),
+                     (_fragment(notes="one"), "'notes' must be a list"),
+                     (_fragment(notes=[3]), "notes[0] must be a string"),
+                     ([1, 2], "must be a JSON object")):
+        with pytest.raises(run_all.FragmentError, match="^" + str(tmp_path / "f.json").replace("\\", "\\\\")) as err:
+            run_all.validate_fragment(bad, tmp_path / "f.json")
+        assert msg in str(err.value)
+    path = tmp_path / "broken.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(run_all.FragmentError, match="broken.json: not JSON"):
+        run_all.load_fragment(path)
+    assert run_all.validate_fragment(_fragment(rows=[_row(ours=3)]), "x")["rows"][0]["ours"] == 3  # ints are numbers
+
+
+def test_write_fragment_validates_and_round_trips(tmp_path):
+    import numpy as np
+
+    path = run_all.write_fragment(tmp_path / "sub" / "bench_x.json", _fragment(rows=[_row(ours=np.float64(2.5))]))
+    assert run_all.load_fragment(path)["rows"][0]["ours"] == 2.5
+    with pytest.raises(run_all.FragmentError, match="missing key 'notes'"):
+        run_all.write_fragment(tmp_path / "y.json", {k: v for k, v in _fragment().items() if k != "notes"})
+    assert not (tmp_path / "y.json").exists()
+
+
+def test_command_line_drops_the_json_option():
+    assert run_all.command_line("/x/benchmarks/bench_a.py", ["--n", "3", "--json", "out.json", "--k", "5"]) == \
+        "python benchmarks/bench_a.py --n 3 --k 5"
+    assert run_all.command_line("bench_a.py", ["--json=out.json"]) == "python benchmarks/bench_a.py"
+
+
+# --- running --------------------------------------------------------------------------------------------
+
+
+def test_missing_and_failing_benchmarks_are_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_ok.py").write_text(
+        "import json, sys\n"
+        f"doc = {json.dumps(_fragment('bench_ok'))!r}\n"
+        "open(sys.argv[sys.argv.index('--json') + 1], 'w').write(doc)\n", encoding="utf-8")
+    (bench / "bench_crash.py").write_text("raise SystemExit('no model at models/cls-ce')\n", encoding="utf-8")
+    (bench / "bench_nojson.py").write_text("print('forgot the fragment')\n", encoding="utf-8")
+    (bench / "bench_badjson.py").write_text(
+        "import json, sys\nopen(sys.argv[-1], 'w').write(json.dumps({'benchmark': 'bench_badjson'}))\n",
+        encoding="utf-8")
+    monkeypatch.setattr(run_all, "BENCH_DIR", bench)
+    frags = tmp_path / "fragments"
+    frags.mkdir()
+    got = {name: run_all.run_one(name, ["--n", "1"], frags)
+           for name in ("bench_missing", "bench_crash", "bench_ok", "bench_nojson", "bench_badjson")}
+    assert got["bench_missing"]["status"] == "failed: missing benchmarks/bench_missing.py"
+    assert got["bench_crash"]["status"] == "failed: exit status 1: no model at models/cls-ce"
+    assert got["bench_nojson"]["status"].startswith("failed: ") and "no such fragment" in got["bench_nojson"]["status"]
+    assert got["bench_badjson"]["status"] == f"failed: {frags / 'bench_badjson.json'}: missing key 'title'"
+    assert got["bench_ok"]["status"] == "ok" and got["bench_ok"]["rows"] == [_row()]
+    # someone else's fragment is picked up; a broken one is listed as failed
+    run_all.write_fragment(frags / "bench_other.json", _fragment("bench_other"))
+    (frags / "zz_broken.json").write_text("[]", encoding="utf-8")
+    listed = run_all.collect(list(got.values()), frags)
+    by_name = {b["benchmark"]: b for b in listed}
+    assert by_name["bench_other"]["status"] == "ok"
+    assert by_name["zz_broken"]["status"] == f"failed: {frags / 'zz_broken.json'}: a benchmark fragment must be a " \
+                                             "JSON object, got list"
+    table = run_all.render(_doc(*listed))
+    assert "| bench_crash | failed: exit status 1: no model at models/cls-ce |" in table
+    assert table.count("| bench_ok | ours vs theirs |") == 1 and "| bench_other | ours vs theirs |" in table
+
+
+def test_every_listed_benchmark_writes_json_when_asked():
+    # Each listed script that exists takes --json (the runner passes it); the list names bench_scoring and
+    # bench_pefa_pecos even before their scripts write fragments (they then show as failed).
+    names = [n for n, _ in run_all.BENCHMARKS]
+    assert {"bench_scoring", "bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_pefa_pecos"} <= set(names)
+    for name in ("bench_adacur", "bench_openmp_wait", "bench_ccsa"):
+        assert '"--json"' in (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
+
+
+def test_machine_description_has_every_field():
+    m = run_all.machine()
+    assert {"cpu", "logical_cpus", "torch_threads", "ram_gib", "gpu", "versions"} <= m.keys()
+    assert m["logical_cpus"] >= 1 and {"python", "torch", "numpy", "faiss", "scipy"} <= m["versions"].keys()
