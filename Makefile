@@ -28,8 +28,10 @@ demo: setup
 full: setup
 	$(BIN)/xenbench run all --profile full --timeout 7200
 
+# Test files run on JOBS workers (pytest-xdist; a file's tests stay together on one worker).
+JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
 
 # HTML reports in a real browser: needs Debian's chromium (apt-get install chromium) or $XENBENCH_CHROMIUM.
 test-browser: setup

@@ -215,7 +215,7 @@ CASES = [
                                             str((t / "afile").write_text("x") and t / "afile" / "out")],
          r"afile.*: Not a directory"),
     Case("batch-size-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
-                                       "--batch-size", "0"], r"'batch_size' parameter of score_matrix must be an int >= 1"),
+                                       "--batch-size", "0"], r"'batch_size' parameter of score_to_store must be an int >= 1"),
     Case("chunk-pairs-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
                                         "--chunk-pairs", "0"], r"'chunk_pairs' parameter of run_score_job must be an int >= 1"),
     Case("old-bundled-name", lambda t: ["score", "bundled-cls", f"beir:{beir(t)}", "--out", str(t / "out")],

@@ -1,0 +1,46 @@
+"""Every notebook on a user's ZESHEL world too (with tests/test_own_data.py, all seven on both formats). A file of
+its own so that the two slowest notebook tests run on different workers (`make test` runs files in parallel)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_own_data import _repo, small_zeshel
+
+from xenbench.cli import main
+
+pytestmark = pytest.mark.notebook
+
+
+def test_the_remaining_notebooks_run_on_a_zeshel_world(tmp_path, monkeypatch):
+    """With the tests above, every notebook has run on a BEIR folder and on a ZESHEL world: here 02 (stores scored
+    on the world), 03 (scored on demand), 05 and 06 on worlds that have only mentions/test.json."""
+    monkeypatch.setenv("CI", "true")
+    zeshel = f"zeshel:{small_zeshel(tmp_path, n_entities=40, n_mentions=72)}:w@test"  # 1-2 mentions per entity
+    larger = f"zeshel:{small_zeshel(tmp_path / 'larger', n_entities=144, n_mentions=260)}:w"  # OPQ trains on >= d
+    reports, scores = tmp_path / "reports", tmp_path / "scores"
+    for ce in ("cls-ce", "emb-ce"):
+        assert main(["score", str(_repo() / "models" / ce), zeshel, "--out", str(scores / ce)]) == 0
+    runs = {
+        "02_rank_cls_vs_emb": ["-p", "scores_dir", str(scores), "-p", "k_q_values", "[5, 10]", "-p", "k_i_values",
+                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5",
+                               "-p", "max_queries", "null"],
+        "03_adacur_rounds": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
+                             "-p", "max_queries", "60", "-p", "max_items", "null", "-p", "max_test_queries", "null",
+                             "-p", "k_values", "[1, 5]", "-p", "n_rounds", "2", "-p", "split_seeds", "[0]",
+                             "-p", "n_anchor_queries", "20", "-p", "n_dev_queries", "10", "-p", "budgets", "[10, 20]",
+                             "-p", "focus_budgets", "[10, 20]", "-p", "anchor_seeds", "[0]", "-p", "rounds_grid",
+                             "[1, 2]", "-p", "latency_queries", "2"],
+        "05_pefa_lambda": ["-p", "datasets", f"[{zeshel}]", "-p", "splits", "[random, by_item]", "-p", "k_values",
+                           "[1, 5]", "-p", "n_neighbors", "[4]", "-p", "n_seeds", "1"],
+        "06_ccsa_balance": ["-p", "dataset", larger, "-p", "n_chunks", "3", "-p", "chunk_size", "4", "-p", "batch_size",
+                            "20", "-p", "batch_sizes", "[10, 20]", "-p", "steps", "5", "-p", "k", "5", "-p", "m", "10",
+                            "-p", "nprobes", "[1, 2]", "-p", "shortlist", "20", "-p", "binary_bits", "8",
+                            "-p", "n_eval_queries", "20", "-p", "seeds", "[0]"],
+    }
+    for name, params in runs.items():
+        assert main(["run", name, "--out", str(reports), *params]) == 0, name
+        results = list(reports.glob(f"{name}.quick.*.results.json"))
+        assert len(results) == 1, name
+        saved = json.loads(results[0].read_text(encoding="utf-8"))["results"]["params"]
+        assert "zeshel" in json.dumps(saved) or name == "02_rank_cls_vs_emb", name
