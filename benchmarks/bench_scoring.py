@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import statistics
 import sys
 import tempfile
@@ -230,6 +231,18 @@ def matmul_gflops(device: str, n: int = 2048, repeats: int = 3) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def command() -> str:
+    """How to reproduce this run: the script and its arguments, without where the fragment went (run_all's way)."""
+    argv, out = sys.argv[1:], []
+    while argv:
+        a = argv.pop(0)
+        if a == "--json":
+            argv.pop(0)
+        elif not a.startswith("--json="):
+            out.append(a)
+    return shlex.join(["python", "benchmarks/bench_scoring.py", *out])
+
+
 def fragment(r: dict, args: argparse.Namespace, low: str) -> dict:
     """The benchmark table's rows (schema of benchmarks/run_all.py); the full measurement under "detail"."""
     at = (f"{r['n_pairs']} WordNet-EL pairs ({args.domain}), mean {r['mean_pair_tokens']:.1f} tokens, "
@@ -237,9 +250,9 @@ def fragment(r: dict, args: argparse.Namespace, low: str) -> dict:
     roof = r["share_of_matmul_roofline"]
     med = lambda key: r[key]["median"]  # noqa: E731
     return {
-        "benchmark": "scoring",
+        "benchmark": "bench_scoring",
         "title": "CE scorer against sentence-transformers CrossEncoder.predict (same weights, same token ids)",
-        "command": r["command"],
+        "command": command(),
         "rows": [
             {"comparison": "scorer fp32 vs CrossEncoder.predict fp32", "metric": "pairs/s", "ours": med("ours_fp32_pairs_per_s"),
              "baseline": med("st_fp32_pairs_per_s"), "ratio": r["speedup_fp32"]["median"], "higher_is_better": True,

@@ -207,3 +207,12 @@ def test_machine_description_has_every_field():
     m = run_all.machine()
     assert {"cpu", "logical_cpus", "torch_threads", "ram_gib", "gpu", "versions"} <= m.keys()
     assert m["logical_cpus"] >= 1 and {"python", "torch", "numpy", "faiss", "scipy"} <= m["versions"].keys()
+
+
+def test_a_fragment_named_unlike_its_script_is_listed_once(tmp_path):
+    """A listed benchmark whose fragment calls itself otherwise (bench_pefa_pecos writes "pefa_pecos") is not picked
+    up a second time from its file; another fragment still is."""
+    (tmp_path / "bench_y.json").write_text(json.dumps(_fragment("y_named_otherwise")), encoding="utf-8")
+    (tmp_path / "bench_z.json").write_text(json.dumps(_fragment("bench_z")), encoding="utf-8")
+    results = [{**_fragment("y_named_otherwise"), "status": "ok", "fragment": "bench_y"}]
+    assert [r["benchmark"] for r in run_all.collect(results, tmp_path)] == ["y_named_otherwise", "bench_z"]
