@@ -444,15 +444,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def command_line(argv: list[str]) -> str:
     """``python benchmarks/bench_pefa_pecos.py <args>`` without ``--json PATH`` (run_all's convention)."""
-    kept, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--json":
-            skip = True
-        elif not a.startswith("--json="):
-            kept.append(a)
-    return shlex.join(["python", "benchmarks/bench_pefa_pecos.py", *kept])
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all, beside this script
+    from run_all import command_line as run_all_command_line
+
+    return run_all_command_line(__file__, argv)
 
 
 def print_table(rows: list[dict]) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shlex
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device  # noqa: E402
 from xenbench.data import Item, Query, load_beir  # noqa: E402
 from xenbench.scoring import PairAssembler, score_matrix  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
+from run_all import command_line  # noqa: E402
 
 log = logging.getLogger("bench_scoring")
 REPO = Path(__file__).resolve().parent.parent
@@ -231,18 +233,6 @@ def matmul_gflops(device: str, n: int = 2048, repeats: int = 3) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def command() -> str:
-    """How to reproduce this run: the script and its arguments, without where the fragment went (run_all's way)."""
-    argv, out = sys.argv[1:], []
-    while argv:
-        a = argv.pop(0)
-        if a == "--json":
-            argv.pop(0)
-        elif not a.startswith("--json="):
-            out.append(a)
-    return shlex.join(["python", "benchmarks/bench_scoring.py", *out])
-
-
 def fragment(r: dict, args: argparse.Namespace, low: str) -> dict:
     """The benchmark table's rows (schema of benchmarks/run_all.py); the full measurement under "detail"."""
     at = (f"{r['n_pairs']} WordNet-EL pairs ({args.domain}), mean {r['mean_pair_tokens']:.1f} tokens, "
@@ -252,7 +242,7 @@ def fragment(r: dict, args: argparse.Namespace, low: str) -> dict:
     return {
         "benchmark": "bench_scoring",
         "title": "CE scorer against sentence-transformers CrossEncoder.predict (same weights, same token ids)",
-        "command": command(),
+        "command": command_line(__file__, None),
         "rows": [
             {"comparison": "scorer fp32 vs CrossEncoder.predict fp32", "metric": "pairs/s", "ours": med("ours_fp32_pairs_per_s"),
              "baseline": med("st_fp32_pairs_per_s"), "ratio": r["speedup_fp32"]["median"], "higher_is_better": True,
