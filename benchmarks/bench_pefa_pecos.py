@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import subprocess
 import sys
 import tempfile
