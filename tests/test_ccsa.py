@@ -228,6 +228,23 @@ def test_findings_follow_the_numbers():
     assert "λ chosen on dev per seed: 0;" in text[1]
 
 
+def test_findings_flag_a_comparison_at_unequal_re_ranking_work():
+    from xenbench.findings.ccsa import findings
+
+    def rows(scored_ccsa, scored_pq):
+        by_reg = [{"reg": 0.0, "batch_size": 10, "split": sp, "imbalance": 1.2, "recall": 0.8, "gold_recall": 0.5,
+                   "scored": scored_ccsa, "bytes_per_item": 2.0, "recall_se": 0.01, "gold_recall_se": 0.01, "n": 50}
+                  for sp in ("dev", "test")]
+        base = [{"method": "IVF-PQ", "nprobe": 2, "split": sp, "bytes_per_item": 2.0, "scored": scored_pq,
+                 "recall": 0.5, "gold_recall": 0.4, "recall_se": 0.01, "gold_recall_se": 0.01, "n": 50}
+                for sp in ("dev", "test")]
+        return {"by_reg": by_reg, "by_batch": [], "baselines": base}
+
+    flagged = " ".join(findings(rows(16000.0, 1000.0)))
+    assert "NOT equal work: CCSA re-ranks 16.0× as many items exactly" in flagged
+    assert "NOT equal work" not in " ".join(findings(rows(1200.0, 1000.0)))
+
+
 def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
     from xenbench.findings.ccsa import findings
 
