@@ -145,6 +145,20 @@ def small_zeshel(root: Path, n_entities: int = 40, n_mentions: int = 36) -> Path
     return folder
 
 
+def tiny_store_and_corpus_runs(scores: Path, corpus: str) -> dict[str, list[str]]:
+    """Settings sized for the tiny folders: 02 on the stores in ``scores``, 06 on the ``corpus`` spec (>= 144 items:
+    faiss's OPQ trains on at least d rows). The BEIR and ZESHEL tests run the same protocol."""
+    return {
+        "02_rank_cls_vs_emb": ["-p", "scores_dir", str(scores), "-p", "k_q_values", "[5, 10]", "-p", "k_i_values",
+                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5",
+                               "-p", "max_queries", "null"],
+        "06_ccsa_balance": ["-p", "dataset", corpus, "-p", "n_chunks", "3", "-p", "chunk_size", "4", "-p", "batch_size",
+                            "20", "-p", "batch_sizes", "[10, 20]", "-p", "steps", "5", "-p", "k", "5", "-p", "m", "10",
+                            "-p", "nprobes", "[1, 2]", "-p", "shortlist", "20", "-p", "binary_bits", "8",
+                            "-p", "n_eval_queries", "20", "-p", "seeds", "[0]"],
+    }
+
+
 def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
     """02 (on stores scored by step 2), 05 and 06 on a user's BEIR folder; 04 on a ZESHEL world (scored on demand)."""
     monkeypatch.setenv("CI", "true")
@@ -155,15 +169,9 @@ def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
     for ce in ("cls-ce", "emb-ce"):
         assert main(["score", str(_repo() / "models" / ce), beir, "--out", str(scores / ce)]) == 0
     runs = {
-        "02_rank_cls_vs_emb": ["-p", "scores_dir", str(scores), "-p", "k_q_values", "[5, 10]", "-p", "k_i_values",
-                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5",
-                               "-p", "max_queries", "null"],
+        **tiny_store_and_corpus_runs(scores, larger),
         "05_pefa_lambda": ["-p", "datasets", f"[{beir}]", "-p", "splits", "[random]", "-p", "k_values", "[1, 5]",
                            "-p", "n_neighbors", "[4]", "-p", "n_seeds", "1"],
-        "06_ccsa_balance": ["-p", "dataset", larger, "-p", "n_chunks", "3", "-p", "chunk_size", "4", "-p", "batch_size",
-                            "20", "-p", "batch_sizes", "[10, 20]", "-p", "steps", "5", "-p", "k", "5", "-p", "m", "10",
-                            "-p", "nprobes", "[1, 2]", "-p", "shortlist", "20", "-p", "binary_bits", "8",
-                            "-p", "n_eval_queries", "20", "-p", "seeds", "[0]"],
         "04_axn_lambda": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
                           "-p", "max_items", "null", "-p", "max_test_queries", "null", "-p", "k_values", "[1, 5]",
                           "-p", "n_rounds", "2", "-p", "split_seeds", "[0]", "-p", "n_anchor_queries", "14",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_own_data import _repo, small_zeshel
+from test_own_data import _repo, small_zeshel, tiny_store_and_corpus_runs
 
 from xenbench.cli import main
 
@@ -22,9 +22,7 @@ def test_the_remaining_notebooks_run_on_a_zeshel_world(tmp_path, monkeypatch):
     for ce in ("cls-ce", "emb-ce"):
         assert main(["score", str(_repo() / "models" / ce), zeshel, "--out", str(scores / ce)]) == 0
     runs = {
-        "02_rank_cls_vs_emb": ["-p", "scores_dir", str(scores), "-p", "k_q_values", "[5, 10]", "-p", "k_i_values",
-                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5",
-                               "-p", "max_queries", "null"],
+        **tiny_store_and_corpus_runs(scores, larger),
         "03_adacur_rounds": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
                              "-p", "max_queries", "60", "-p", "max_items", "null", "-p", "max_test_queries", "null",
                              "-p", "k_values", "[1, 5]", "-p", "n_rounds", "2", "-p", "split_seeds", "[0]",
@@ -33,10 +31,6 @@ def test_the_remaining_notebooks_run_on_a_zeshel_world(tmp_path, monkeypatch):
                              "[1, 2]", "-p", "latency_queries", "2"],
         "05_pefa_lambda": ["-p", "datasets", f"[{zeshel}]", "-p", "splits", "[random, by_item]", "-p", "k_values",
                            "[1, 5]", "-p", "n_neighbors", "[4]", "-p", "n_seeds", "1"],
-        "06_ccsa_balance": ["-p", "dataset", larger, "-p", "n_chunks", "3", "-p", "chunk_size", "4", "-p", "batch_size",
-                            "20", "-p", "batch_sizes", "[10, 20]", "-p", "steps", "5", "-p", "k", "5", "-p", "m", "10",
-                            "-p", "nprobes", "[1, 2]", "-p", "shortlist", "20", "-p", "binary_bits", "8",
-                            "-p", "n_eval_queries", "20", "-p", "seeds", "[0]"],
     }
     for name, params in runs.items():
         assert main(["run", name, "--out", str(reports), *params]) == 0, name
