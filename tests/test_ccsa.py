@@ -113,9 +113,12 @@ def test_code_candidates_are_the_unique_items_of_the_query_lists():
     rng = np.random.default_rng(1)
     codes, queries = rng.integers(0, 8, size=(200, 4)), rng.integers(0, 8, size=(9, 4))
     index = CodeIndex(4, 8).add(codes)
-    cands, postings = code_candidates(index, queries)
-    short, _ = code_candidates(index, queries, shortlist=5)
+    cands, postings, sharing = code_candidates(index, queries)
+    short, _, short_sharing = code_candidates(index, queries, shortlist=5)
     shared = (queries[:, None, :] == codes[None, :, :]).sum(-1)
+    # a shortlist caps what is returned, not what is counted as sharing a code
+    np.testing.assert_array_equal(sharing, (shared > 0).sum(1))
+    np.testing.assert_array_equal(short_sharing, sharing)
     for r in range(9):
         np.testing.assert_array_equal(cands[r], np.nonzero(shared[r])[0])
         np.testing.assert_array_equal(short[r], sorted(np.nonzero(shared[r])[0], key=lambda j: (-shared[r, j], j))[:5])
@@ -211,17 +214,20 @@ def test_findings_follow_the_numbers():
 
     def rows(reg, imb, rec, gold, se=0.01):
         return [{"method": "CCSA", "reg": reg, "batch_size": 100, "split": sp, "imbalance": imb, "recall": rec,
-                 "recall_se": se, "gold_recall": gold, "gold_recall_se": se, "scored": 100.0, "bytes_per_item": 2.0}
-                for sp in ("dev", "test")]
+                 "recall_se": se, "gold_recall": gold, "gold_recall_se": se, "scored": 100.0, "bytes_per_item": 2.0,
+                 "postings": 400.0, "sharing": 150.0 + 100 * imb} for sp in ("dev", "test")]
 
-    base = [{"method": "IVF-PQ", "nprobe": w, "split": sp, "bytes_per_item": 2.0, "scored": s, "recall": r,
-             "recall_se": 0.01, "gold_recall": r, "gold_recall_se": 0.01}
-            for w, s, r in ((1, 50.0, 0.3), (2, 100.0, 0.5)) for sp in ("dev", "test")]
+    # both re-rank R = 100; w = 2 touches the postings closest to CCSA's 400
+    base = [{"method": "IVF-PQ", "nprobe": w, "split": sp, "bytes_per_item": 2.0, "scored": 100.0, "postings": p,
+             "recall": r, "recall_se": 0.01, "gold_recall": r, "gold_recall_se": 0.01}
+            for w, p, r in ((1, 200.0, 0.3), (2, 380.0, 0.5), (4, 800.0, 0.7)) for sp in ("dev", "test")]
     res = {"by_reg": rows(0.0, 1.8, 0.5, 0.4) + rows(1.0, 1.1, 0.8, 0.6), "by_batch": rows(1.0, 1.1, 0.8, 0.6),
            "baselines": base}
     text = findings(res)
     assert "imbalance falls (1.80 → 1.10)" in text[0] and "Top-k-Recall vs the exact DE rises" in text[0]
+    assert "items sharing a code with the query 330 → 260, postings touched 400 → 400" in text[0]
     assert "λ chosen on dev per seed: 1;" in text[1] and "IVF-PQ (w = 2" in text[1] and "beats (0.800 vs 0.500)" in text[1]
+    assert "400 postings touched, 100 items re-ranked" in text[1] and "NOT equal work" not in text[1]
     res["by_reg"] = rows(0.0, 1.8, 0.8, 0.6) + rows(1.0, 1.1, 0.5, 0.595)
     text = findings(res)
     assert "Top-k-Recall vs the exact DE falls" in text[0] and "gold Recall@k is level (within noise)" in text[0]
@@ -231,18 +237,22 @@ def test_findings_follow_the_numbers():
 def test_findings_flag_a_comparison_at_unequal_re_ranking_work():
     from xenbench.findings.ccsa import findings
 
-    def rows(scored_ccsa, scored_pq):
+    def rows(scored_ccsa, scored_pq, postings_ccsa=1000.0, postings_pq=1000.0):
         by_reg = [{"reg": 0.0, "batch_size": 10, "split": sp, "imbalance": 1.2, "recall": 0.8, "gold_recall": 0.5,
-                   "scored": scored_ccsa, "bytes_per_item": 2.0, "recall_se": 0.01, "gold_recall_se": 0.01, "n": 50}
-                  for sp in ("dev", "test")]
+                   "scored": scored_ccsa, "postings": postings_ccsa, "bytes_per_item": 2.0, "recall_se": 0.01,
+                   "gold_recall_se": 0.01, "n": 50} for sp in ("dev", "test")]
         base = [{"method": "IVF-PQ", "nprobe": 2, "split": sp, "bytes_per_item": 2.0, "scored": scored_pq,
-                 "recall": 0.5, "gold_recall": 0.4, "recall_se": 0.01, "gold_recall_se": 0.01, "n": 50}
-                for sp in ("dev", "test")]
+                 "postings": postings_pq, "recall": 0.5, "gold_recall": 0.4, "recall_se": 0.01, "gold_recall_se": 0.01,
+                 "n": 50} for sp in ("dev", "test")]
         return {"by_reg": by_reg, "by_batch": [], "baselines": base}
 
+    # an uncapped CCSA (results written before it took the shortlist) re-ranks far more than the capped IVF-PQ
     flagged = " ".join(findings(rows(16000.0, 1000.0)))
-    assert "NOT equal work: CCSA re-ranks 16.0× as many items exactly" in flagged
-    assert "NOT equal work" not in " ".join(findings(rows(1200.0, 1000.0)))
+    assert "NOT equal work: CCSA re-ranks 16.0× as many):" in flagged
+    assert "NOT equal work: CCSA touches 0.2× as many)" in " ".join(findings(rows(1000.0, 1000.0, 200.0, 1000.0)))
+    both = " ".join(findings(rows(16000.0, 1000.0, 3000.0, 1000.0)))
+    assert "NOT equal work: CCSA re-ranks 16.0× as many, CCSA touches 3.0× as many)" in both
+    assert "NOT equal work" not in " ".join(findings(rows(1200.0, 1000.0, 1900.0, 1000.0)))
 
 
 def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
@@ -251,9 +261,10 @@ def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
     def rows(seed, reg, rec, imb=1.2):
         return [{"method": "CCSA", "reg": reg, "batch_size": 100, "split": sp, "imbalance": imb, "recall": rec,
                  "recall_se": 0.001, "gold_recall": rec, "gold_recall_se": 0.001, "scored": 100.0,
-                 "bytes_per_item": 2.0, "seed": seed} for sp in ("dev", "test")]
+                 "postings": 300.0, "bytes_per_item": 2.0, "seed": seed} for sp in ("dev", "test")]
 
-    base = [{"method": "IVF-PQ", "nprobe": 2, "split": sp, "bytes_per_item": 2.0, "scored": 100.0, "recall": 0.5,
+    base = [{"method": "IVF-PQ", "nprobe": 2, "split": sp, "bytes_per_item": 2.0, "scored": 100.0, "postings": 300.0,
+             "recall": 0.5,
              "recall_se": 0.001, "gold_recall": 0.5, "gold_recall_se": 0.001, "seed": seed}
             for seed in (0, 1, 2) for sp in ("dev", "test")]
     # λ 0 -> 1 changes recall by +0.10, +0.12, +0.08 over 3 seeds: mean +0.10, t-interval (2 df) +0.05 to +0.15.
@@ -288,7 +299,7 @@ def test_sweep_and_baselines_rows_and_figures():
     import scipy.sparse as sp
 
     from xenbench.ccsa import balance_sweep, exact_topk, faiss_baselines, query_split
-    from xenbench.plots import activation_frequency_lines, recall_vs_scored
+    from xenbench.plots import activation_frequency_lines, recall_vs_postings
 
     X = _clustered(400, d=16)
     Q = X[:40]  # queries that are items: their own row is their exact top-1 and their gold item
@@ -303,13 +314,19 @@ def test_sweep_and_baselines_rows_and_figures():
     assert all(f.size == 32 and np.isclose(f.sum(), 4.0) for f in freqs.values())  # C chunks, each sums to 1
     # exact re-ranking of its own posting lists always finds the query itself (it shares all C codes)
     assert (results["recall"] == 1.0).all() and (results["gold_recall"] == 1.0).all()
-    assert (results["scored"] <= results["postings"]).all()
+    assert (results["scored"] <= results["postings"]).all() and (results["scored"] == results["sharing"]).all()
+    assert results["shortlist"].isna().all()
+    capped, _ = balance_sweep(X, X, Q, [(0.0, 100)], n_chunks=4, chunk_size=8, steps=7, lr=1e-2, shortlist=5,
+                              progress=False, **kw)
+    # R = 5 keeps the five sharing the most codes: a fixed re-ranking budget, the same items counted as sharing a code
+    assert (capped["scored"] == 5).all() and (capped["shortlist"] == 5).all()
+    np.testing.assert_array_equal(capped["sharing"], results["sharing"].iloc[:2])
     base = faiss_baselines(X, X, Q, 8, [1, 8], pq=(4, 8), shortlist=50, **kw)
     flat = base[base["method"] == "IVF-Flat"]
     assert (flat["postings"].iloc[-2:] == 400).all() and (flat["scored"] == flat["postings"]).all()
     assert (flat["recall"].iloc[-2:] == 1.0).all()  # probing every list re-ranks every item: exact
     assert set(base["method"]) == {"IVF-Flat", "IVF-PQ", "OPQ+IVF-PQ"}
-    assert len(recall_vs_scored(pd.concat([results, base]), k=1, m=20).data) == 4
+    assert len(recall_vs_postings(pd.concat([results, base]), k=1, m=20).data) == 4
     assert len(activation_frequency_lines({str(key): f for key, f in freqs.items()}, 8).data) == 2
 
 
@@ -333,7 +350,7 @@ def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
     rows, split = query_split(60, 40, 1)  # seed 1, run by hand
     direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (1.0, 50)], exact=exact_topk(queries[rows], X, 5),
                               relevant=relevant[rows], split=split, n_chunks=4, chunk_size=4, k=5, m=10, steps=4,
-                              seed=1, progress=False, device="cpu")
+                              shortlist=50, seed=1, progress=False, device="cpu")
     got = res.by_reg[res.by_reg["seed"] == 1].drop(columns="seed").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, direct)
     again = study(X, X, queries, relevant, seeds=[0, 1], **kw)

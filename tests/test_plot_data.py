@@ -418,28 +418,30 @@ def test_activation_frequency_lines_plot_each_share_by_dimension_with_the_balanc
 
 def _ccsa_rows() -> pd.DataFrame:
     ccsa = [{"method": "CCSA", "split": s, "reg": reg, "batch_size": 100, "nprobe": np.nan,
-             "scored": scored, "recall": rec, "gold_recall": rec / 2}
+             "postings": scored, "scored": 100.0, "recall": rec, "gold_recall": rec / 2}
             for s in ("test", "val") for reg, scored, rec in ((0.0, 300.0, 0.4), (0.5, 120.0, 0.7))]
     ivf = [{"method": "IVF-Flat", "split": s, "reg": np.nan, "batch_size": np.nan, "nprobe": w,
-            "scored": 50.0 * w, "recall": 0.2 * w, "gold_recall": 0.1 * w}
+            "postings": 50.0 * w, "scored": 50.0 * w, "recall": 0.2 * w, "gold_recall": 0.1 * w}
            for s in ("test", "val") for w in (1, 2, 4)]
     return pd.DataFrame(ccsa + ivf)
 
 
-def test_recall_vs_scored_shows_one_splits_recall_against_items_scored_labelled_by_configuration():
+def test_recall_vs_postings_shows_one_splits_recall_against_postings_touched_labelled_by_configuration():
     rows = _ccsa_rows()
     rows.loc[rows["split"] == "val", "recall"] = 0.01  # must not be shown
-    fig = plots.recall_vs_scored(rows, k=10, m=100)
+    fig = plots.recall_vs_postings(rows, k=10, m=100)
     assert [tr.name for tr in fig.data] == ["CCSA", "IVF-Flat"]
     ccsa, ivf = fig.data
     assert _f(ccsa.x) == [300.0, 120.0] and _f(ccsa.y) == [0.4, 0.7]
-    assert list(ccsa.text) == ["λ = 0, B = 100", "λ = 0.5, B = 100"] and ccsa.mode == "markers"
+    assert list(ccsa.text) == ["λ = 0, B = 100, 100 re-ranked", "λ = 0.5, B = 100, 100 re-ranked"]
+    assert ccsa.mode == "markers"
     assert _f(ivf.x) == [50.0, 100.0, 200.0] and _f(ivf.y) == pytest.approx([0.2, 0.4, 0.8])
-    assert list(ivf.text) == ["w = 1", "w = 2", "w = 4"] and ivf.mode == "lines+markers"
-    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "unique items re-ranked exactly per query"
+    assert list(ivf.text) == ["w = 1, 50 re-ranked", "w = 2, 100 re-ranked", "w = 4, 200 re-ranked"]
+    assert ivf.mode == "lines+markers"
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "posting-list entries touched per query"
     assert fig.layout.yaxis.title.text == "Top-10-Recall@100 (exact DE)" and tuple(fig.layout.yaxis.range) == (0, 1.02)
     assert fig.layout.title.text == "Top-10-Recall@100 (exact DE) vs work (test queries)"
-    gold = plots.recall_vs_scored(_ccsa_rows(), k=1, y="gold_recall", split="val")
+    gold = plots.recall_vs_postings(_ccsa_rows(), k=1, y="gold_recall", split="val")
     assert _f(gold.data[0].y) == [0.2, 0.35] and _f(gold.data[1].y) == pytest.approx([0.1, 0.2, 0.4])
     assert gold.layout.yaxis.title.text == "Recall@1 (gold labels)"
     assert gold.layout.title.text == "Recall@1 (gold labels) vs work (val queries)"

@@ -486,15 +486,18 @@ def _pad(I: np.ndarray) -> np.ndarray:
 
 
 def code_candidates(index: CodeIndex, query_codes: np.ndarray, shortlist: int | None = None
-                    ) -> tuple[list[np.ndarray], np.ndarray]:
+                    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """A CCSA query's candidates: the unique items of its C posting lists (§3.2); with ``shortlist`` R, only the
-    R with the most shared codes (ties to the lower row). Returns (candidates, postings touched per query)."""
+    R with the most shared codes (the paper's score-threshold-top-k steps; ties to the lower row).
+
+    Returns (candidates, postings touched per query, items sharing at least one code per query)."""
     postings = index.postings(query_codes)
     S = index.shared_codes(query_codes)
+    sharing = np.diff(S.indptr).astype(np.int64)
     if shortlist is not None:
         _, I = _csr_topk(S, shortlist, index.n_chunks)
-        return [row[row >= 0] for row in I], postings
-    return [S.indices[S.indptr[r]:S.indptr[r + 1]].astype(np.int64) for r in range(S.shape[0])], postings
+        return [row[row >= 0] for row in I], postings, sharing
+    return [S.indices[S.indptr[r]:S.indptr[r + 1]].astype(np.int64) for r in range(S.shape[0])], postings, sharing
 
 
 def query_split(n_queries: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -508,10 +511,11 @@ def query_split(n_queries: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.
 
 
 def retrieval_metrics(I: np.ndarray, exact: np.ndarray, relevant, split: np.ndarray, *, k: int,
-                      postings: np.ndarray, scored: np.ndarray) -> list[dict]:
+                      postings: np.ndarray, scored: np.ndarray, sharing: np.ndarray | None = None) -> list[dict]:
     """One row per split: Top-k-Recall@m against the exact DE top-k (|T ∩ S| / k over the m returned S), Recall@k
     against the gold labels (of the first k returned; :func:`xenbench.metrics.label_recall`), each with its
-    standard error over queries, and the mean ``postings`` and ``scored`` work (defined above)."""
+    standard error over queries, and the mean ``postings`` and ``scored`` work (defined above) and, when given, of
+    ``sharing`` (items sharing a code with the query)."""
     from xenbench.metrics import label_recall
 
     T = exact[:, :k]
@@ -526,7 +530,8 @@ def retrieval_metrics(I: np.ndarray, exact: np.ndarray, relevant, split: np.ndar
         rows.append({"split": name, "n_queries": int(sel.sum()),
                      "recall": float(topk[sel].mean()), "recall_se": float(topk[sel].std(ddof=1) / np.sqrt(sel.sum())),
                      "gold_recall": float(g.mean()), "gold_recall_se": float(g.std(ddof=1) / np.sqrt(g.size)),
-                     "postings": float(postings[sel].mean()), "scored": float(scored[sel].mean())})
+                     "postings": float(postings[sel].mean()), "scored": float(scored[sel].mean()),
+                     **({} if sharing is None else {"sharing": float(sharing[sel].mean())})})
     return rows
 
 
@@ -540,14 +545,16 @@ def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, set
     """Train one CCSA per (λ, B) on ``train`` (queries and items), index the items, search the queries.
 
     Search = the unique items of the query's C posting lists (the ``shortlist`` R with the most shared codes
-    when given), re-ranked by exact inner product (:func:`rerank`), best m returned.
+    when given, as the faiss PQ methods keep their R best), re-ranked by exact inner product (:func:`rerank`), best m
+    returned.
 
     Returns
     -------
     results : DataFrame
         One row per (λ, B, split): ``reg``, ``batch_size``, ``steps``, ``bytes_per_item``, ``imbalance``
-        (:func:`imbalance_factor`), ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), and the columns of
-        :func:`retrieval_metrics`.
+        (:func:`imbalance_factor`), ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), ``sharing`` (mean items
+        sharing a code with the query: the work an imbalanced index adds), ``shortlist`` (R or None) and the columns
+        of :func:`retrieval_metrics`.
     frequencies : dict
         (λ, B) -> :func:`activation_frequency` of its index (Fig. 2/3).
     """
@@ -556,14 +563,15 @@ def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, set
         ae = CompositeCodeAE(n_chunks, chunk_size, reg=reg, batch_size=batch, progress=progress,
                              **fit_params).fit(train)
         index = CodeIndex(n_chunks, chunk_size).add(ae.encode(items))
-        cands, postings = code_candidates(index, ae.encode(queries), shortlist)
+        cands, postings, sharing = code_candidates(index, ae.encode(queries), shortlist)
         I = rerank(queries, items, cands, m)
         scored = np.array([c.size for c in cands])
         last = ae.history_[-1]
         head = {"method": "CCSA", "reg": float(reg), "batch_size": int(batch), "steps": ae.steps_,
                 "bytes_per_item": code_bytes(n_chunks, chunk_size), "imbalance": imbalance_factor(index.list_sizes),
-                "recon": last["recon"], "mse": last["mse"], "uniformity_norm": last["uniformity_norm"]}
-        for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=postings, scored=scored):
+                "recon": last["recon"], "mse": last["mse"], "uniformity_norm": last["uniformity_norm"],
+                "shortlist": None if shortlist is None else int(shortlist)}
+        for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=postings, scored=scored, sharing=sharing):
             rows.append({**head, **row})
         frequencies[float(reg), int(batch)] = activation_frequency(index.list_sizes)
     return pd.DataFrame(rows), frequencies
@@ -734,8 +742,9 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
         Q, rel = queries[rows], relevant[rows]
         exact = exact_topk(Q, items, k)
         common = dict(exact=exact, relevant=rel, split=split, k=k, m=m)
+        # CCSA keeps the same R as the PQ methods, so every method re-ranks equally many items exactly.
         models, freq = balance_sweep(train, items, Q, settings_reg + extra, n_chunks=n_chunks, chunk_size=chunk_size,
-                                     seed=seed, progress=progress, **common, **fit_params)
+                                     shortlist=shortlist, seed=seed, progress=progress, **common, **fit_params)
         tables["models"].append(models.assign(seed=seed))
         tables["baselines"].append(faiss_baselines(train, items, Q, chunk_size, nprobes, pq=pq, shortlist=shortlist,
                                                    seed=seed, **common).assign(seed=seed))
@@ -753,7 +762,7 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
 
 
 def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = ("recall", "gold_recall", "imbalance",
-               "scored", "postings"), confidence: float = 0.95) -> pd.DataFrame:
+               "scored", "postings", "sharing"), confidence: float = 0.95) -> pd.DataFrame:
     """Mean over seeds per group ``by`` of each of ``columns`` present, with ``<col>_lo``/``<col>_hi`` (t-interval
     across seeds; NaN with one seed) and ``n_seeds``. With one seed, ``recall_se``/``gold_recall_se`` stay the
     per-query standard errors; with several they become the standard error across seeds."""

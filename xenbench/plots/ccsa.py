@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from xenbench.plots._style import _style
 
-__all__ = ["activation_frequency_lines", "recall_vs_scored"]
+__all__ = ["activation_frequency_lines", "recall_vs_postings"]
 
 
 def activation_frequency_lines(frequencies: Mapping[str, np.ndarray], chunk_size: int, *,
@@ -43,15 +43,16 @@ def activation_frequency_lines(frequencies: Mapping[str, np.ndarray], chunk_size
     return _style(fig, title, height)
 
 
-def recall_vs_scored(rows: pd.DataFrame, *, k: int = 10, m: int = 100, y: str = "recall", split: str = "test",
-                     title: str | None = None, height: int | None = 420) -> go.Figure:
-    """Recall against unique items re-ranked per query, one trace per method (CCSA models, faiss over nprobe).
+def recall_vs_postings(rows: pd.DataFrame, *, k: int = 10, m: int = 100, y: str = "recall", split: str = "test",
+                       title: str | None = None, height: int | None = 420) -> go.Figure:
+    """Recall against posting-list entries touched per query, one trace per method (CCSA models, faiss over
+    nprobe); the methods re-rank their shortlist R exactly, so postings are the work that differs.
 
     Parameters
     ----------
     rows : DataFrame
         Rows of :func:`xenbench.ccsa.balance_sweep` and :func:`xenbench.ccsa.faiss_baselines` (``method``,
-        ``scored``, ``recall``/``gold_recall``, ``split``; ``reg``/``batch_size`` or ``nprobe`` label points).
+        ``postings``, ``scored``, ``recall``/``gold_recall``, ``split``; ``reg``/``batch_size`` or ``nprobe`` label points).
     y : str
         ``"recall"`` (Top-k-Recall@m against the exact DE) or ``"gold_recall"`` (Recall@k against the labels).
     """
@@ -62,9 +63,10 @@ def recall_vs_scored(rows: pd.DataFrame, *, k: int = 10, m: int = 100, y: str = 
             text = [f"w = {int(w)}" for w in part["nprobe"]]
         else:
             text = [f"λ = {r:g}, B = {int(b)}" for r, b in zip(part["reg"], part["batch_size"])]
-        fig.add_trace(go.Scatter(x=part["scored"], y=part[y], mode="lines+markers" if method != "CCSA" else "markers",
-                                 text=text, name=str(method), hovertemplate="%{text}<br>%{x:.0f} scored, %{y:.3f}"))
-    fig.update_xaxes(title_text="unique items re-ranked exactly per query", type="log")
+        text = [f"{t}, {s:.0f} re-ranked" for t, s in zip(text, part["scored"])]
+        fig.add_trace(go.Scatter(x=part["postings"], y=part[y], mode="lines+markers" if method != "CCSA" else "markers",
+                                 text=text, name=str(method), hovertemplate="%{text}<br>%{x:.0f} postings, %{y:.3f}"))
+    fig.update_xaxes(title_text="posting-list entries touched per query", type="log")
     label = f"Top-{k}-Recall@{m} (exact DE)" if y == "recall" else f"Recall@{k} (gold labels)"
     fig.update_yaxes(title_text=label, range=[0, 1.02])
     return _style(fig, title or f"{label} vs work ({split} queries)", height)
