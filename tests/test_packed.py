@@ -1,0 +1,240 @@
+"""Packed (padding-free) forward: the same scores as the padded ``ce(batch)``, on the scorer's own batches."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    BertModel,
+    RobertaConfig,
+    RobertaModel,
+)
+
+import xenbench as xb
+from xenbench.packed import (
+    check_supported,
+    pack,
+    packed_forward,
+    padded_token_share,
+    repad,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+# Where a public name may live: the top-level package first; then the submodules before and after the
+# package's move into subpackages (this file must not depend on which layout is checked out).
+_HOMES = ("xenbench.models", "xenbench.models.crossencoder", "xenbench.models.scoring", "xenbench.data",
+          "xenbench.data.datasets", "xenbench.crossencoder", "xenbench.scoring")
+
+
+def api(name: str):
+    """``xb.<name>``, or the same public object from wherever the package currently defines it."""
+    if hasattr(xb, name):
+        return getattr(xb, name)
+    for home in _HOMES:
+        try:
+            mod = importlib.import_module(home)
+        except ImportError:
+            continue
+        if hasattr(mod, name):
+            return getattr(mod, name)
+    raise AttributeError(f"xenbench exports no {name!r}")
+
+
+def scorer_batches(ce, queries, items, batch_size: int) -> list[dict[str, torch.Tensor]]:
+    """All query x item pairs as the scorer batches them: length-sorted, each padded to its longest pair."""
+    asm = api("PairAssembler")(ce.pairs, ce.pairs.encode_queries(queries), ce.pairs.encode_items(items))
+    q_rows, i_rows = (a.reshape(-1) for a in np.meshgrid(np.arange(len(queries)), np.arange(len(items)),
+                                                          indexing="ij"))
+    lens = asm.lengths(q_rows, i_rows)
+    order = np.argsort(lens, kind="stable")
+    return [asm.batch(q_rows[order[s:s + batch_size]], i_rows[order[s:s + batch_size]],
+                      width=int(lens[order[min(s + batch_size, len(order)) - 1]]))
+            for s in range(0, len(order), batch_size)]
+
+
+def assert_same(ce, batch, tol: float = 1e-5) -> torch.Tensor:
+    with torch.inference_mode():
+        ref, got = ce(batch), packed_forward(ce, batch)
+    assert got.shape == ref.shape == (batch["input_ids"].shape[0],)
+    assert got.dtype == ref.dtype
+    assert float((got - ref).abs().max()) <= tol * max(1.0, float(ref.abs().max()))
+    return ref
+
+
+def with_format(ce, **changes):
+    """The same CE (same weights) with another input format, e.g. the query segment padded."""
+    fmt = dataclasses.replace(ce.config.input_format, **changes)
+    return api("CrossEncoder")(ce.model, ce.pairs.tokenizer, dataclasses.replace(ce.config, input_format=fmt)).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: these forwards are tiny, and on a shared 2-core machine a second thread mostly waits."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def texts():
+    ds = api("load_dataset")("wordnet-el:noun.cognition")
+    return list(ds.queries), list(ds.items)
+
+
+@pytest.fixture(scope="module", params=["cls-ce", "emb-ce"])
+def real_ce(request):
+    return api("load_cross_encoder")(ROOT / "models" / request.param)
+
+
+# -- the trained checkpoints ----------------------------------------------------------------------
+
+
+def test_real_ce_on_scorer_batches(real_ce, texts):
+    queries, items = texts
+    batches = scorer_batches(real_ce, queries[:6], items[:8], batch_size=16)
+    assert len(batches) == 3
+    refs = torch.cat([assert_same(real_ce, b) for b in batches])
+    assert float(refs.std()) > 1.0  # real, spread-out scores, not a degenerate constant
+
+
+def test_real_ce_very_different_lengths_and_batch_of_one(real_ce, texts):
+    queries, items = texts
+    qi, ii = real_ce.pairs.encode_queries(queries[:200]), real_ce.pairs.encode_items(items[:200])
+    qs, its = np.argsort([len(q) for q in qi]), np.argsort([len(i) for i in ii])
+    # Shortest with shortest, longest with longest, unsorted: most of the batch is padding.
+    rows = [(qs[0], its[0]), (qs[-1], its[-1]), (qs[1], its[2]), (qs[-2], its[-3])]
+    batch = real_ce.pairs.collate([qi[a] for a, _ in rows], [ii[b] for _, b in rows])
+    assert padded_token_share(batch) > 0.25
+    assert_same(real_ce, batch)
+    assert_same(real_ce, real_ce.pairs.collate([qi[qs[-1]]], [ii[its[0]]]))  # B = 1, no padding at all
+
+
+def test_real_ce_with_padded_query_segment(real_ce, texts):
+    """``query_pad_to``: attended tokens are not contiguous and item positions start at 40."""
+    queries, items = texts
+    padded = with_format(real_ce, query_pad_to=40)
+    batches = scorer_batches(padded, queries[:4], items[:6], batch_size=12)
+    att = batches[0]["attention_mask"]
+    assert bool(((att[:, :-1] == 0) & (att[:, 1:] == 1)).any())  # a gap inside a pair
+    ref = torch.cat([assert_same(padded, b) for b in batches])
+    # Positions matter: the same pairs unpadded score differently, so matching them is not trivial.
+    with torch.inference_mode():
+        plain = torch.cat([real_ce(b) for b in scorer_batches(real_ce, queries[:4], items[:6], 12)])
+    assert float((ref.sort().values - plain.sort().values).abs().max()) > 1e-3
+
+
+# -- tiny random BERTs (every head and pooling, fast) ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(api("bundled_backbone")())
+
+
+def tiny_ce(tokenizer, kind: str, pooling: str = "mean", scale: float | None = None, **fmt):
+    cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=128, num_labels=1, initializer_range=0.5)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(cfg) if kind == "cls" else BertModel(cfg, add_pooling_layer=False)
+    fmt = api("InputFormat")(**{"max_query_tokens": 12, "max_item_tokens": 20, **fmt})
+    config = api("CEConfig")(kind=kind, pooling=pooling, scale=scale, input_format=fmt)
+    return api("CrossEncoder")(model.eval(), tokenizer, config).eval()
+
+
+TINY = {
+    "cls": {"kind": "cls"},
+    "cls-query-pad": {"kind": "cls", "query_pad_to": 16},
+    "emb-mean-scaled": {"kind": "emb", "pooling": "mean", "scale": 20.0},
+    "emb-mean-query-pad": {"kind": "emb", "pooling": "mean", "scale": 20.0, "query_pad_to": 16},
+    "emb-markers": {"kind": "emb", "pooling": "markers"},
+    "emb-cls-sep": {"kind": "emb", "pooling": "cls-sep", "markers": False},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(TINY))
+def test_tiny_bert_every_head(layout, tokenizer, texts):
+    ce = tiny_ce(tokenizer, **TINY[layout])
+    queries, items = texts
+    for batch in scorer_batches(ce, queries[:5], items[:7], batch_size=16):
+        assert_same(ce, batch)
+    assert_same(ce, scorer_batches(ce, queries[:1], items[:1], 1)[0])
+
+
+def test_padded_attention_path_is_forced_and_autocast_runs(tokenizer, texts):
+    ce = tiny_ce(tokenizer, "cls", query_pad_to=16)
+    batch = scorer_batches(ce, *(t[:6] for t in texts), batch_size=36)[0]
+    with torch.inference_mode():
+        ref = ce(batch)
+        torch.testing.assert_close(packed_forward(ce, batch, attention="padded"), ref, rtol=1e-6, atol=1e-5)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # low precision: close, not equal
+            low_ref, low = ce(batch).float(), packed_forward(ce, batch).float()
+    assert float((low - low_ref).abs().max()) < 0.1 * float(ref.std()) + 1e-3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_varlen_matches_padded_under_bf16(tokenizer, texts):
+    ce = tiny_ce(tokenizer, "cls", query_pad_to=16).cuda()
+    batch = {k: v.cuda() for k, v in scorer_batches(ce, *(t[:6] for t in texts), batch_size=36)[0].items()}
+    with torch.inference_mode():
+        ref = ce(batch)
+        torch.testing.assert_close(packed_forward(ce, batch), ref, rtol=1e-5, atol=1e-4)  # fp32: re-padded SDPA
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            low_ref, low = ce(batch).float(), packed_forward(ce, batch, attention="varlen").float()
+    assert float((low - low_ref).abs().max()) < 0.1 * float(ref.std()) + 1e-2
+
+
+# -- packing itself -------------------------------------------------------------------------------
+
+
+def test_pack_keeps_columns_and_types(tokenizer):
+    ce = tiny_ce(tokenizer, "cls", query_pad_to=8)
+    batch = ce.pairs.collate([[2000, 2001], [2002]], [[3000], [3001, 3002, 3003]])
+    p = pack(batch)
+    # Pair 0: [CLS] a b [SEP] pad pad pad pad | c [SEP] ; pair 1: [CLS] d [SEP] pad*5 | e f g [SEP]
+    assert p.lengths.tolist() == [6, 7] and p.cu_seqlens.tolist() == [0, 6, 13] and p.max_len == 7
+    assert p.position_ids.tolist() == [0, 1, 2, 3, 8, 9, 0, 1, 2, 8, 9, 10, 11]
+    assert p.token_type_ids.tolist() == [0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1]
+    assert p.input_ids.tolist()[:6] == [ce.pairs.cls_id, 2000, 2001, ce.pairs.sep_id, 3000, ce.pairs.sep_id]
+    back = repad(p.input_ids, p)
+    assert torch.equal(back, batch["input_ids"] * batch["attention_mask"])
+    compact = repad(p.input_ids, p, "compact")
+    assert compact.shape == (2, 7) and compact[0, 6] == 0 and compact[1, 6] == ce.pairs.sep_id
+
+
+def test_empty_pair_is_refused():
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 0], [0, 0, 0]]),
+             "token_type_ids": torch.zeros(2, 3, dtype=torch.long)}
+    with pytest.raises(ValueError, match="at least one attended token"):
+        pack(batch)
+
+
+# -- what is not supported ------------------------------------------------------------------------
+
+
+def test_unsupported_architectures_raise_a_clear_error(tokenizer):
+    roberta = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
+    config = api("CEConfig")(kind="emb", scale=None)
+    ce = api("CrossEncoder")(roberta.eval(), tokenizer, config)
+    batch = ce.pairs.collate([[2000]], [[3000]])
+    with pytest.raises(ValueError, match="RobertaModel"):
+        packed_forward(ce, batch)
+    mismatched = api("CrossEncoder")(tiny_ce(tokenizer, "emb").model, tokenizer, api("CEConfig")(kind="cls"))
+    with pytest.raises(ValueError, match="BertModel"):  # a bare encoder has no [CLS] head to reproduce
+        check_supported(mismatched)
+    with pytest.raises(ValueError, match="varlen"):  # CPU fp32: no flash-attention kernel
+        packed_forward(tiny_ce(tokenizer, "cls"), batch, attention="varlen")
+    left_padded = {k: v.flip(1) if v.dim() == 2 else v for k, v in tiny_ce(tokenizer, "cls").pairs.collate(
+        [[2000], [2000, 2001, 2002]], [[3000], [3001]]).items()}
+    with pytest.raises(ValueError, match="column 0"):  # the [CLS] head reads column 0, a pad here
+        packed_forward(tiny_ce(tokenizer, "cls"), left_padded)
+    with pytest.raises(ValueError, match="attention must be"):
+        packed_forward(tiny_ce(tokenizer, "cls"), batch, attention="flash")
