@@ -1,6 +1,6 @@
 """Per-query reference vs batched torch ADACUR on the same configuration, side by side.
 
-Times both implementations of :class:`xenbench.adacur.AdaCur` on one score matrix, at one thread
+Times both implementations of :class:`xenbench.methods.adacur.AdaCur` on one score matrix, at one thread
 and at the libraries' default thread count (best of ``--repeat`` runs each), and prints the wall
 times, their ratios (target: batched ≥ 20× faster on CPU), the Fig. 4 breakdown (CE calls / pinv /
 matmul / sampling), Top-k-Recall of both, and checks that anchors, ranked lists and recall agree.
@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
-from xenbench.adacur import AdaCur, AdaCurResult, SearchOptions  # noqa: E402
+from xenbench.methods.adacur import AdaCur, AdaCurResult, SearchOptions  # noqa: E402
 from xenbench.metrics import BudgetCounter, topk_recall  # noqa: E402
 
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.matrix is not None:
         if Path(args.matrix).is_dir():  # a ScoreStore folder, e.g. data/scores/noun.cognition/cls-ce
-            from xenbench.store import ScoreStore
+            from xenbench.data.store import ScoreStore
 
             M = ScoreStore.open(args.matrix).to_numpy()
         else:

@@ -1,14 +1,14 @@
 """CCSA's inverted index vs faiss IVF-PQ and OPQ+IVF-PQ: retrieval speed at equal bytes per item and equal recall.
 
-On the pooled WordNet-EL corpus (``xenbench.corpus.load_corpus``: DE embeddings of all 95,840 items and their
-queries; cached under ~/.cache/xenbench after the first run), this trains one :class:`xenbench.ccsa.CompositeCodeAE`
+On the pooled WordNet-EL corpus (``xenbench.studies.corpus.load_corpus``: DE embeddings of all 95,840 items and their
+queries; cached under ~/.cache/xenbench after the first run), this trains one :class:`xenbench.methods.ccsa.CompositeCodeAE`
 like notebook 06's ``full`` profile (C = 16, L = 64: 12 bytes per item; τ = 100, B = 1,000, 300 steps, lr 1e-3, on
-items and queries), indexes the items' codes in a :class:`xenbench.ccsa.CodeIndex` and retrieves m = 1,000 items per
+items and queries), indexes the items' codes in a :class:`xenbench.methods.ccsa.CodeIndex` and retrieves m = 1,000 items per
 query by shared codes. The baselines are faiss ``IVF{n},PQ12x8`` and ``OPQ12,IVF{n},PQ12x8`` (the same 12 bytes per
-item: :func:`xenbench.ccsa.pq_for_bytes`), trained on the same rows, returning their 1,000 best by the PQ
+item: :func:`xenbench.methods.ccsa.pq_for_bytes`), trained on the same rows, returning their 1,000 best by the PQ
 approximation. No method re-ranks: the recall is of the 1,000 returned items.
 
-Recall: Top-k-Recall@m against the exact DE top-k (k = 10; :func:`xenbench.ccsa.exact_topk`), and gold Recall@m.
+Recall: Top-k-Recall@m against the exact DE top-k (k = 10; :func:`xenbench.methods.ccsa.exact_topk`), and gold Recall@m.
 For each baseline and list count, nprobe is the smallest of ``--nprobes`` whose Top-k-Recall@m on the evaluated
 queries reaches CCSA's; the baseline reported is the list count whose matched setting has the lowest single-query
 latency. Timings, one thread everywhere (torch, faiss's OpenMP; numpy and scipy are single-threaded), interleaved
@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
-from xenbench.ccsa import CodeIndex, CompositeCodeAE, code_bytes, exact_topk, pq_for_bytes, query_split  # noqa: E402
+from xenbench.methods.ccsa import CodeIndex, CompositeCodeAE, code_bytes, exact_topk, pq_for_bytes, query_split  # noqa: E402
 from xenbench.metrics import label_recall  # noqa: E402
 
 TARGET = 5.0  # CCSA's single-query speed-up over IVF-PQ at equal recall that the issue asks for
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import faiss
 
-    from xenbench.corpus import load_corpus
+    from xenbench.studies.corpus import load_corpus
 
     corpus = load_corpus(args.dataset)
     X, Qall = corpus.items, corpus.queries

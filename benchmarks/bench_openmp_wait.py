@@ -31,9 +31,9 @@ _CHILD = """
 import sys, time
 sys.path.insert(0, {root!r})
 import numpy as np
-from xenbench.adacur import SearchOptions
-from xenbench.axn import Axn
-from xenbench.store import ScoreStore
+from xenbench.methods.adacur import SearchOptions
+from xenbench.methods.axn import Axn
+from xenbench.data.store import ScoreStore
 M = ScoreStore.open({matrix!r}).to_numpy()
 rng = np.random.default_rng(0)
 V = rng.standard_normal((M.shape[1], 384)).astype(np.float32)  # item embeddings: shape matters, not quality

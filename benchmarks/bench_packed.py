@@ -1,4 +1,4 @@
-"""Benchmark: padding-free :func:`xenbench.packed.packed_forward` vs the padded ``ce(batch)`` on the scorer's batches.
+"""Benchmark: padding-free :func:`xenbench.models.packed.packed_forward` vs the padded ``ce(batch)`` on the scorer's batches.
 
 Both score the same (query, item) pairs of a WordNet-EL domain, all n_queries x n_items of them, cut into the
 batches the scorer builds (``PairAssembler``; pairs sorted by length, each batch padded to its longest pair),
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import json
 import logging
 import statistics
@@ -39,45 +38,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragmen
 
 from run_all import command_line, write_fragment
 
-import xenbench as xb
-from xenbench.packed import packed_forward, varlen_available
+from xenbench.data.datasets import load_beir
+from xenbench.models.crossencoder import CrossEncoder, load_cross_encoder
+from xenbench.models.scoring import PairAssembler
+from xenbench.models.packed import packed_forward, varlen_available
 
 log = logging.getLogger("bench_packed")
 REPO = Path(__file__).resolve().parent.parent
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_BATCH_SIZE = {"cpu": 64, "cuda": 1024}  # the scorer's defaults (pairs per length-sorted batch)
-# Where a public name may live: the top-level package first, then the modules before and after the package's
-# move into subpackages (the script must not depend on which layout is checked out).
-_HOMES = ("xenbench.models", "xenbench.models.crossencoder", "xenbench.models.scoring", "xenbench.data",
-          "xenbench.data.datasets", "xenbench.crossencoder", "xenbench.scoring")
 
-
-def api(name: str) -> Any:
-    """``xb.<name>``, or the same public object from wherever the package currently defines it."""
-    if hasattr(xb, name):
-        return getattr(xb, name)
-    for home in _HOMES:
-        try:
-            mod = importlib.import_module(home)
-        except ImportError:
-            continue
-        if hasattr(mod, name):
-            return getattr(mod, name)
-    raise AttributeError(f"xenbench exports no {name!r}")
 
 
 def load_ce(path: str, query_pad_to: int | None) -> Any:
-    ce = api("load_cross_encoder")(REPO / path if not Path(path).is_absolute() else path)
+    ce = load_cross_encoder(REPO / path if not Path(path).is_absolute() else path)
     if query_pad_to:  # same weights, query segment padded: item positions start at query_pad_to
         fmt = dataclasses.replace(ce.config.input_format, query_pad_to=query_pad_to)
-        ce = api("CrossEncoder")(ce.model, ce.pairs.tokenizer, dataclasses.replace(ce.config, input_format=fmt))
+        ce = CrossEncoder(ce.model, ce.pairs.tokenizer, dataclasses.replace(ce.config, input_format=fmt))
     return ce.eval()
 
 
 def scorer_batches(ce: Any, queries: list, items: list, batch_size: int, device: torch.device
                    ) -> list[dict[str, torch.Tensor]]:
     """Every query x item pair, batched as the scorer does: sorted by length, each padded to its longest pair."""
-    asm = api("PairAssembler")(ce.pairs, ce.pairs.encode_queries(queries), ce.pairs.encode_items(items), device)
+    asm = PairAssembler(ce.pairs, ce.pairs.encode_queries(queries), ce.pairs.encode_items(items), device)
     q_rows, i_rows = (a.reshape(-1) for a in np.meshgrid(np.arange(len(queries)), np.arange(len(items)),
                                                           indexing="ij"))
     lens = asm.lengths(q_rows, i_rows)
@@ -161,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
-    ds = api("load_beir")(REPO / "data" / "wordnet-el" / args.domain)
+    ds = load_beir(REPO / "data" / "wordnet-el" / args.domain)
     queries, items = list(ds.queries)[: args.n_queries], list(ds.items)[: args.n_items]
     result = {
         "command": " ".join(sys.argv),

@@ -96,16 +96,16 @@ def ensure_pecos_venv(venv: Path = DEFAULT_VENV, *, python: str = "python3.11") 
 def build_inputs(datasets: list[str], split_kind: str = "random", seed: int = 0, eval_fraction: float = 0.5,
                  dev_fraction: float = 0.5, device: str = "cpu") -> dict:
     """Notebook 05's data for one split: P, Q_train, Q_test (float32, L2-normalized), Y_train, Y_test (csr)."""
-    import xenbench.pefa
-    import xenbench.splits as splits
+    import xenbench.methods.pefa
+    import xenbench.studies.splits as splits
 
     ds = splits.pool_datasets(datasets)
     P, U = splits.pooled_embeddings(datasets, device=device)
     split = splits.make_split(split_kind, splits.gold_groups(ds), eval_fraction, dev_fraction, seed=seed)
     return {"P": np.ascontiguousarray(P, np.float32), "Q_train": np.ascontiguousarray(U[split.train], np.float32),
             "Q_test": np.ascontiguousarray(U[split.test], np.float32),
-            "Y_train": xenbench.pefa.relevance_matrix(ds, split.train).astype(np.float32),
-            "Y_test": xenbench.pefa.relevance_matrix(ds, split.test).astype(np.float32),
+            "Y_train": xenbench.methods.pefa.relevance_matrix(ds, split.train).astype(np.float32),
+            "Y_test": xenbench.methods.pefa.relevance_matrix(ds, split.test).astype(np.float32),
             "name": ds.name, "n_items": len(ds.items), "n_queries": len(ds.queries)}
 
 
@@ -148,10 +148,10 @@ def run_pecos(py: Path, inputs: Path, out: Path) -> tuple[dict[str, dict], dict]
 # -- ours --------------------------------------------------------------------------------------------------------------
 
 def run_ours(job: dict, P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix, Q_test: np.ndarray) -> dict:
-    """xenbench.pefa on one job (same keys as the runner's): fastest build / search seconds over ``repeat``."""
+    """xenbench.methods.pefa on one job (same keys as the runner's): fastest build / search seconds over ``repeat``."""
     import faiss
 
-    from xenbench.pefa import PefaXL, PefaXS
+    from xenbench.methods.pefa import PefaXL, PefaXS
 
     threads_before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(int(job["threads"]))

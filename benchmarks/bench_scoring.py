@@ -2,7 +2,7 @@
 
 Both score the same (query, item) pairs of a WordNet-EL domain with the same [CLS]-CE weights:
 
-* ours: :func:`xenbench.scoring.score_matrix` (tokenize once, vectorized pair assembly, length bucketing);
+* ours: :func:`xenbench.models.scoring.score_matrix` (tokenize once, vectorized pair assembly, length bucketing);
 * theirs: ``sentence_transformers.CrossEncoder(folder, activation_fn=Identity())`` loaded from
   ``ce.model.save_pretrained(folder)`` + the tokenizer, ``predict`` on text pairs. Identity gives raw
   logits (a 1-label CrossEncoder applies a sigmoid by default).
@@ -34,9 +34,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from xenbench.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder, resolve_device  # noqa: E402
-from xenbench.data import Item, Query, load_beir  # noqa: E402
-from xenbench.scoring import PairAssembler, score_matrix  # noqa: E402
+from xenbench._device import resolve_device  # noqa: E402
+from xenbench.models.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder  # noqa: E402
+from xenbench.data.datasets import Item, Query, load_beir  # noqa: E402
+from xenbench.models.scoring import PairAssembler, score_matrix  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 from run_all import command_line  # noqa: E402

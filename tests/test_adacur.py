@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-import xenbench.adacur as adacur_module
-from xenbench.adacur import (
+import xenbench.methods.adacur as adacur_module
+from xenbench.methods.adacur import (
     AdaCur,
     Oracle,
     SearchOptions,
@@ -23,7 +23,7 @@ from xenbench.adacur import (
     rerank_baseline,
     round_sizes,
 )
-from xenbench.cur import AnnCur, NotFittedError
+from xenbench.methods.cur import AnnCur, NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, topk_recall
 
@@ -316,7 +316,7 @@ def test_seeded_runs_are_deterministic(data):
 
 
 def test_sampler_names_and_objects_are_the_same_search(data):
-    from xenbench.adacur import SAMPLERS, Random, make_sampler
+    from xenbench.methods.adacur import SAMPLERS, Random, make_sampler
 
     R, T = data
     assert all(sampler.name == name for name, sampler in SAMPLERS.items())

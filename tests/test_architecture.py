@@ -1,21 +1,20 @@
-"""Layering of the xenbench modules: a module imports only from its own layer or lower ones.
+"""Layering of the xenbench package: a unit imports only from its own layer or lower ones.
 
 Every ``import`` of a xenbench module is checked, at module level or inside a function (lazy imports
 are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest first:
 
-====  =================  ===============================================================
- 0    base               the package root (``__version__``), errors, _validation, _io, _ray, integrity, metrics
- 1    data               data, wordnet
- 2    models, stores     crossencoder, retrievers, store, scoring
- 3    data via models    linking, corpus, splits, stats, train
- 4    methods            trace, cur, adacur, axn, mf, pefa, ccsa, rank, protocol
- 5    drivers            experiments
- 6    presentation       findings, plots, widgets
- 7    entry points       notebook, sweep, cli
-====  =================  ===============================================================
+====  =============  ==========================================================================
+ 0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling
+ 1    data           xenbench.data: datasets, wordnet, store
+ 2    models         xenbench.models: crossencoder, retrievers, scoring, linking, train
+ 3    methods        xenbench.methods: cur, adacur, axn, mf, pefa, ccsa, trace, protocol
+ 4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings
+ 5    presentation   xenbench.viz: plots, widgets
+ 6    entry points   notebook, sweep, cli
+====  =============  ==========================================================================
 
-A subpackage (``plots``, ``findings``) is one unit: its submodules share its layer and may import
-each other. ARCHITECTURE.md explains the layers; a new module must be added to :data:`LAYERS`.
+A subpackage is one unit: its modules share its layer and may import each other. ARCHITECTURE.md
+explains the layers; a new top-level module or subpackage must be added to :data:`LAYERS`.
 """
 from __future__ import annotations
 
@@ -29,20 +28,20 @@ import xenbench
 PACKAGE = Path(xenbench.__file__).parent
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "integrity", "metrics", "sampling"}),
-    ("data", {"data", "wordnet"}),
-    ("models, stores", {"crossencoder", "retrievers", "store", "scoring"}),
-    ("data via models", {"linking", "corpus", "splits", "stats", "train"}),
-    ("methods", {"trace", "cur", "adacur", "axn", "mf", "pefa", "ccsa", "rank", "protocol"}),
-    ("drivers", {"experiments"}),
-    ("presentation", {"findings", "plots", "widgets"}),
+    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "_device", "_lazy", "integrity", "metrics",
+              "sampling"}),
+    ("data", {"data"}),
+    ("models", {"models"}),
+    ("methods", {"methods"}),
+    ("studies", {"studies"}),
+    ("presentation", {"viz"}),
     ("entry points", {"notebook", "sweep", "cli"}),
 ]
 LAYER = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 
 
 def _unit(module: str) -> str:
-    """``xenbench.plots._style`` -> ``plots``; ``xenbench`` -> ``xenbench`` (the package root)."""
+    """``xenbench.viz.plots._style`` -> ``plots``; ``xenbench`` -> ``xenbench`` (the package root)."""
     parts = module.split(".")
     assert parts[0] == "xenbench", module
     return parts[1] if len(parts) > 1 else "xenbench"
@@ -75,7 +74,7 @@ def imports_of(path: Path, source: str | None = None) -> list[tuple[int, str]]:
                 source = node.module or ""
             if source.split(".")[0] != "xenbench":
                 continue
-            for a in node.names:  # `from xenbench import data` imports the submodule xenbench.data
+            for a in node.names:  # `from xenbench import data` imports the subpackage xenbench.data
                 sub = f"{source}.{a.name}"
                 out.append((node.lineno, sub if _is_submodule(sub) else source))
     return out
@@ -100,10 +99,12 @@ def test_imports_go_down_the_layers(path):
 
 
 def test_the_parser_sees_lazy_relative_and_package_imports():
-    src = ("import numpy\nfrom xenbench import __version__, data\nimport xenbench.plots._style\n"
-           "def f():\n    from xenbench.experiments import RoundTrace\n    from . import cur\n")
-    got = [target for _, target in imports_of(PACKAGE / "stats.py", src)]
-    assert got == ["xenbench", "xenbench.data", "xenbench.plots._style", "xenbench.experiments", "xenbench.cur"]
+    src = ("import numpy\nfrom xenbench import __version__, data\nimport xenbench.viz.plots._style\n"
+           "def f():\n    from xenbench.studies.experiments import RoundTrace\n    from ..methods import cur\n"
+           "    from . import rank\n")
+    got = [target for _, target in imports_of(PACKAGE / "studies" / "stats.py", src)]
+    assert got == ["xenbench", "xenbench.data", "xenbench.viz.plots._style", "xenbench.studies.experiments",
+                   "xenbench.methods.cur", "xenbench.studies.rank"]
 
 
 def test_architecture_md_lists_the_same_layers():
@@ -115,9 +116,9 @@ def test_architecture_md_lists_the_same_layers():
 
 
 def test_names_moved_down_stay_importable_from_their_old_module():
-    import xenbench.adacur as adacur
-    import xenbench.experiments as experiments
-    import xenbench.trace as trace
+    import xenbench.methods.adacur as adacur
+    import xenbench.studies.experiments as experiments
+    import xenbench.methods.trace as trace
 
     assert experiments.RoundTrace is trace.RoundTrace
     assert experiments.trace_from_result is trace.trace_from_result

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-from xenbench.adacur import SearchOptions, rerank_baseline
+from xenbench.methods.adacur import SearchOptions, rerank_baseline
 from xenbench import plots as xb_plots
-from xenbench.axn import Axn, lambda_sweep, prior_scale
-from xenbench.experiments import at_lambda, select_lambda
-from xenbench.cur import NotFittedError
+from xenbench.methods.axn import Axn, lambda_sweep, prior_scale
+from xenbench.studies.experiments import at_lambda, select_lambda
+from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_recall
 
@@ -119,7 +119,7 @@ def test_lambda_sweep_selection_and_test_scores(factors):
 
 
 def test_round_trace_follows_one_query(factors):
-    from xenbench.axn import round_trace
+    from xenbench.methods.axn import round_trace
 
     V, U, _ = factors
     M = U @ V.T
@@ -172,7 +172,7 @@ def protocol_run():
 
 
 def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_run):
-    from xenbench.axn import prior_scale
+    from xenbench.methods.axn import prior_scale
 
     M, V, U_de, splits, runs, dev = protocol_run
     n = runs.groupby("method")[["split", "seed"]].apply(lambda g: len(set(zip(g["split"], g["seed"]))))
@@ -195,8 +195,8 @@ def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_r
 
 
 def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run):
-    from xenbench.axn import PAIRS, paired_comparisons
-    from xenbench.protocol import paired_test
+    from xenbench.methods.axn import PAIRS, paired_comparisons
+    from xenbench.methods.protocol import paired_test
 
     *_, runs, _ = protocol_run
     comp = paired_comparisons(runs)
@@ -231,7 +231,7 @@ def _results(mean: float, p_holm: float, lams: str = "0.2, 0.8") -> dict:
 
 
 def test_findings_follow_the_numbers():
-    from xenbench.findings.axn import findings
+    from xenbench.studies.findings.axn import findings
 
     win = findings(_results(0.05, 0.001))
     assert "3 query splits × 5 first-round seeds" in win[0] and "cls-ce" in win[0]
@@ -255,8 +255,8 @@ NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.fixture
 def devices(monkeypatch) -> dict[str, list]:
     """The torch device of every batched search (AXN runs on ADACUR's engine) and of every MF fit."""
-    from xenbench.adacur import AdaCur
-    from xenbench.mf import MatrixFactorization
+    from xenbench.methods.adacur import AdaCur
+    from xenbench.methods.mf import MatrixFactorization
 
     seen = {"search": [], "mf": []}
     search, fit = AdaCur._torch_device, MatrixFactorization.fit

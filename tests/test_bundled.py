@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xenbench.crossencoder import load_cross_encoder
-from xenbench.data import load_dataset
-from xenbench.scoring import model_fingerprint
-from xenbench.store import ScoreStore
+from xenbench.models.crossencoder import load_cross_encoder
+from xenbench.data.datasets import load_dataset
+from xenbench.models.scoring import model_fingerprint
+from xenbench.data.store import ScoreStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SCORES = ROOT / "data" / "scores" / "noun.cognition"
@@ -53,7 +53,7 @@ def test_bundled_checkpoints_are_small_and_documented(kind) -> None:
 
 
 def test_bundled_de_matrix_recomputes(dataset) -> None:
-    from xenbench.retrievers import DualEncoder
+    from xenbench.models.retrievers import DualEncoder
 
     store = ScoreStore.open(SCORES / "de")
     assert store.shape == (1001, 2964) and store.attrs["kind"] == "de"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from xenbench.ccsa import (
+from xenbench.methods.ccsa import (
     code_candidates,
     CodeIndex,
     CompositeCodeAE,
@@ -21,7 +21,7 @@ from xenbench.ccsa import (
     uniformity_loss,
     ur_noise_floor,
 )
-from xenbench.cur import NotFittedError
+from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,7 +82,7 @@ def _brute_topk(codes, queries, k):
 def test_search_equals_brute_force_on_skewed_codes_in_any_block_size(seed):
     # Skewed code frequencies (crowded lists, many ties at the threshold), k from 1 to all items, queries whose
     # lists hold fewer than k items, and blocks of 1 query to all queries at once: always the brute-force answer.
-    from xenbench.ccsa import _csr_topk
+    from xenbench.methods.ccsa import _csr_topk
 
     rng = np.random.default_rng(seed)
     C, L, n = int(rng.integers(1, 7)), int(rng.integers(2, 12)), int(rng.integers(1, 300))
@@ -210,7 +210,7 @@ def test_bytes_per_item_accounting():
 
 
 def test_findings_follow_the_numbers():
-    from xenbench.findings.ccsa import findings
+    from xenbench.studies.findings.ccsa import findings
 
     def rows(reg, imb, rec, gold, se=0.01):
         return [{"method": "CCSA", "reg": reg, "batch_size": 100, "split": sp, "imbalance": imb, "recall": rec,
@@ -235,7 +235,7 @@ def test_findings_follow_the_numbers():
 
 
 def test_findings_flag_a_comparison_at_unequal_re_ranking_work():
-    from xenbench.findings.ccsa import findings
+    from xenbench.studies.findings.ccsa import findings
 
     def rows(scored_ccsa, scored_pq, postings_ccsa=1000.0, postings_pq=1000.0):
         by_reg = [{"reg": 0.0, "batch_size": 10, "split": sp, "imbalance": 1.2, "recall": 0.8, "gold_recall": 0.5,
@@ -256,7 +256,7 @@ def test_findings_flag_a_comparison_at_unequal_re_ranking_work():
 
 
 def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
-    from xenbench.findings.ccsa import findings
+    from xenbench.studies.findings.ccsa import findings
 
     def rows(seed, reg, rec, imb=1.2):
         return [{"method": "CCSA", "reg": reg, "batch_size": 100, "split": sp, "imbalance": imb, "recall": rec,
@@ -282,7 +282,7 @@ def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
 def test_over_seeds_means_and_t_interval():
     from scipy import stats
 
-    from xenbench.ccsa import over_seeds
+    from xenbench.methods.ccsa import over_seeds
 
     df = pd.DataFrame({"method": "CCSA", "split": "test", "seed": [0, 1, 2], "recall": [0.5, 0.6, 0.7],
                        "recall_se": [0.01, 0.01, 0.01], "bytes_per_item": 2.0})
@@ -298,8 +298,8 @@ def test_over_seeds_means_and_t_interval():
 def test_sweep_and_baselines_rows_and_figures():
     import scipy.sparse as sp
 
-    from xenbench.ccsa import balance_sweep, exact_topk, faiss_baselines, query_split
-    from xenbench.plots import activation_frequency_lines, recall_vs_postings
+    from xenbench.methods.ccsa import balance_sweep, exact_topk, faiss_baselines, query_split
+    from xenbench.viz.plots import activation_frequency_lines, recall_vs_postings
 
     X = _clustered(400, d=16)
     Q = X[:40]  # queries that are items: their own row is their exact top-1 and their gold item
@@ -333,7 +333,7 @@ def test_sweep_and_baselines_rows_and_figures():
 def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
     import scipy.sparse as sp
 
-    from xenbench.ccsa import balance_sweep, exact_topk, query_split, study
+    from xenbench.methods.ccsa import balance_sweep, exact_topk, query_split, study
 
     X = _clustered(300, d=16)
     queries = X[:60]
@@ -362,7 +362,7 @@ def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
 def test_faiss_baselines_name_a_training_set_too_small_for_the_quantizers():
     import scipy.sparse as sp
 
-    from xenbench.ccsa import faiss_baselines
+    from xenbench.methods.ccsa import faiss_baselines
 
     X = _clustered(100, d=16)
     with pytest.raises(ParameterError, match=r"'train' parameter of faiss_baselines must be at least 256 rows to "

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from xenbench.cli import main
-from xenbench.wordnet import DEFAULT_WORDNET_DIR
+from xenbench.data.wordnet import DEFAULT_WORDNET_DIR
 
 
 def _error(capsys) -> str:
@@ -59,9 +59,9 @@ def test_data_build_wordnet_without_wordnet_files(tmp_path, capsys):
 # -- score -------------------------------------------------------------------------------------------------
 
 def test_score_tfidf_sample(tmp_path, capsys):
-    from xenbench.data import load_dataset
-    from xenbench.retrievers import TfidfRetriever
-    from xenbench.store import ScoreStore
+    from xenbench.data.datasets import load_dataset
+    from xenbench.models.retrievers import TfidfRetriever
+    from xenbench.data.store import ScoreStore
 
     out = tmp_path / "tfidf"
     assert main(["score", "tfidf", "wordnet-el:noun.Tops", "--out", str(out), "--n-queries", "3", "--n-items", "5",
@@ -91,7 +91,7 @@ class _StandInCE:
 
 
 def test_train_ce_builds_the_config(tmp_path, monkeypatch, capsys):
-    import xenbench.train as train
+    import xenbench.models.train as train
 
     seen = {}
 
@@ -115,8 +115,8 @@ def test_train_ce_rejects_markers_for_a_cls_ce(tmp_path, capsys):
 
 
 def test_eval_ce_writes_the_table(tmp_path, monkeypatch, capsys):
-    import xenbench.crossencoder as crossencoder
-    import xenbench.train as train
+    import xenbench.models.crossencoder as crossencoder
+    import xenbench.models.train as train
 
     rows = [{"domain": "noun.Tops", "n_queries": 2, "accuracy@1": 0.5}]
     calls = {}

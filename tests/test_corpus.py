@@ -1,11 +1,11 @@
-"""xenbench.corpus: specs, stacking and gold rows against each dataset loaded on its own (with a fake encoder)."""
+"""xenbench.studies.corpus: specs, stacking and gold rows against each dataset loaded on its own (with a fake encoder)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from xenbench.corpus import corpus_specs, load_corpus, wordnet_el_domains
-from xenbench.data import load_dataset
+from xenbench.studies.corpus import corpus_specs, load_corpus, wordnet_el_domains
+from xenbench.data.datasets import load_dataset
 from xenbench.errors import ParameterError
 
 

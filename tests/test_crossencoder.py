@@ -6,13 +6,13 @@ import json
 import pytest
 import torch
 
-from xenbench.crossencoder import (
+from xenbench.models.crossencoder import (
     CEConfig,
     InputFormat,
     build_cross_encoder,
     load_cross_encoder,
 )
-from xenbench.data import Item, Query
+from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
 
 QUERIES = [
@@ -176,7 +176,7 @@ def test_loader_errors(tmp_path) -> None:
 
 
 def test_marker_format_needs_marker_tokens() -> None:
-    from xenbench.crossencoder import PairEncoder
+    from xenbench.models.crossencoder import PairEncoder
 
     class NoMarkers:
         cls_token_id, sep_token_id, pad_token_id = 101, 102, 0
@@ -198,7 +198,7 @@ def test_built_and_loaded_models_are_in_eval_mode(tmp_path, cls_ce) -> None:
 
 
 def test_marker_layout_registers_the_markers_as_special_tokens(tmp_path) -> None:
-    from xenbench.crossencoder import register_markers
+    from xenbench.models.crossencoder import register_markers
 
     ce = build_cross_encoder(CEConfig(kind="emb", pooling="markers", scale=None))
     tok, pe = ce.pairs.tokenizer, ce.pairs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xenbench.cur import AnnCur, NotFittedError, approximation_error, oracle_cur
+from xenbench.methods.cur import AnnCur, NotFittedError, approximation_error, oracle_cur
 from xenbench.errors import ParameterError
 
 
@@ -130,7 +130,7 @@ def test_float32_scores_with_a_large_offset_are_recovered(seed):
 
 
 def test_pinv_rtol_uses_the_stored_precision():
-    from xenbench.cur import pinv_rtol
+    from xenbench.methods.cur import pinv_rtol
 
     assert pinv_rtol((30, 100), np.float32) == 100 * float(np.finfo(np.float32).eps)
     assert pinv_rtol((30, 100)) == 100 * float(np.finfo(np.float64).eps)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xenbench.data import (
+from xenbench.data.datasets import (
     Dataset,
     Item,
     Query,

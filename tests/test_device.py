@@ -14,8 +14,8 @@ import torch
 
 import xenbench
 from xenbench import notebook as xnb
-from xenbench.crossencoder import resolve_device
-from xenbench.data import Dataset, Item, Query
+from xenbench._device import resolve_device
+from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 
 #: (notebook, call) pairs that may leave ``device`` out, and why.
@@ -115,17 +115,17 @@ class _FakeDE:
         return self.embed_queries(queries) @ self.item_embeddings_.T
 
     def search(self, queries, k):
-        from xenbench.retrievers import topk
+        from xenbench.models.retrievers import topk
 
         return topk(self.scores(queries), k)
 
 
 @pytest.fixture
 def fake_de(monkeypatch):
-    import xenbench.retrievers
+    import xenbench.models.retrievers
 
     _FakeDE.devices = []
-    monkeypatch.setattr(xenbench.retrievers, "DualEncoder", _FakeDE)
+    monkeypatch.setattr(xenbench.models.retrievers, "DualEncoder", _FakeDE)
     return _FakeDE.devices
 
 

@@ -4,7 +4,7 @@ import pytest
 import xenbench.errors as errors
 
 
-@pytest.mark.parametrize("module, name", [("xenbench.cur", "NotFittedError"),
+@pytest.mark.parametrize("module, name", [("xenbench.methods.cur", "NotFittedError"),
                                           ("xenbench.metrics", "BudgetExceededError")])
 def test_old_import_paths_are_the_same_class(module, name):
     import importlib

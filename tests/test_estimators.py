@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xenbench.adacur import AdaCur, SearchOptions
-from xenbench.axn import Axn
-from xenbench.ccsa import CodeIndex, CompositeCodeAE
-from xenbench.cur import AnnCur
-from xenbench.data import Item, Query
+from xenbench.methods.adacur import AdaCur, SearchOptions
+from xenbench.methods.axn import Axn
+from xenbench.methods.ccsa import CodeIndex, CompositeCodeAE
+from xenbench.methods.cur import AnnCur
+from xenbench.data.datasets import Item, Query
 from xenbench.errors import NotFittedError
-from xenbench.mf import MatrixFactorization
-from xenbench.pefa import PefaXL, PefaXS
-from xenbench.retrievers import DualEncoder, TfidfRetriever
+from xenbench.methods.mf import MatrixFactorization
+from xenbench.methods.pefa import PefaXL, PefaXS
+from xenbench.models.retrievers import DualEncoder, TfidfRetriever
 
 RNG = np.random.default_rng(0)
 N_QUERIES, N_ITEMS, D = 12, 30, 6

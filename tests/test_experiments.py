@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from xenbench import experiments as ex
-from xenbench.adacur import AdaCur
+from xenbench.methods.adacur import AdaCur
 from xenbench.errors import ParameterError
-from xenbench.plots import adacur as plots
+from xenbench.viz.plots import adacur as plots
 
 N_QUERIES, N_ITEMS, N_ANCHOR_QUERIES = 70, 60, 20
 
@@ -140,7 +140,7 @@ def test_recall_vs_budget_rejects_retriever_scores_of_the_wrong_rows(M, split):
 def test_every_comparable_method_searches_within_the_budget(M, split, retrievers):
     """The registry's shared call: search(counter, k) -> (D float32 (nq, k), I int64 (nq, k)), every
     returned item scored through the counter, no query over B_CE calls."""
-    from xenbench.adacur import SearchOptions
+    from xenbench.methods.adacur import SearchOptions
     from xenbench.metrics import BudgetCounter, topk_indices
 
     assert ex.METHODS == {key: m.label for key, m in ex.COMPARABLE.items()}
@@ -316,9 +316,9 @@ def test_describe_gain_counts_ahead_behind_level() -> None:
 
 
 def test_load_setup_checks_ids_and_splits(tmp_path) -> None:
-    from xenbench.data import Dataset, Item, Query
+    from xenbench.data.datasets import Dataset, Item, Query
     from xenbench.errors import DataError
-    from xenbench.store import ScoreStore
+    from xenbench.data.store import ScoreStore
 
     items = [Item(f"i{k}", f"t{k}", "x") for k in range(6)]
     queries = [Query(f"q{k}", f"query {k}") for k in range(5)]
@@ -343,7 +343,7 @@ def test_load_setup_checks_ids_and_splits(tmp_path) -> None:
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def protocol(M):
-    from xenbench.protocol import query_splits
+    from xenbench.methods.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0, 1, 2])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
@@ -450,7 +450,7 @@ def _results(sign: float) -> dict:
 
 
 def test_findings_say_what_the_numbers_say():
-    from xenbench.findings.adacur import findings
+    from xenbench.studies.findings.adacur import findings
 
     text = "\n".join(findings(_results(+1.0)))
     assert "15 runs = 3 query splits × 5 anchor seeds" in text and "150 dev queries" in text
@@ -486,7 +486,7 @@ def adacur_devices(monkeypatch) -> list:
 
 def _device_runs(M, split, retrievers, **device) -> dict:
     """Every ADACUR-running function of the module on small inputs, with ``device`` (or its default)."""
-    from xenbench.protocol import query_splits
+    from xenbench.methods.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
@@ -536,7 +536,7 @@ def test_the_device_reaches_every_adacur_search(M, split, retrievers, adacur_dev
 
 
 def _every_device_function(M, split, device):
-    from xenbench.protocol import query_splits
+    from xenbench.methods.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     return {

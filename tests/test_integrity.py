@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xenbench import integrity
-from xenbench.crossencoder import bundled_backbone, load_cross_encoder
+from xenbench.models.crossencoder import bundled_backbone, load_cross_encoder
 from xenbench.errors import DataError
 
 MODELS = Path(__file__).resolve().parent.parent / "models"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from xenbench.cur import NotFittedError
+from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
-from xenbench.mf import MatrixFactorization, _GatedMLP, observed_pairs
+from xenbench.methods.mf import MatrixFactorization, _GatedMLP, observed_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from xenbench.cli import main
-from xenbench.data import load_dataset
-from xenbench.store import ScoreStore
+from xenbench.data.datasets import load_dataset
+from xenbench.data.store import ScoreStore
 
 pytestmark = pytest.mark.notebook
 

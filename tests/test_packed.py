@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,11 @@ from transformers import (
     RobertaModel,
 )
 
-import xenbench as xb
-from xenbench.packed import (
+from xenbench.data.datasets import load_dataset
+from xenbench.errors import ParameterError
+from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, bundled_backbone, load_cross_encoder
+from xenbench.models.scoring import PairAssembler
+from xenbench.models.packed import (
     check_supported,
     pack,
     packed_forward,
@@ -27,29 +29,12 @@ from xenbench.packed import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-# Where a public name may live: the top-level package first; then the submodules before and after the
-# package's move into subpackages (this file must not depend on which layout is checked out).
-_HOMES = ("xenbench.models", "xenbench.models.crossencoder", "xenbench.models.scoring", "xenbench.data",
-          "xenbench.data.datasets", "xenbench.crossencoder", "xenbench.scoring")
 
-
-def api(name: str):
-    """``xb.<name>``, or the same public object from wherever the package currently defines it."""
-    if hasattr(xb, name):
-        return getattr(xb, name)
-    for home in _HOMES:
-        try:
-            mod = importlib.import_module(home)
-        except ImportError:
-            continue
-        if hasattr(mod, name):
-            return getattr(mod, name)
-    raise AttributeError(f"xenbench exports no {name!r}")
 
 
 def scorer_batches(ce, queries, items, batch_size: int) -> list[dict[str, torch.Tensor]]:
     """All query x item pairs as the scorer batches them: length-sorted, each padded to its longest pair."""
-    asm = api("PairAssembler")(ce.pairs, ce.pairs.encode_queries(queries), ce.pairs.encode_items(items))
+    asm = PairAssembler(ce.pairs, ce.pairs.encode_queries(queries), ce.pairs.encode_items(items))
     q_rows, i_rows = (a.reshape(-1) for a in np.meshgrid(np.arange(len(queries)), np.arange(len(items)),
                                                           indexing="ij"))
     lens = asm.lengths(q_rows, i_rows)
@@ -71,7 +56,7 @@ def assert_same(ce, batch, tol: float = 1e-5) -> torch.Tensor:
 def with_format(ce, **changes):
     """The same CE (same weights) with another input format, e.g. the query segment padded."""
     fmt = dataclasses.replace(ce.config.input_format, **changes)
-    return api("CrossEncoder")(ce.model, ce.pairs.tokenizer, dataclasses.replace(ce.config, input_format=fmt)).eval()
+    return CrossEncoder(ce.model, ce.pairs.tokenizer, dataclasses.replace(ce.config, input_format=fmt)).eval()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -85,13 +70,13 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def texts():
-    ds = api("load_dataset")("wordnet-el:noun.cognition")
+    ds = load_dataset("wordnet-el:noun.cognition")
     return list(ds.queries), list(ds.items)
 
 
 @pytest.fixture(scope="module", params=["cls-ce", "emb-ce"])
 def real_ce(request):
-    return api("load_cross_encoder")(ROOT / "models" / request.param)
+    return load_cross_encoder(ROOT / "models" / request.param)
 
 
 # -- the trained checkpoints ----------------------------------------------------------------------
@@ -136,7 +121,7 @@ def test_real_ce_with_padded_query_segment(real_ce, texts):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return AutoTokenizer.from_pretrained(api("bundled_backbone")())
+    return AutoTokenizer.from_pretrained(bundled_backbone())
 
 
 def tiny_ce(tokenizer, kind: str, pooling: str = "mean", scale: float | None = None, **fmt):
@@ -144,9 +129,9 @@ def tiny_ce(tokenizer, kind: str, pooling: str = "mean", scale: float | None = N
                      intermediate_size=64, max_position_embeddings=128, num_labels=1, initializer_range=0.5)
     torch.manual_seed(0)
     model = BertForSequenceClassification(cfg) if kind == "cls" else BertModel(cfg, add_pooling_layer=False)
-    fmt = api("InputFormat")(**{"max_query_tokens": 12, "max_item_tokens": 20, **fmt})
-    config = api("CEConfig")(kind=kind, pooling=pooling, scale=scale, input_format=fmt)
-    return api("CrossEncoder")(model.eval(), tokenizer, config).eval()
+    fmt = InputFormat(**{"max_query_tokens": 12, "max_item_tokens": 20, **fmt})
+    config = CEConfig(kind=kind, pooling=pooling, scale=scale, input_format=fmt)
+    return CrossEncoder(model.eval(), tokenizer, config).eval()
 
 
 TINY = {
@@ -212,7 +197,7 @@ def test_pack_keeps_columns_and_types(tokenizer):
 def test_empty_pair_is_refused():
     batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 0], [0, 0, 0]]),
              "token_type_ids": torch.zeros(2, 3, dtype=torch.long)}
-    with pytest.raises(ValueError, match="at least one attended token"):
+    with pytest.raises(ParameterError, match="'batch' parameter of pack must be pairs with at least one attended token"):
         pack(batch)
 
 
@@ -222,19 +207,19 @@ def test_empty_pair_is_refused():
 def test_unsupported_architectures_raise_a_clear_error(tokenizer):
     roberta = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
-    config = api("CEConfig")(kind="emb", scale=None)
-    ce = api("CrossEncoder")(roberta.eval(), tokenizer, config)
+    config = CEConfig(kind="emb", scale=None)
+    ce = CrossEncoder(roberta.eval(), tokenizer, config)
     batch = ce.pairs.collate([[2000]], [[3000]])
-    with pytest.raises(ValueError, match="RobertaModel"):
+    with pytest.raises(ParameterError, match="'ce' parameter of packed_forward must be a BERT cross-encoder .*Got 'RobertaModel'"):
         packed_forward(ce, batch)
-    mismatched = api("CrossEncoder")(tiny_ce(tokenizer, "emb").model, tokenizer, api("CEConfig")(kind="cls"))
-    with pytest.raises(ValueError, match="BertModel"):  # a bare encoder has no [CLS] head to reproduce
+    mismatched = CrossEncoder(tiny_ce(tokenizer, "emb").model, tokenizer, CEConfig(kind="cls"))
+    with pytest.raises(ParameterError, match="kind 'cls' needs BertForSequenceClassification.*Got 'BertModel'"):  # a bare encoder has no [CLS] head to reproduce
         check_supported(mismatched)
-    with pytest.raises(ValueError, match="varlen"):  # CPU fp32: no flash-attention kernel
+    with pytest.raises(ParameterError, match="'attention' parameter of packed_forward must be 'varlen' only with"):  # CPU fp32: no flash-attention kernel
         packed_forward(tiny_ce(tokenizer, "cls"), batch, attention="varlen")
     left_padded = {k: v.flip(1) if v.dim() == 2 else v for k, v in tiny_ce(tokenizer, "cls").pairs.collate(
         [[2000], [2000, 2001, 2002]], [[3000], [3001]]).items()}
-    with pytest.raises(ValueError, match="column 0"):  # the [CLS] head reads column 0, a pad here
+    with pytest.raises(ParameterError, match="column 0 attended in every pair"):  # the [CLS] head reads column 0, a pad here
         packed_forward(tiny_ce(tokenizer, "cls"), left_padded)
-    with pytest.raises(ValueError, match="attention must be"):
+    with pytest.raises(ParameterError, match="must be 'auto', 'varlen' or 'padded'. Got 'flash'"):
         packed_forward(tiny_ce(tokenizer, "cls"), batch, attention="flash")

@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from xenbench.cur import NotFittedError
+from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import label_recall
-from xenbench.experiments import select_lambda
-from xenbench.pefa import (PefaXL, PefaXS, across_seeds, choose_on_dev, evaluate_per_query, gain_by_seen_share,
+from xenbench.studies.experiments import select_lambda
+from xenbench.methods.pefa import (PefaXL, PefaXS, across_seeds, choose_on_dev, evaluate_per_query, gain_by_seen_share,
                            label_coverage, lambda_sweep, relevance_matrix, seen_golds, subset_gains)
-from xenbench.plots import recall_vs_lambda_lines
+from xenbench.viz.plots import recall_vs_lambda_lines
 
 N_ITEMS, M_TRAIN, D = 120, 80, 16
 
@@ -94,7 +94,7 @@ def test_label_recall_by_hand():
 
 
 def test_relevance_matrix_of_the_bundled_labels():
-    from xenbench.data import load_dataset
+    from xenbench.data.datasets import load_dataset
 
     ds = load_dataset("wordnet-el:verb.weather")
     rows = np.arange(0, len(ds.queries), 3)
@@ -226,7 +226,7 @@ def _summary(gain_seen: float, gain_unseen: float, share_random: float) -> dict:
 
 
 def test_findings_follow_the_numbers():
-    from xenbench.findings import lines
+    from xenbench.studies.findings import lines
 
     text = lines("05_pefa_lambda", _summary(0.10, -0.04, 0.2))
     joined = "\n".join(text)

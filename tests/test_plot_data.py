@@ -1,4 +1,4 @@
-"""Figures show the numbers they are given: every public builder of ``xenbench.plots`` on a small hand-made input.
+"""Figures show the numbers they are given: every public builder of ``xenbench.viz.plots`` on a small hand-made input.
 
 Each test builds an input whose numbers are known and checks the traces' x / y / z arrays (and error bars, text,
 names, axis titles and ranges) against those numbers or against an independent computation of the builder's
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from xenbench import plots
-from xenbench.plots import _style
+from xenbench.viz.plots import _style
 
 # ----------------------------------------------------------------------------------------------
 # helpers

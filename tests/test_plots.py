@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from xenbench.plots import adacur as adacur_plots
-from xenbench.plots import tuning
-from xenbench.plots._style import METHOD_COLORS, method_color
+from xenbench.viz.plots import adacur as adacur_plots
+from xenbench.viz.plots import tuning
+from xenbench.viz.plots._style import METHOD_COLORS, method_color
 
 
 def _budget_table(methods: list[str]) -> pd.DataFrame:
@@ -61,7 +61,7 @@ def test_round_scatter_without_diagonal_fits_the_scores_it_shows():
 
 
 def test_activation_frequency_axis_stays_within_100_percent_and_counts_unused_dimensions():
-    from xenbench.plots import activation_frequency_lines
+    from xenbench.viz.plots import activation_frequency_lines
 
     collapsed = np.array([0.9, 0.1, 0.0, 0.0])  # shares of items per dimension, most used first; 2 unused
     fig = activation_frequency_lines({"λ = 0": collapsed, "λ = 1": np.full(4, 0.25)}, chunk_size=4)

@@ -1,4 +1,4 @@
-"""xenbench.protocol: disjoint seeded splits, dev-only choice, paired test against hand computation / scipy."""
+"""xenbench.methods.protocol: disjoint seeded splits, dev-only choice, paired test against hand computation / scipy."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from xenbench.errors import ParameterError
-from xenbench.protocol import at_chosen, choose_on_dev, holm, paired_test, pool_by_query, query_splits, summarize
+from xenbench.methods.protocol import at_chosen, choose_on_dev, holm, paired_test, pool_by_query, query_splits, summarize
 
 
 def test_query_splits_disjoint_seeded_and_distinct():

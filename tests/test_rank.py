@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from xenbench.adacur import anncur_with_budget
-from xenbench.cur import AnnCur, approximation_error
+from xenbench.methods.adacur import anncur_with_budget
+from xenbench.methods.cur import AnnCur, approximation_error
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_recall
-from xenbench.findings.rank import describe_ranks, findings, rank_verdict
-from xenbench.rank import (
+from xenbench.studies.findings.rank import describe_ranks, findings, rank_verdict
+from xenbench.studies.rank import (
     NUMPY_RANK,
     NUMPY_RANK_CENTERED,
     available_ces,
@@ -314,10 +314,10 @@ def test_diagonal_spike_parameter_errors():
 
 
 # ------------------------------------------------------------------------------------------------
-# figures (xenbench.plots.rank): built from these results, diagonal marked, raw scores not embedded
+# figures (xenbench.viz.plots.rank): built from these results, diagonal marked, raw scores not embedded
 # ------------------------------------------------------------------------------------------------
 def test_rank_figures_build_from_the_results():
-    from xenbench.plots import rank as plots
+    from xenbench.viz.plots import rank as plots
 
     Ms = {"cls": planted(60, 120, rank=8, noise=0.2, seed=0), "emb": planted(60, 120, rank=4, noise=0.2, seed=1)}
     spectra = plots.singular_value_spectra({n: singular_values(m) for n, m in Ms.items()},
@@ -340,7 +340,7 @@ def test_rank_figures_build_from_the_results():
 # comparing CEs ({ce: M} mappings, notebook 02): loading, tables, verdict
 # ------------------------------------------------------------------------------------------------
 def _store(path, M, query_ids, item_ids, **attrs):
-    from xenbench.store import ScoreStore
+    from xenbench.data.store import ScoreStore
 
     nq, ni = M.shape
     store = ScoreStore.create(path, nq, ni, chunks=(nq, None),
@@ -449,7 +449,7 @@ def test_rank_table_float64_rank_differs_from_the_float32_rank():
 
 def test_ce_roles_come_from_the_manifests_not_the_order():
     from xenbench.errors import DataError
-    from xenbench.rank import ce_roles
+    from xenbench.studies.rank import ce_roles
 
     assert ce_roles({"e1": {"kind": "emb"}, "c": {"kind": "cls"}, "e2": {"kind": "emb"}}) == ("c", ["e1", "e2"])
     for bad in ({"a": {"kind": "emb"}, "b": {"kind": "emb"}}, {"a": {"kind": "cls"}, "b": {"kind": "cls"}},

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from xenbench.data import Item, Query
+from xenbench.data.datasets import Item, Query
 from xenbench.errors import ParameterError
-from xenbench.linking import accuracy_at_k
-from xenbench.retrievers import DualEncoder, TfidfRetriever, topk
+from xenbench.models.linking import accuracy_at_k
+from xenbench.models.retrievers import DualEncoder, TfidfRetriever, topk
 
 ITEMS = [Item("a", "apple", "a red fruit"), Item("b", "car", "a vehicle with wheels"),
          Item("c", "piano", "a musical instrument with keys")]
@@ -77,7 +77,7 @@ def test_loading_models_leaves_the_users_logging_alone() -> None:
     """DualEncoder and build_cross_encoder silence transformers' expected load reports only while loading."""
     from transformers import logging as hf_logging
 
-    from xenbench.crossencoder import CEConfig, build_cross_encoder
+    from xenbench.models.crossencoder import CEConfig, build_cross_encoder
 
     before = hf_logging.get_verbosity()
     try:

@@ -19,17 +19,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
-from xenbench.crossencoder import (
+from xenbench.models.crossencoder import (
     CEConfig,
     CrossEncoder,
     InputFormat,
     build_cross_encoder,
     bundled_backbone,
-    resolve_device,
 )
-from xenbench.data import Dataset, Item, Query
+from xenbench._device import resolve_device
+from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
-from xenbench.scoring import (
+from xenbench.models.scoring import (
     PairAssembler,
     ScoreTiming,
     run_score_job,
@@ -219,7 +219,7 @@ _CHILD = """
 import importlib.util, os, sys, time
 spec = importlib.util.spec_from_file_location("scoring_tests", sys.argv[1])
 t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
-from xenbench.scoring import score_to_store
+from xenbench.models.scoring import score_to_store
 ce = t.tiny_ce("cls")
 forward = ce.forward
 def slow(batch):  # slow enough to be killed mid-run: ~0.5 s per query chunk
@@ -250,7 +250,7 @@ def test_kill_and_resume(small_ce, tmp_path):
         child.kill()
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    from xenbench.store import ScoreStore
+    from xenbench.data.store import ScoreStore
 
     n_done = len(ScoreStore.open(out).done_chunks())
     assert 1 <= n_done < len(QUERIES)
@@ -342,8 +342,8 @@ def test_devices():
 def test_import_without_zarr():
     # The GPU machines have no zarr: importing the scorer and scoring in memory must still work.
     code = ("import sys; sys.modules['zarr'] = None\n"
-            "import xenbench.scoring, xenbench.store\n"
-            "try:\n    xenbench.store.ScoreStore.create('never', 2, 2)\n"
+            "import xenbench.models.scoring, xenbench.data.store\n"
+            "try:\n    xenbench.data.store.ScoreStore.create('never', 2, 2)\n"
             "except ImportError as e:\n    assert 'needs zarr' in str(e), e\n"
             "else:\n    raise SystemExit('no ImportError')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -448,7 +448,7 @@ def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):
     assert store.attrs["batch_size"] == 16 and store.verify() == []
 
     # A resumed job skips finished blocks: forget two, resume on Ray, only those are scored.
-    from xenbench.store import ScoreStore
+    from xenbench.data.store import ScoreStore
 
     writable = ScoreStore.open(tmp_path / "ray", mode="r+")
     writable.invalidate(2)
@@ -488,8 +488,8 @@ def test_a_store_needs_a_folder(small_ce):
 
 
 def test_cached_scores_score_once_per_model_and_sample(tmp_path, monkeypatch):
-    import xenbench.scoring as scoring
-    from xenbench.crossencoder import load_cross_encoder
+    import xenbench.models.scoring as scoring
+    from xenbench.models.crossencoder import load_cross_encoder
 
     model = Path(__file__).resolve().parent.parent / "models" / "cls-ce"
     data = Dataset("mine", ITEMS[:4], QUERIES[:3], gold={})

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from xenbench.errors import DataError, ParameterError
-from xenbench.splits import gold_groups, make_split, pool_datasets, split_by_item, split_like
+from xenbench.studies.splits import gold_groups, make_split, pool_datasets, split_by_item, split_like
 
 # Items 0..4 with 2, 1, 3, 4 and 1 queries; query 13 has no gold item (-1).
 GROUPS = np.array([0, 0, 1, 2, 2, 2, 3, 3, 3, 3, 4, 7, 7, -1])

@@ -1,4 +1,4 @@
-"""xenbench.stats against hand-computed values on a five-query, five-item dataset."""
+"""xenbench.studies.stats against hand-computed values on a five-query, five-item dataset."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from xenbench import stats
-from xenbench.data import Dataset, Item, Query
+from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 
 ITEMS = [Item("apple-n", "apple, malus", "a fruit"),       # row 0
@@ -139,7 +139,7 @@ def test_one_sampling_convention_across_notebooks(ds):
     """Notebook 01's item sample (sample_pairs) is 03/04's max_items sample and `xenbench score --n-items`'s under the
     same seed; queries come from their own stream."""
     from xenbench.cli import _ids
-    from xenbench.experiments import subsample
+    from xenbench.studies.experiments import subsample
     from xenbench.sampling import sample_rows
 
     big = ds.subset(ds.query_ids, ds.item_ids)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xenbench.errors import DataError, ParameterError
-from xenbench.store import STORE_FORMAT, ScoreStore
+from xenbench.data.store import STORE_FORMAT, ScoreStore
 
 N_Q, N_I, Q_CHUNK = 10, 7, 3  # 4 row blocks, the last one short (rows 9:10)
 
@@ -189,7 +189,7 @@ def test_writer_lock_refuses_a_second_writer_and_takes_over_a_stale_lock(tmp_pat
     import subprocess
     import sys
 
-    from xenbench.store import writer_lock
+    from xenbench.data.store import writer_lock
 
     path = tmp_path / "s"
     with writer_lock(path) as lock:
@@ -215,7 +215,7 @@ def test_compare_with_stores_pairs_matrices_and_stores_by_name(tmp_path):
     """A fresh matrix is compared with the store of the same name, on the (query, item) ids both hold."""
     from types import SimpleNamespace
 
-    from xenbench.store import compare_with_stores
+    from xenbench.data.store import compare_with_stores
 
     m = matrix()
     q_ids, i_ids = [f"q{k}" for k in range(N_Q)], [f"i{k}" for k in range(N_I)]

@@ -1,8 +1,8 @@
 """One top-k tie rule (xenbench.metrics, "Ties"): higher score first, equal scores by lower item index.
 
 Three implementations must agree with a stable sort of ``-scores`` on inputs full of ties:
-:func:`xenbench.metrics.topk_indices` (numpy), :func:`xenbench.retrievers.topk` (which calls it) and the
-torch :func:`xenbench.adacur._topk_stable` of the batched ADACUR/AXN search.
+:func:`xenbench.metrics.topk_indices` (numpy), :func:`xenbench.models.retrievers.topk` (which calls it) and the
+torch :func:`xenbench.methods.adacur._topk_stable` of the batched ADACUR/AXN search.
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from xenbench.adacur import _topk_stable
+from xenbench.methods.adacur import _topk_stable
 from xenbench.metrics import topk_indices
-from xenbench.retrievers import topk
+from xenbench.models.retrievers import topk
 
 
 def _tied(seed: int, shape=(7, 40), levels: int = 4) -> np.ndarray:
@@ -54,7 +54,7 @@ def test_retriever_topk_keeps_its_contract():
 
 
 def test_retriever_topk_in_row_blocks_equals_one_block(monkeypatch):
-    import xenbench.retrievers as retrievers
+    import xenbench.models.retrievers as retrievers
 
     s = _tied(9, shape=(50, 30)).astype(np.float32)
     whole = topk(s, 7)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-import xenbench.train as train
-from xenbench.crossencoder import load_cross_encoder
-from xenbench.data import Dataset, Item, Query
+import xenbench.models.train as train
+from xenbench.models.crossencoder import load_cross_encoder
+from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from xenbench import experiments, widgets
 from xenbench.errors import ParameterError
-from xenbench.plots import adacur as adacur_plots
+from xenbench.viz.plots import adacur as adacur_plots
 
 
 def test_round_explorer_redraws_the_static_figure_on_change() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from xenbench.errors import DataError
-from xenbench.wordnet import (
+from xenbench.data.wordnet import (
     BUNDLED_DIR,
     DEFAULT_WORDNET_DIR,
     HELD_OUT_DOMAINS,

@@ -4,7 +4,6 @@ Submodules load on first access (``xb.data``, ``xb.plots``, ...) so ``import xen
 """
 from __future__ import annotations
 
-import importlib
 import os
 
 # OpenMP threads (torch, faiss) spin while they wait for each other. When another process holds a
@@ -15,17 +14,21 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "adacur", "axn", "ccsa", "cli", "crossencoder", "cur", "data", "errors", "experiments", "findings", "linking", "metrics", "mf",
-    "notebook", "pefa", "plots", "rank", "retrievers", "scoring", "stats", "store", "train", "widgets", "wordnet",
+# The layers (ARCHITECTURE.md), and each module by its short name: ``xb.ccsa`` is ``xenbench.methods.ccsa``.
+_SUBMODULES: dict[str, str] = {
+    "data": "data", "models": "models", "methods": "methods", "studies": "studies", "viz": "viz",
+    "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity",
+    "notebook": "notebook", "sweep": "sweep", "cli": "cli",
+    "store": "data.store", "wordnet": "data.wordnet",
+    "crossencoder": "models.crossencoder", "retrievers": "models.retrievers", "scoring": "models.scoring",
+    "linking": "models.linking", "train": "models.train",
+    "adacur": "methods.adacur", "axn": "methods.axn", "ccsa": "methods.ccsa", "cur": "methods.cur", "mf": "methods.mf",
+    "pefa": "methods.pefa", "protocol": "methods.protocol", "trace": "methods.trace",
+    "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",
+    "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats",
+    "plots": "viz.plots", "widgets": "viz.widgets",
 }
 
+from xenbench._lazy import submodules  # noqa: E402  (after OMP_WAIT_POLICY, which must come first)
 
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"xenbench.{name}")
-    raise AttributeError(f"module 'xenbench' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _SUBMODULES)
+__getattr__, __dir__ = submodules(__name__, _SUBMODULES)

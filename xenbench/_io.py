@@ -1,10 +1,14 @@
-"""Atomic text writes: a reader (or a killed run) never sees half a file."""
+"""Files: the repository root (bundled data, notebooks, reports) and atomic text writes (a reader, or a killed
+run, never sees half a file)."""
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+
+# The checkout this package runs from: bundled data/, models/, notebooks/ and reports/ live beside xenbench/.
+REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *, fsync: bool = False) -> Path:

@@ -7,12 +7,12 @@ import logging
 import sys
 from pathlib import Path
 
-from xenbench._io import write_text_atomic
+from xenbench._io import REPO_ROOT, write_text_atomic
 from xenbench.errors import XenbenchError
 
 
 def _data(args: argparse.Namespace) -> None:
-    from xenbench import wordnet
+    from xenbench.data import wordnet
 
     if args.data_cmd == "build-wordnet":
         table = wordnet.build_wordnet_el(Path(args.wordnet_dir), Path(args.out), args.domain or None)
@@ -22,7 +22,8 @@ def _data(args: argparse.Namespace) -> None:
 
 
 def _train_ce(args: argparse.Namespace) -> None:
-    from xenbench import train, wordnet
+    from xenbench.data import wordnet
+    from xenbench.models import train
 
     domains = args.domains or [d for d in wordnet.list_domains().query("role == 'train'")["domain"]
                                 if d not in set(args.dev_domains)]
@@ -38,7 +39,7 @@ def _train_ce(args: argparse.Namespace) -> None:
 
 
 def _eval_ce(args: argparse.Namespace) -> None:
-    from xenbench.crossencoder import load_cross_encoder
+    from xenbench.models.crossencoder import load_cross_encoder
 
     ce = load_cross_encoder(args.ce)
     if args.device != "auto":
@@ -49,7 +50,7 @@ def _eval_ce(args: argparse.Namespace) -> None:
 def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | None) -> None:
     import torch
 
-    from xenbench.train import evaluate_rerank
+    from xenbench.models.train import evaluate_rerank
 
     if torch.cuda.is_available():
         ce.to("cuda")
@@ -61,7 +62,7 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
 
 
 def _score(args: argparse.Namespace) -> None:
-    from xenbench.data import load_dataset
+    from xenbench.data.datasets import load_dataset
 
     ds = load_dataset(args.dataset)
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
@@ -72,11 +73,11 @@ def _score(args: argparse.Namespace) -> None:
         raise ParameterError("--backend", "'local' for de/tfidf (they take seconds; ray is for cross-encoders)",
                              args.backend, "xenbench score")
     if args.model in ("de", "tfidf"):
-        from xenbench.retrievers import retriever_score_store
+        from xenbench.models.retrievers import retriever_score_store
 
         store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids)
     else:
-        from xenbench.scoring import run_score_job
+        from xenbench.models.scoring import run_score_job
 
         ray_options = {"address": args.address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
         store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
@@ -143,7 +144,7 @@ def _sweep(args: argparse.Namespace) -> None:
 
 
 def _findings(args: argparse.Namespace) -> None:
-    from xenbench import findings
+    from xenbench.studies import findings
     from xenbench.notebook import REPO_ROOT
 
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = d.add_subparsers(dest="data_cmd", required=True)
     b = dsub.add_parser("build-wordnet", help="regenerate WordNet-EL from the WordNet 3.0 files")
     b.add_argument("--wordnet-dir", default="/usr/share/wordnet")
-    b.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "data" / "wordnet-el"))
+    b.add_argument("--out", default=str(REPO_ROOT / "data" / "wordnet-el"))
     b.add_argument("--domain", action="append", help="build only this domain (repeatable)")
     dsub.add_parser("list", help="list the bundled WordNet-EL domains")
     d.set_defaults(func=_data)

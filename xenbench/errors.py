@@ -2,7 +2,7 @@
 
 Every error xenbench raises on purpose derives from :class:`XenbenchError` and from the builtin it
 refines (``ValueError``, ``AttributeError``, ``RuntimeError``), so ``except ValueError`` keeps working.
-Older import paths stay valid: ``xenbench.cur.NotFittedError`` and ``xenbench.metrics.BudgetExceededError``
+Older import paths stay valid: ``xenbench.methods.cur.NotFittedError`` and ``xenbench.metrics.BudgetExceededError``
 are these classes.
 """
 from __future__ import annotations

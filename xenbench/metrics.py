@@ -7,8 +7,8 @@ Ties
 ----
 Every top-k in xenbench uses one total order on items: **higher score first, and among equal scores
 the lower item index first** (a stable sort of ``-scores``). :func:`topk_indices` implements it (numpy),
-:func:`xenbench.retrievers.topk` calls it, the batched ADACUR/AXN search has a torch twin
-(``xenbench.adacur._topk_stable``), and the ADACUR/ANNCUR code follows it, so "the exact top-k" T is always a well-defined set of exactly k
+:func:`xenbench.models.retrievers.topk` calls it, the batched ADACUR/AXN search has a torch twin
+(``xenbench.methods.adacur._topk_stable``), and the ADACUR/ANNCUR code follows it, so "the exact top-k" T is always a well-defined set of exactly k
 items. A method that retrieves an item tied with, but not inside, T gets no credit for it; with
 float32 CE scores exact ties are rare, and the rule keeps the metric monotone in the retrieved set
 (a superset of T always scores 1.0).
@@ -279,7 +279,7 @@ def approximation_errors(M_exact: np.ndarray, M_approx: np.ndarray, k: int,
     [ADACUR] Fig. 7 reports "the average of absolute difference between approximate and exact item
     scores" separately for these item sets: small error on the anchors and large error on the top-k
     items explains poor top-k recall (§3.2). Each set's error is averaged within a query, then over
-    queries. (The relative Frobenius error of ANNCUR is :func:`xenbench.cur.approximation_error`.)
+    queries. (The relative Frobenius error of ANNCUR is :func:`xenbench.methods.cur.approximation_error`.)
 
     Parameters
     ----------

@@ -60,7 +60,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xenbench._io import pid_alive, write_text_atomic
+from xenbench._io import REPO_ROOT, pid_alive, write_text_atomic
 from xenbench._validation import PY_INT, check_int
 from xenbench.errors import DataError, ParameterError
 
@@ -91,7 +91,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Repository root (holds ``notebooks/``, ``data/`` and, by default, ``reports/``).
-REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 #: The profile that lists every parameter, equal to each notebook's parameters cell (fast: JupyterLab, CI, demo).
 BASE_PROFILE = "quick"
 #: The complete study; its committed results (``notebooks/results/<name>.full.results.json``) feed the README.
@@ -477,7 +476,7 @@ def data_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapp
     """The numbers of queries and items a notebook will work on, found without starting its kernel.
 
     The profiles file's ``data`` section says where they come from: ``dataset`` names the parameter holding a
-    dataset spec, a corpus spec or a list of specs (:func:`xenbench.corpus.corpus_specs`; a list is pooled, so
+    dataset spec, a corpus spec or a list of specs (:func:`xenbench.studies.corpus.corpus_specs`; a list is pooled, so
     the sizes add up), or ``store`` names the parameters of a score-store folder and store name (the first of
     a list), whose shape gives the sizes. ``max_items``/``max_queries`` name the parameters that cap them (a
     seeded sample; ``None`` = all). Relative paths are read from the notebook's folder, as the kernel does.
@@ -498,13 +497,13 @@ def data_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapp
         return {}
     with _cwd(spec.path.parent):
         if "dataset" in data:
-            from xenbench.corpus import corpus_specs
-            from xenbench.data import load_dataset
+            from xenbench.studies.corpus import corpus_specs
+            from xenbench.data.datasets import load_dataset
 
             datasets = [load_dataset(s) for s in corpus_specs(values[data["dataset"]])]
             sizes = {"queries": sum(len(d.queries) for d in datasets), "items": sum(len(d.items) for d in datasets)}
         else:
-            from xenbench.store import ScoreStore
+            from xenbench.data.store import ScoreStore
 
             folder, names = (values[p] for p in data["store"])
             name = names[0] if isinstance(names, list) else names
@@ -814,7 +813,7 @@ def _without_widget_state(nb: Any) -> Any:
     """Drop saved widget state; an output that also has a static ``text/html`` form keeps only that form.
 
     A live widget's saved state (for the explorers: the whole plotly bundle, ~5 MB) renders nothing offline;
-    :class:`xenbench.widgets.Explorer` outputs carry a static snapshot of their figure instead.
+    :class:`xenbench.viz.widgets.Explorer` outputs carry a static snapshot of their figure instead.
     """
     nb.get("metadata", {}).pop("widgets", None)
     for cell in nb.get("cells", []):

@@ -101,7 +101,7 @@ def summary_figures(table: pd.DataFrame, swept: Sequence[str], *, max_metrics: i
     """Per swept parameter, a figure of the metrics that vary across the grid (mean over the other parameters)."""
     import plotly.express as px
 
-    from xenbench.plots._style import _style
+    from xenbench.viz.plots._style import _style
 
     figures = []
     if table.empty:

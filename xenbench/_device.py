@@ -1,0 +1,56 @@
+"""Which torch device a computation runs on: one rule for every layer (scorer, DE, ADACUR, AXN, MF, CCSA)."""
+from __future__ import annotations
+
+import torch
+
+from xenbench.errors import ParameterError
+
+
+def resolve_device(device: str | torch.device = "auto", *, owner: str = "resolve_device",
+                   float64: bool = False) -> torch.device:
+    """The torch device to score (or compute) on.
+
+    Parameters
+    ----------
+    device
+        ``"auto"`` (CUDA if available, else MPS, else CPU), or an explicit ``"cpu"``, ``"cuda"``,
+        ``"cuda:<k>"``, ``"mps"`` or :class:`torch.device`.
+    owner
+        The function or class named in the error message (the one whose ``device`` parameter it is).
+    float64
+        The computation needs float64 (ADACUR, AXN), which MPS lacks: ``"auto"`` is then CUDA if
+        available, else CPU, and ``"mps"`` is refused.
+
+    Raises
+    ------
+    ParameterError
+        If the string is not a device, or names one this machine does not have (or MPS with ``float64``).
+    """
+    expected = "'auto', 'cpu', 'cuda' or 'cuda:<k>'" if float64 else "'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'"
+    if isinstance(device, str) and device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if not float64 and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ParameterError("device", expected, device, owner) from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ParameterError("device", "'auto' or 'cpu': CUDA is not available on this machine", device, owner)
+        if dev.index is not None and dev.index >= n:
+            raise ParameterError("device", f"a CUDA device index in [0, {n - 1}]", device, owner)
+        return dev
+    if dev.type == "mps":
+        if float64:
+            raise ParameterError("device", f"{expected} (this computation is in float64, which MPS lacks)", device,
+                                 owner)
+        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
+            raise ParameterError("device", "'auto' or 'cpu': MPS is not available on this machine", device, owner)
+        return dev
+    raise ParameterError("device", expected, device, owner)

@@ -1,0 +1,13 @@
+"""Layer 3, methods: the papers' algorithms, each a pure module with explicit inputs (no notebooks, no prose).
+
+``cur`` (ANNCUR's CUR factorization, Eq. 1-3), ``adacur`` (ADACUR's adaptive rounds, Alg. 1), ``axn`` (AXN's
+test-time refinement, Eq. 5-7), ``mf`` (matrix-factorization baselines), ``pefa`` (PEFA-XS/XL, Eq. 3-5), ``ccsa``
+(composite-code sparse autoencoder and its inverted index, Eq. 5), ``trace`` (per-round traces), ``protocol``
+(dev/test selection and the statistics every comparison uses).
+"""
+from __future__ import annotations
+
+from xenbench._lazy import submodules
+
+__getattr__, __dir__ = submodules(
+    __name__, {m: m for m in ("adacur", "axn", "ccsa", "cur", "mf", "pefa", "protocol", "trace")})

@@ -1,0 +1,785 @@
+"""CCSA: composite-code sparse autoencoders and their inverted index ([CCSA] §3).
+
+An autoencoder maps a dense embedding x (d) to a *composite code*: D = C·L dimensions in C chunks of L,
+exactly one dimension on per chunk, then decodes it back (Eq. 1, f(x) = d(g(e(x)))):
+
+    e(x) = W · BatchNorm(x)          (d → C·L logits)
+    g(·) = per chunk, hard Gumbel-softmax with temperature τ and a straight-through gradient
+    d(z) = V · z                     (C·L → d)
+
+The uniformity regularizer (Eq. 5)
+
+    L_UR = sqrt( Σ_j ( Σ_{i ∈ batch} g(e(x_i))_j − B / L )² / B )
+
+pushes every dimension to be on for B / L of a batch of B items. **Its scale.** Even a batch whose codes
+are drawn uniformly at random (or a batch sampled at random from a perfectly balanced index, up to the
+finite-population factor (N − B) / (N − 1)) has, per dimension, a Binomial(B, 1/L) count with variance
+B (1/L)(1 − 1/L); summed over the C·L dimensions and divided by B,
+
+    E[L_UR²] = C (1 − 1/L)          (the sampling-noise floor; ≈ 3.97² for C = 16, L = 64),
+
+while the paper's MSE averaged over the d = 384 coordinates of unit vectors is ≤ 1/d ≈ 0.0026. Taken
+literally, λ · L_UR swamps the reconstruction at every λ ≥ 0.001. We therefore train on
+
+    loss = ‖x − f(x)‖²  +  λ · L_UR / sqrt(C (1 − 1/L))
+
+(squared error summed over the d coordinates and averaged over the batch: 1 = reconstructing a unit
+vector by 0; the uniformity term is 1 for random codes and 0 for a perfectly balanced batch), so both terms
+are O(1) and λ ≈ 1 is where balance and reconstruction trade off. ``history_`` also logs the paper's
+per-coordinate ``mse`` and the raw ``uniformity`` (L_UR). Each (chunk, code) is a posting list
+of an inverted index; a query scores the items that share its code in each chunk (the number of shared
+codes, 0..C). The index is balanced when every list holds N / L items; :func:`imbalance_factor` is
+faiss's single-number summary k · Σ n_i² / (Σ n_i)² (1 = perfect).
+
+References
+----------
+.. [CCSA] Lassance, Formal, Clinchant. "Composite Code Sparse Autoencoders for first stage retrieval":
+   §3.1 (architecture, Eq. 1, Eq. 5), §3.2 (retrieval), §4.1.3 (RQ3, Fig. 2/3: balance vs λ and B).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+from tqdm.auto import tqdm
+
+from xenbench._validation import check_array, check_float, check_int, check_is_fitted
+from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
+from xenbench.metrics import topk_recall
+
+__all__ = ["CodeIndex", "CompositeCodeAE", "Study", "activation_frequency", "balance_sweep", "binary_hnsw", "code_bytes",
+           "exact_topk", "faiss_baselines", "imbalance_factor", "normalized_uniformity_loss", "over_seeds",
+           "pq_for_bytes", "query_split", "rerank", "retrieval_metrics", "study", "ur_noise_floor", "uniformity_loss"]
+
+
+def uniformity_loss(codes: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """L_UR of Eq. 5 for a batch of (relaxed or hard) codes of shape (B, C·L)."""
+    B = codes.shape[0]
+    return torch.sqrt(((codes.sum(dim=0) - B / chunk_size) ** 2).sum() / B)
+
+
+def ur_noise_floor(n_chunks: int, chunk_size: int) -> float:
+    """sqrt(C (1 − 1/L)): the root of E[L_UR²] for a batch of codes drawn uniformly at random (module docstring)."""
+    return float(np.sqrt(n_chunks * (1 - 1 / chunk_size)))
+
+
+def normalized_uniformity_loss(codes: torch.Tensor, n_chunks: int, chunk_size: int) -> torch.Tensor:
+    """L_UR / sqrt(C (1 − 1/L)): 0 for a perfectly balanced batch, about 1 (E[·²] = 1) for random codes."""
+    return uniformity_loss(codes, chunk_size) / ur_noise_floor(n_chunks, chunk_size)
+
+
+def _hard_gumbel_softmax(logits: torch.Tensor, tau: float, generator: torch.Generator) -> torch.Tensor:
+    """One-hot forward, softmax((logits + Gumbel) / τ) gradient (straight-through), over the last axis.
+
+    Written out (not ``F.gumbel_softmax``) so that the noise comes from a seeded generator.
+    """
+    u = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
+    soft = torch.softmax((logits - torch.log(-torch.log(u))) / tau, dim=-1)
+    hard = torch.nn.functional.one_hot(soft.argmax(dim=-1), logits.shape[-1]).to(soft.dtype)
+    return hard - soft.detach() + soft
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, d: int, n_chunks: int, chunk_size: int) -> None:
+        super().__init__()
+        self.n_chunks, self.chunk_size = n_chunks, chunk_size
+        self.norm = torch.nn.BatchNorm1d(d)
+        self.encoder = torch.nn.Linear(d, n_chunks * chunk_size)
+        self.decoder = torch.nn.Linear(n_chunks * chunk_size, d)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.norm(x)).view(-1, self.n_chunks, self.chunk_size)
+
+
+class CompositeCodeAE:
+    """The CCSA autoencoder (§3.1): fit on item embeddings, then encode items and queries to codes.
+
+    Parameters
+    ----------
+    n_chunks : int, default 16
+        C.
+    chunk_size : int, default 64
+        L, codes per chunk (posting lists per chunk).
+    reg : float, default 0.0
+        λ, weight of the *normalized* uniformity term L_UR / sqrt(C (1 − 1/L)) against the summed squared
+        reconstruction error (module docstring; the paper weighs the raw L_UR against the mean MSE).
+    temperature : float, default 1.0
+        τ of the Gumbel-softmax (the paper: 100 for retrieval, 1 for binary codes).
+    batch_size : int, default 1000
+        B; L_UR is computed per batch, so larger batches estimate the balance better (Fig. 3).
+    epochs : int, default 100
+        Passes over the rows of X (ignored when ``steps`` is given).
+    steps : int, optional
+        Train exactly this many optimizer steps (batches), reshuffling after each pass ([CCSA] §4: ~8,800).
+    lr : float, default 1e-3
+        Adam learning rate.
+    seed : int, default 0
+        Seeds the initialization, the batch order and the Gumbel noise (the same seed gives the same model on
+        the same device; CPU and CUDA draw different noise).
+    progress : bool, default True
+        Show a progress bar over the optimizer steps.
+    device : str or torch.device, default "auto"
+        Where to train and encode: CUDA when available, else CPU (:func:`xenbench.models.crossencoder.resolve_device`).
+
+    Attributes
+    ----------
+    history_ : list of dict
+        Per pass over the data: mean ``loss``, ``recon`` (‖x − f(x)‖²), ``mse`` (per coordinate),
+        ``uniformity`` (raw L_UR) and ``uniformity_norm`` (L_UR / floor) over its batches.
+    steps_ : int
+        Optimizer steps taken.
+    """
+
+    def __init__(self, n_chunks: int = 16, chunk_size: int = 64, *, reg: float = 0.0, temperature: float = 1.0,
+                 batch_size: int = 1000, epochs: int = 100, lr: float = 1e-3, seed: int = 0,
+                 steps: int | None = None, progress: bool = True, device: str | torch.device = "auto") -> None:
+        self.n_chunks = n_chunks
+        self.chunk_size = chunk_size
+        self.reg = reg
+        self.temperature = temperature
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.lr = lr
+        self.seed = seed
+        self.steps = steps
+        self.progress = progress
+        self.device = device
+
+    def _check(self) -> None:
+        owner = type(self).__name__
+        check_int(self.n_chunks, "n_chunks", 1, 2**20, owner, "2**20")
+        check_int(self.chunk_size, "chunk_size", 2, 2**20, owner, "2**20")
+        check_int(self.batch_size, "batch_size", 2, 2**31, owner, "2**31")
+        check_int(self.epochs, "epochs", 1, 2**31, owner, "2**31")
+        check_int(self.seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
+        if self.steps is not None:
+            check_int(self.steps, "steps", 1, 2**31, owner, "2**31")
+        check_float(self.reg, "reg", 0, None, owner)
+        check_float(self.temperature, "temperature", 0, None, owner, closed="neither")
+        check_float(self.lr, "lr", 0, None, owner, closed="neither")
+
+    def fit(self, X: np.ndarray) -> "CompositeCodeAE":
+        """Train on the rows of X (N × d) with Adam; returns self."""
+        from xenbench._device import resolve_device
+
+        self._check()
+        X = _check_X(X, "X", type(self).__name__)
+        device = resolve_device(self.device)
+        torch.manual_seed(self.seed)  # the initialization of the linear layers
+        generator = torch.Generator(device=device).manual_seed(self.seed)
+        net = _Net(X.shape[1], self.n_chunks, self.chunk_size).to(device)
+        optimizer = torch.optim.Adam(net.parameters(), lr=self.lr)
+        data = torch.from_numpy(X).to(device)
+        batch = min(self.batch_size, len(X))
+        per_pass = len(X) // batch  # full batches only: L_UR's target is B / L
+        total = self.steps if self.steps is not None else self.epochs * per_pass
+        floor = ur_noise_floor(self.n_chunks, self.chunk_size)
+        self.history_ = []
+        net.train()
+        bar = tqdm(total=total, desc="CCSA steps", disable=not self.progress)
+        done = 0
+        while done < total:
+            order = torch.randperm(len(X), generator=generator, device=device)
+            sums = np.zeros(5)
+            n_batches = 0
+            for start in range(0, per_pass * batch, batch):
+                if done == total:
+                    break
+                x = data[order[start:start + batch]]
+                codes = _hard_gumbel_softmax(net.logits(x), self.temperature, generator).flatten(1)
+                err = (net.decoder(codes) - x) ** 2
+                recon = err.sum(dim=1).mean()
+                ur = uniformity_loss(codes, self.chunk_size)
+                loss = recon + self.reg * ur / floor
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                sums += (loss.item(), recon.item(), recon.item() / x.shape[1], ur.item(), ur.item() / floor)
+                n_batches += 1
+                done += 1
+                bar.update(1)
+            self.history_.append(dict(zip(("loss", "recon", "mse", "uniformity", "uniformity_norm"),
+                                          sums / n_batches)))
+        bar.close()
+        self.steps_ = done
+        self.device_ = device
+        self.net_ = net.eval()
+        return self
+
+    @torch.inference_mode()
+    def encode(self, X: np.ndarray) -> np.ndarray:
+        """Composite codes, int64 of shape (n, C): the arg-max code of each chunk (no noise)."""
+        check_is_fitted(self, "net_", "fit(X)")
+        X = _check_X(X, "X", f"{type(self).__name__}.encode", d=self.net_.norm.num_features)
+        return self.net_.logits(torch.from_numpy(X).to(self.device_)).argmax(dim=-1).cpu().numpy().astype(np.int64)
+
+    @torch.inference_mode()
+    def reconstruct(self, X: np.ndarray) -> np.ndarray:
+        """f(x) = d(g(e(x))) with hard arg-max codes, float32 of shape (n, d)."""
+        codes = torch.from_numpy(self.encode(X)).to(self.device_)
+        one_hot = torch.nn.functional.one_hot(codes, self.chunk_size).flatten(1).float()
+        return self.net_.decoder(one_hot).cpu().numpy()
+
+
+def _check_X(X: object, name: str, owner: str, d: int | None = None) -> np.ndarray:
+    want = f"(n, d={d})" if d is not None else "(n, d)"
+    X = check_array(X, name, owner, shape=(None, d), expected=f"a finite, non-empty float array of shape {want}")
+    return np.ascontiguousarray(X, dtype=np.float32)
+
+
+class CodeIndex:
+    """Inverted index over composite codes (§3.2): one posting list per (chunk, code).
+
+    A query's score for an item is the number of chunks in which they share the code; search scores
+    only the items in the query's C posting lists. The posting lists are the rows of a sparse
+    (C·L) × N matrix P (scipy.sparse CSR, item rows ascending in each list).
+
+    :meth:`search` runs the paper's retrieval phases on blocks of queries, all vectorized in numpy:
+    **score** (gather the entries of the block's C·b posting lists and count them per item with one
+    ``bincount``), **threshold** (per query, the smallest shared-code count t whose items with at least t
+    shared codes number k or more: a histogram of the C + 1 possible scores), **top-k** (the items above t,
+    then the first items at t by row; one stable sort of at most k entries per query). The encoding of the
+    queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes` gives the whole sparse score matrix.
+
+    Parameters
+    ----------
+    n_chunks, chunk_size : int
+        C and L of the codes.
+    block_items : int, default 2**18
+        Work budget of one block of queries in :meth:`search`: queries × items of its dense count array.
+    """
+
+    def __init__(self, n_chunks: int, chunk_size: int, *, block_items: int = 2**18) -> None:
+        self.n_chunks = check_int(n_chunks, "n_chunks", 1, 2**20, type(self).__name__, "2**20")
+        self.chunk_size = check_int(chunk_size, "chunk_size", 1, 2**20, type(self).__name__, "2**20")
+        self.block_items = check_int(block_items, "block_items", 1, 2**40, type(self).__name__, "2**40")
+
+    def _check_codes(self, codes: object, owner: str) -> np.ndarray:
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.shape[1] != self.n_chunks or not np.issubdtype(codes.dtype, np.integer) \
+                or (codes.size and (codes.min() < 0 or codes.max() >= self.chunk_size)):
+            raise ParameterError("codes", f"an int array of shape (n, C={self.n_chunks}) with values in [0, L={self.chunk_size})",
+                                 f"{codes.dtype} array of shape {codes.shape}", owner)
+        return codes.astype(np.int64)
+
+    def _lists(self, codes: np.ndarray) -> np.ndarray:
+        return codes + self.chunk_size * np.arange(self.n_chunks)  # flat list id c·L + l
+
+    def add(self, codes: np.ndarray) -> "CodeIndex":
+        """Index the items' codes (N × C); posting list (c, l) holds the items with code l in chunk c, ascending."""
+        codes = self._check_codes(codes, f"{type(self).__name__}.add")
+        n, n_lists = len(codes), self.n_chunks * self.chunk_size
+        items = sp.csr_matrix((np.ones(codes.size, np.float32), self._lists(codes).reshape(-1),
+                               np.arange(0, codes.size + 1, self.n_chunks)), shape=(n, n_lists))
+        self.postings_ = items.T.tocsr()  # (C·L) × N: row j is posting list j, item rows ascending
+        self.postings_.sort_indices()
+        self.n_items_ = n
+        self._starts = self.postings_.indptr[:-1].astype(np.int64)  # where each list begins in _entries
+        self._sizes = np.diff(self.postings_.indptr).astype(np.int64)
+        self._entries = self.postings_.indices.astype(np.int64)
+        return self
+
+    @property
+    def list_sizes(self) -> np.ndarray:
+        """Items per posting list, int64 of shape (C, L)."""
+        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.list_sizes needs an index")
+        return self._sizes.reshape(self.n_chunks, self.chunk_size).copy()
+
+    def shared_codes(self, query_codes: np.ndarray) -> sp.csr_matrix:
+        """S = q_onehot · P: sparse (nq, N) float32 counts of shared codes, stored (columns ascending) only for the
+        items that share one."""
+        check_is_fitted(self, "postings_", "add(codes)", what=f"{type(self).__name__} needs an index: call add first")
+        q = self._check_codes(query_codes, f"{type(self).__name__}.shared_codes")
+        onehot = sp.csr_matrix((np.ones(q.size, np.float32), self._lists(q).reshape(-1),
+                                np.arange(0, q.size + 1, self.n_chunks)), shape=(len(q), self.postings_.shape[0]))
+        S = (onehot @ self.postings_).tocsr()
+        S.sort_indices()
+        return S
+
+    def postings(self, query_codes: np.ndarray) -> np.ndarray:
+        """Posting-list entries each query reads (Σ of its C list sizes), int64 (nq,): the scoring work (§3.2.2)."""
+        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.postings needs an index")
+        q = self._check_codes(query_codes, f"{type(self).__name__}.postings")
+        return self._sizes[self._lists(q)].sum(axis=1)
+
+    def _block_topk(self, lists: np.ndarray, k: int, D: np.ndarray, I: np.ndarray) -> None:
+        """The score, threshold and top-k phases for a block of b queries' flat list ids (b × C), into D, I."""
+        b, n, width = len(lists), self.n_items_, self.n_chunks + 1
+        starts, sizes = self._starts[lists].reshape(-1), self._sizes[lists].reshape(-1)
+        # score: the entries of the block's b·C posting lists, offset by query so that one bincount counts the shared
+        # codes of every (query, item)
+        entries = self._entries
+        items = np.concatenate([entries[a:a + m] for a, m in zip(starts.tolist(), sizes.tolist())])
+        if b > 1:
+            entry_row = np.repeat(np.arange(b, dtype=np.int64), sizes.reshape(b, -1).sum(axis=1))
+            items += entry_row * n
+        counts = np.bincount(items, minlength=b * n)
+        # threshold: an item with s shared codes appears s times among the entries, so the histogram of the entries'
+        # counts, divided by s, is the histogram of the items' scores; t = the largest score at least k items reach
+        key = counts[items] if b == 1 else entry_row * width + counts[items]
+        hist = np.bincount(key, minlength=b * width).reshape(b, width)
+        hist[:, 1:] //= np.arange(1, width)
+        at_least = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
+        over = at_least >= k
+        over[:, :2] = True  # fewer than k items share a code: all of them (score >= 1)
+        t = width - 1 - np.argmax(over[:, ::-1], axis=1)
+        # top-k: the items at or above t, row-major (item rows ascending), ranked by _entries_topk
+        chosen = np.flatnonzero(counts.reshape(b, n) >= t[:, None])
+        rows = chosen // n if b > 1 else np.zeros(chosen.size, np.int64)
+        _entries_topk(rows, chosen - rows * n, counts[chosen], k, self.n_chunks, D, I)
+
+    def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k items of each query by shared codes, ties to the lower item row (no re-ranking).
+
+        Returns
+        -------
+        D : float32 ndarray of shape (nq, k)
+            Shared codes (0 pads where fewer than k items share any code).
+        I : int64 ndarray of shape (nq, k)
+            Item rows; -1 pads.
+        """
+        owner = f"{type(self).__name__}.search"
+        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.search needs an index")
+        k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
+        lists = self._lists(self._check_codes(query_codes, owner))
+        nq, block = len(lists), max(1, self.block_items // max(self.n_items_, 1))
+        D = np.zeros((nq, k), np.float32)
+        I = np.full((nq, k), -1, np.int64)
+        for lo in range(0, nq, block):
+            self._block_topk(lists[lo:lo + block], k, D[lo:lo + block], I[lo:lo + block])
+        return D, I
+
+
+def _entries_topk(rows: np.ndarray, cols: np.ndarray, score: np.ndarray, k: int, max_score: int,
+                  D: np.ndarray, I: np.ndarray) -> None:
+    """Threshold and top-k phases on the stored entries of a score matrix, given in (row, column) ascending order
+    with small non-negative integer scores (<= max_score): writes each row's k largest (ties to the lower column)
+    into D, I (pre-filled with the pads 0 and -1).
+
+    Per row, a histogram of the max_score + 1 possible scores gives the threshold t (the largest score that at least
+    k entries reach; 0 when the row has fewer than k entries), the entries above t (fewer than k) and how many of
+    the entries at t are taken (the first ones in column order). Only the entries above t are sorted: one stable
+    sort by (row, score descending), which keeps columns ascending among equal scores.
+    """
+    nq, width = D.shape[0], max_score + 1
+    score = np.asarray(score, dtype=np.int64)
+    hist = np.bincount(rows * width + score, minlength=nq * width).reshape(nq, width)
+    at_least = np.zeros((nq, width + 1), np.int64)  # at_least[r, s]: entries of row r scoring >= s (s <= width)
+    at_least[:, :width] = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
+    over = at_least[:, :width] >= k
+    over[:, 0] = True
+    t = width - 1 - np.argmax(over[:, ::-1], axis=1)  # threshold per row
+    every = np.arange(nq)
+    above = at_least[every, t + 1]  # entries scoring more than t: fewer than k
+    take_tied = np.minimum(k - above, hist[every, t])  # entries at t taken, the first ones by column
+    t_row = t[rows]
+    hi = np.flatnonzero(score > t_row)
+    if hi.size:
+        key = rows[hi] * width + (max_score - score[hi])
+        key = key.astype(np.uint16) if nq * width <= 2**16 else key  # small keys: numpy's radix sort
+        hi = hi[np.argsort(key, kind="stable")]
+        r = rows[hi]
+        pos = np.arange(hi.size) - np.searchsorted(r, r, side="left")  # place inside its row
+        D[r, pos] = score[hi]
+        I[r, pos] = cols[hi]
+    tied = np.flatnonzero(score == t_row)
+    if tied.size:
+        r = rows[tied]
+        rank = np.arange(tied.size) - np.searchsorted(r, r, side="left")
+        keep = rank < take_tied[r]
+        r, rank, tied = r[keep], rank[keep], tied[keep]
+        D[r, above[r] + rank] = score[tied]
+        I[r, above[r] + rank] = cols[tied]
+
+
+def _csr_topk(S: sp.csr_matrix, k: int, max_score: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a CSR of small non-negative integer scores (<= max_score), the k largest, ties to the lower
+    column (:func:`_entries_topk` on its stored entries, indices sorted); -1/0 pad rows with fewer than k entries."""
+    nq = S.shape[0]
+    rows = np.repeat(np.arange(nq, dtype=np.int64), np.diff(S.indptr))
+    D = np.zeros((nq, k), np.float32)
+    I = np.full((nq, k), -1, np.int64)
+    _entries_topk(rows, S.indices.astype(np.int64), np.rint(S.data).astype(np.int64), k, max_score, D, I)
+    return D, I
+
+
+def imbalance_factor(list_sizes: np.ndarray) -> float:
+    """faiss's imbalance factor k · Σ n_i² / (Σ n_i)² over k posting lists (1 = perfectly balanced).
+
+    For composite codes, all C·L lists at once (equal to the mean of the per-chunk factors).
+    """
+    n = np.asarray(list_sizes, dtype=np.float64).reshape(-1)
+    if n.size == 0 or n.sum() <= 0:
+        raise ParameterError("list_sizes", "a non-empty array with a positive total", n.tolist()[:5], "imbalance_factor")
+    return float(n.size * (n ** 2).sum() / n.sum() ** 2)
+
+
+def activation_frequency(list_sizes: np.ndarray) -> np.ndarray:
+    """Share of the items that switch on each dimension, sorted descending ([CCSA] Fig. 2/3); ideal 1 / L."""
+    sizes = np.asarray(list_sizes, dtype=np.float64)
+    return np.sort(sizes.reshape(-1) / sizes.sum(axis=-1).mean())[::-1]
+
+
+# ==============================================================================================
+# retrieval with exact re-ranking, and its accounting (shared by CCSA and every baseline)
+# ==============================================================================================
+# Work of one query, defined once for every method:
+#   postings  = posting-list entries (or compressed codes) the query touches; an item in two of its lists counts twice;
+#   scored    = UNIQUE items whose float vector is scored exactly (inner product) in the re-ranking step.
+# Every method ends with the same step: exact inner product over its unique candidates, best m kept.
+
+
+def code_bytes(n_chunks: int, chunk_size: int) -> float:
+    """Bytes per item of a composite code: C codes of log2(L) bits ([CCSA] §3.2), C · log2(L) / 8."""
+    if chunk_size < 2 or chunk_size & (chunk_size - 1):
+        raise ParameterError("chunk_size", "a power of two >= 2 (codes of log2(L) bits)", chunk_size, "code_bytes")
+    return n_chunks * int(np.log2(chunk_size)) / 8
+
+
+def pq_for_bytes(n_chunks: int, chunk_size: int, d: int) -> tuple[int, int]:
+    """(M, nbits) of a product quantizer whose codes take exactly as many bits as a C × L composite code.
+
+    M · nbits = C · log2(L); prefers nbits = 8 (faiss's fast path), else M = C sub-quantizers of log2(L)
+    bits, else the largest nbits <= 16 that works; M must divide d.
+    """
+    bits = int(round(code_bytes(n_chunks, chunk_size) * 8))
+    for nbits in (8, int(np.log2(chunk_size)), *range(16, 0, -1)):
+        if bits % nbits == 0 and d % (bits // nbits) == 0 and nbits <= 16:
+            return bits // nbits, nbits
+    raise ParameterError("n_chunks", f"C, L such that C·log2(L) = {bits} bits split into M sub-quantizers "
+                         f"dividing d = {d}", (n_chunks, chunk_size), "pq_for_bytes")
+
+
+def exact_topk(queries: np.ndarray, items: np.ndarray, k: int) -> np.ndarray:
+    """Rows of the k items with the largest inner product per query (faiss flat index), int64 (nq, k)."""
+    import faiss
+
+    index = faiss.IndexFlatIP(items.shape[1])
+    index.add(np.ascontiguousarray(items, dtype=np.float32))
+    return index.search(np.ascontiguousarray(queries, dtype=np.float32), k)[1].astype(np.int64)
+
+
+def rerank(queries: np.ndarray, items: np.ndarray, candidates: Sequence[np.ndarray], m: int) -> np.ndarray:
+    """Exact re-ranking: per query, the m best of its UNIQUE candidate rows by inner product (ties to the lower
+    row); -1 pads when fewer than m candidates. int64 (nq, m)."""
+    if len(candidates) != len(queries):
+        raise ParameterError("candidates", f"one array of item rows per query ({len(queries)})", len(candidates),
+                             "rerank")
+    out = np.full((len(queries), m), -1, np.int64)
+    for r, cand in enumerate(candidates):
+        cand = np.unique(np.asarray(cand, dtype=np.int64))
+        cand = cand[cand >= 0]
+        if cand.size == 0:
+            continue
+        s = items[cand] @ queries[r]  # float32, like faiss's exact scores
+        top = np.lexsort((cand, -s))[:m]
+        out[r, :top.size] = cand[top]
+    return out
+
+
+def _pad(I: np.ndarray) -> np.ndarray:
+    return np.where(I < 0, -1, I).astype(np.int64)
+
+
+def code_candidates(index: CodeIndex, query_codes: np.ndarray, shortlist: int | None = None
+                    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """A CCSA query's candidates: the unique items of its C posting lists (§3.2); with ``shortlist`` R, only the
+    R with the most shared codes (the paper's score-threshold-top-k steps; ties to the lower row).
+
+    Returns (candidates, postings touched per query, items sharing at least one code per query)."""
+    postings = index.postings(query_codes)
+    S = index.shared_codes(query_codes)
+    sharing = np.diff(S.indptr).astype(np.int64)
+    if shortlist is not None:
+        _, I = _csr_topk(S, shortlist, index.n_chunks)
+        return [row[row >= 0] for row in I], postings, sharing
+    return [S.indices[S.indptr[r]:S.indptr[r + 1]].astype(np.int64) for r in range(S.shape[0])], postings, sharing
+
+
+def query_split(n_queries: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, split): ``n_eval`` query rows drawn without replacement (seeded), the first half labelled "dev" and
+    the rest "test" (settings are chosen on dev, reported on test)."""
+    n_eval = min(int(n_eval), n_queries)
+    rows = np.sort(np.random.default_rng(seed).choice(n_queries, n_eval, replace=False))
+    split = np.array(["test"] * n_eval, dtype=object)
+    split[np.random.default_rng(seed + 1).permutation(n_eval)[:n_eval // 2]] = "dev"
+    return rows, split
+
+
+def retrieval_metrics(I: np.ndarray, exact: np.ndarray, relevant, split: np.ndarray, *, k: int,
+                      postings: np.ndarray, scored: np.ndarray, sharing: np.ndarray | None = None) -> list[dict]:
+    """One row per split: Top-k-Recall@m against the exact DE top-k (|T ∩ S| / k over the m returned S), Recall@k
+    against the gold labels (of the first k returned; :func:`xenbench.metrics.label_recall`), each with its
+    standard error over queries, and the mean ``postings`` and ``scored`` work (defined above) and, when given, of
+    ``sharing`` (items sharing a code with the query)."""
+    from xenbench.metrics import label_recall
+
+    T = exact[:, :k]
+    topk = np.array([np.isin(T[r], I[r][I[r] >= 0]).mean() for r in range(len(I))])
+    has = np.asarray(relevant.sum(axis=1)).ravel() > 0
+    gold = np.full(len(I), np.nan)
+    gold[has] = label_recall(I[has], relevant[has], k, per_query=True)
+    rows = []
+    for name in ("dev", "test"):
+        sel = split == name
+        g = gold[sel][~np.isnan(gold[sel])]
+        rows.append({"split": name, "n_queries": int(sel.sum()),
+                     "recall": float(topk[sel].mean()), "recall_se": float(topk[sel].std(ddof=1) / np.sqrt(sel.sum())),
+                     "gold_recall": float(g.mean()), "gold_recall_se": float(g.std(ddof=1) / np.sqrt(g.size)),
+                     "postings": float(postings[sel].mean()), "scored": float(scored[sel].mean()),
+                     **({} if sharing is None else {"sharing": float(sharing[sel].mean())})})
+    return rows
+
+
+# ==============================================================================================
+# experiments ([CCSA] §4.1.3 RQ3, §4.1.2 RQ2)
+# ==============================================================================================
+def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, settings: Sequence[tuple[float, int]], *,
+                  exact: np.ndarray, relevant, split: np.ndarray, n_chunks: int = 16, chunk_size: int = 64,
+                  k: int = 10, m: int = 100, shortlist: int | None = None, progress: bool = True,
+                  **fit_params) -> tuple[pd.DataFrame, dict[tuple[float, int], np.ndarray]]:
+    """Train one CCSA per (λ, B) on ``train`` (queries and items), index the items, search the queries.
+
+    Search = the unique items of the query's C posting lists (the ``shortlist`` R with the most shared codes
+    when given, as the faiss PQ methods keep their R best), re-ranked by exact inner product (:func:`rerank`), best m
+    returned.
+
+    Returns
+    -------
+    results : DataFrame
+        One row per (λ, B, split): ``reg``, ``batch_size``, ``steps``, ``bytes_per_item``, ``imbalance``
+        (:func:`imbalance_factor`), ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), ``sharing`` (mean items
+        sharing a code with the query: the work an imbalanced index adds), ``shortlist`` (R or None) and the columns
+        of :func:`retrieval_metrics`.
+    frequencies : dict
+        (λ, B) -> :func:`activation_frequency` of its index (Fig. 2/3).
+    """
+    rows, frequencies = [], {}
+    for reg, batch in settings:
+        ae = CompositeCodeAE(n_chunks, chunk_size, reg=reg, batch_size=batch, progress=progress,
+                             **fit_params).fit(train)
+        index = CodeIndex(n_chunks, chunk_size).add(ae.encode(items))
+        cands, postings, sharing = code_candidates(index, ae.encode(queries), shortlist)
+        I = rerank(queries, items, cands, m)
+        scored = np.array([c.size for c in cands])
+        last = ae.history_[-1]
+        head = {"method": "CCSA", "reg": float(reg), "batch_size": int(batch), "steps": ae.steps_,
+                "bytes_per_item": code_bytes(n_chunks, chunk_size), "imbalance": imbalance_factor(index.list_sizes),
+                "recon": last["recon"], "mse": last["mse"], "uniformity_norm": last["uniformity_norm"],
+                "shortlist": None if shortlist is None else int(shortlist)}
+        for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=postings, scored=scored, sharing=sharing):
+            rows.append({**head, **row})
+        frequencies[float(reg), int(batch)] = activation_frequency(index.list_sizes)
+    return pd.DataFrame(rows), frequencies
+
+
+def faiss_baselines(train: np.ndarray, items: np.ndarray, queries: np.ndarray, n_lists: int, nprobes: Sequence[int], *,
+                    exact: np.ndarray, relevant, split: np.ndarray, pq: tuple[int, int], k: int = 10, m: int = 100,
+                    shortlist: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """faiss IVF-Flat, IVF-PQ and OPQ+IVF-PQ (``n_lists`` k-means lists, inner product) trained on ``train``.
+
+    Each probes w lists; IVF-Flat's candidates are all their items (its exact search is the re-ranking), IVF-PQ's
+    the ``shortlist`` R best of them by the PQ approximation (with PQ codes of ``pq`` = (M, nbits), the bytes of a CCSA code:
+    :func:`pq_for_bytes`). All are then re-ranked by exact inner product like CCSA (:func:`rerank`).
+    ``postings`` = items in the w lists, ``scored`` = unique candidates re-ranked.
+    """
+    import faiss
+
+    X = np.ascontiguousarray(items, dtype=np.float32)
+    Q = np.ascontiguousarray(queries, dtype=np.float32)
+    T = np.ascontiguousarray(train, dtype=np.float32)
+    d = X.shape[1]
+    M, nbits = pq
+    # k-means of the IVF lists and of each PQ sub-quantizer; OPQ's d x d rotation: with fewer than d training rows
+    # faiss's OPQ training corrupts the heap and kills the process (measured: d = 384, 383 rows crash, 384 train).
+    need = max(int(n_lists), 2**int(nbits), 256, d)
+    if len(T) < need:
+        raise ParameterError("train", f"at least {need} rows to train {n_lists} IVF lists, PQ{M}x{nbits} and OPQ",
+                             f"{len(T)} rows", "faiss_baselines")
+    specs = {"IVF-Flat": f"IVF{n_lists},Flat", "IVF-PQ": f"IVF{n_lists},PQ{M}x{nbits}",
+             "OPQ+IVF-PQ": f"OPQ{M},IVF{n_lists},PQ{M}x{nbits}"}
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # OpenMP spin-waits on a busy 2-core machine; one thread is faster and deterministic
+    try:
+        return _faiss_rows(specs, T, X, Q, d, n_lists, nprobes, M, nbits, exact, relevant, split, k, m, shortlist, seed)
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _faiss_rows(specs, T, X, Q, d, n_lists, nprobes, M, nbits, exact, relevant, split, k, m, shortlist, seed):
+    import faiss
+
+    rows = []
+    for method, spec in specs.items():
+        index = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+        ivf.cp.seed = seed
+        if method != "IVF-Flat":
+            ivf.pq.cp.seed = seed
+        index.train(T)
+        index.add(X)
+        sizes = np.array([ivf.invlists.list_size(i) for i in range(n_lists)])
+        q_in = index.chain.at(0).apply(Q) if isinstance(index, faiss.IndexPreTransform) else Q
+        _, nearest = ivf.quantizer.search(np.ascontiguousarray(q_in), max(nprobes))
+        for w in nprobes:
+            ivf.nprobe = int(w)
+            postings = sizes[nearest[:, :w]].sum(axis=1)
+            if method == "IVF-Flat":  # it scores every item of its w lists exactly: that IS the re-ranking
+                I = _pad(index.search(Q, m)[1])
+                scored = postings
+            else:
+                _, cand = index.search(Q, shortlist)
+                I = rerank(Q, X, list(cand), m)
+                scored = np.array([np.unique(c[c >= 0]).size for c in cand])
+            head = {"method": method, "nprobe": int(w),
+                    "bytes_per_item": float(d * 4 if method == "IVF-Flat" else M * nbits / 8),
+                    "imbalance": imbalance_factor(sizes)}
+            for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=postings, scored=scored):
+                rows.append({**head, **row})
+    return pd.DataFrame(rows)
+
+
+def binary_hnsw(train: np.ndarray, items: np.ndarray, queries: np.ndarray, n_bits: int, *, exact: np.ndarray,
+                relevant, split: np.ndarray, k: int = 10, m: int = 100, shortlist: int = 100, hnsw_m: int = 32,
+                ef_search: int = 128, seed: int = 0, progress: bool = True, **fit_params) -> pd.DataFrame:
+    """RQ2 ([CCSA] §4.1.2): binary CCSA codes (C = ``n_bits`` chunks of L = 2, τ = 1, λ = 0) in faiss's binary HNSW
+    (Hamming) against HNSW over PQ codes of the same bytes (M = n_bits / 8 sub-quantizers of 8 bits).
+
+    Each returns its ``shortlist`` R nearest by its codes, re-ranked by exact inner product (:func:`rerank`).
+    ``postings`` is NaN (graph search has no lists), ``scored`` = R.
+    """
+    import faiss
+
+    if n_bits % 8:
+        raise ParameterError("n_bits", "a multiple of 8 (whole bytes per item)", n_bits, "binary_hnsw")
+    X = np.ascontiguousarray(items, dtype=np.float32)
+    Q = np.ascontiguousarray(queries, dtype=np.float32)
+    fit_params = {**fit_params, "temperature": 1.0}
+    ae = CompositeCodeAE(n_bits, 2, reg=0.0, seed=seed, progress=progress, **fit_params).fit(train)
+    bx, bq = np.packbits(ae.encode(X).astype(np.uint8), axis=1), np.packbits(ae.encode(Q).astype(np.uint8), axis=1)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # graph construction is deterministic single-threaded only
+    try:
+        cand_b, cand_p = _hnsw_candidates(bx, bq, X, Q, train, n_bits, hnsw_m, ef_search, shortlist, seed)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    rows = []
+    for method, cand in (("CCSA-binary+HNSW", cand_b), ("PQ+HNSW", cand_p)):
+        I = rerank(Q, X, list(cand), m)
+        scored = np.array([np.unique(c[c >= 0]).size for c in cand])
+        head = {"method": method, "bytes_per_item": n_bits / 8, "shortlist": int(shortlist)}
+        for row in retrieval_metrics(I, exact, relevant, split, k=k, postings=np.full(len(Q), np.nan), scored=scored):
+            rows.append({**head, **row})
+    return pd.DataFrame(rows)
+
+
+def _hnsw_candidates(bx, bq, X, Q, train, n_bits, hnsw_m, ef_search, shortlist, seed):
+    import faiss
+
+    hb = faiss.IndexBinaryHNSW(n_bits, hnsw_m)
+    hb.add(bx)
+    hb.hnsw.efSearch = max(ef_search, shortlist)
+    cand_b = hb.search(bq, shortlist)[1]
+    hp = faiss.IndexHNSWPQ(X.shape[1], n_bits // 8, hnsw_m)  # L2 on unit vectors orders like inner product
+    faiss.downcast_index(hp.storage).pq.cp.seed = seed
+    hp.train(np.ascontiguousarray(train, dtype=np.float32))
+    hp.add(X)
+    hp.hnsw.efSearch = max(ef_search, shortlist)
+    cand_p = hp.search(Q, shortlist)[1]
+    return cand_b, cand_p
+
+
+# ==============================================================================================
+# the notebook-06 study over seeds (each seed: query split, CCSA initialization/batches/noise, k-means)
+# ==============================================================================================
+@dataclass
+class Study:
+    """Tables of :func:`study`, each with a ``seed`` column (one row per seed, setting and split).
+
+    ``by_reg``: the λ sweep at batch size B; ``by_batch``: the B sweep at λ = ``reg_for_batches`` (sharing the
+    models the λ sweep already trained); ``baselines``: :func:`faiss_baselines`; ``binary``: :func:`binary_hnsw`.
+    ``frequencies``: (λ, B) -> :func:`activation_frequency` of the first seed's index (Fig. 2/3).
+    """
+
+    by_reg: pd.DataFrame
+    by_batch: pd.DataFrame
+    baselines: pd.DataFrame
+    binary: pd.DataFrame
+    frequencies: dict[tuple[float, int], np.ndarray]
+
+
+def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *, seeds: Sequence[int],
+          regs: Sequence[float], batch_size: int, batch_sizes: Sequence[int], reg_for_batches: float,
+          n_chunks: int, chunk_size: int, nprobes: Sequence[int], binary_bits: int, n_eval_queries: int,
+          k: int = 10, m: int = 100, shortlist: int = 1000, progress: bool = True, **fit_params) -> Study:
+    """Notebook 06's experiments, repeated per seed in ``seeds``, so every number has a spread across seeds.
+
+    Per seed s: :func:`query_split` draws ``n_eval_queries`` rows of ``queries`` (half dev, half test) with seed s;
+    every CCSA model (``fit_params``: steps, temperature, lr, device, ...) and the faiss k-means are seeded with s.
+
+    Parameters
+    ----------
+    train : ndarray (N_train, d)
+        What the models are trained on (the paper: queries and documents).
+    items, queries : ndarray (N, d), (nq, d)
+        The indexed items and every query; ``relevant`` (nq, N) sparse gold labels.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ParameterError("seeds", "a non-empty list of distinct ints", seeds, "study")
+    settings_reg = [(float(r), int(batch_size)) for r in regs]
+    settings_batch = [(float(reg_for_batches), int(b)) for b in batch_sizes]
+    extra = [s for s in settings_batch if s not in settings_reg]
+    pq = pq_for_bytes(n_chunks, chunk_size, items.shape[1])
+    tables: dict[str, list[pd.DataFrame]] = {"models": [], "baselines": [], "binary": []}
+    frequencies: dict[tuple[float, int], np.ndarray] = {}
+    for seed in tqdm(seeds, desc="CCSA seeds", disable=not progress or len(seeds) == 1):
+        rows, split = query_split(len(queries), n_eval_queries, seed)
+        Q, rel = queries[rows], relevant[rows]
+        exact = exact_topk(Q, items, k)
+        common = dict(exact=exact, relevant=rel, split=split, k=k, m=m)
+        # CCSA keeps the same R as the PQ methods, so every method re-ranks equally many items exactly.
+        models, freq = balance_sweep(train, items, Q, settings_reg + extra, n_chunks=n_chunks, chunk_size=chunk_size,
+                                     shortlist=shortlist, seed=seed, progress=progress, **common, **fit_params)
+        tables["models"].append(models.assign(seed=seed))
+        tables["baselines"].append(faiss_baselines(train, items, Q, chunk_size, nprobes, pq=pq, shortlist=shortlist,
+                                                   seed=seed, **common).assign(seed=seed))
+        tables["binary"].append(binary_hnsw(train, items, Q, binary_bits, shortlist=min(shortlist, len(items)),
+                                            batch_size=batch_size, seed=seed, progress=progress, **common, **fit_params)
+                                .assign(seed=seed))
+        if not frequencies:
+            frequencies = freq
+    models = pd.concat(tables["models"], ignore_index=True)
+    in_reg = pd.Series(list(zip(models["reg"], models["batch_size"]))).isin(settings_reg).to_numpy()
+    in_batch = pd.Series(list(zip(models["reg"], models["batch_size"]))).isin(settings_batch).to_numpy()
+    return Study(by_reg=models[in_reg].reset_index(drop=True), by_batch=models[in_batch].reset_index(drop=True),
+                 baselines=pd.concat(tables["baselines"], ignore_index=True),
+                 binary=pd.concat(tables["binary"], ignore_index=True), frequencies=frequencies)
+
+
+def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = ("recall", "gold_recall", "imbalance",
+               "scored", "postings", "sharing"), confidence: float = 0.95) -> pd.DataFrame:
+    """Mean over seeds per group ``by`` of each of ``columns`` present, with ``<col>_lo``/``<col>_hi`` (t-interval
+    across seeds; NaN with one seed) and ``n_seeds``. With one seed, ``recall_se``/``gold_recall_se`` stay the
+    per-query standard errors; with several they become the standard error across seeds."""
+    from xenbench.methods.protocol import t_interval
+
+    out = []
+    for key, g in rows.groupby(list(by), sort=False, dropna=False):
+        rec = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for col in (c for c in columns if c in g):
+            mean, lo, hi = t_interval(g[col].to_numpy(np.float64), confidence)
+            rec.update({col: mean, f"{col}_lo": lo, f"{col}_hi": hi})
+            if f"{col}_se" in g:
+                rec[f"{col}_se"] = (float(g[f"{col}_se"].iloc[0]) if len(g) == 1 else
+                                    float(g[col].std(ddof=1) / np.sqrt(len(g))))
+        for col in ("bytes_per_item", "shortlist"):
+            if col in g:
+                rec[col] = g[col].iloc[0]
+        rec["n_seeds"] = int(g["seed"].nunique()) if "seed" in g else 1
+        out.append(rec)
+    return pd.DataFrame(out)

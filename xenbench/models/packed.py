@@ -1,0 +1,261 @@
+"""Padding-free ("packed", variable-length) forward pass of a BERT cross-encoder.
+
+A length-bucketed batch still pads every pair to its batch's longest pair, and with ``query_pad_to`` every
+pair also carries a block of pad tokens between the query head and the item tail. The padded forward
+(:meth:`CrossEncoder.forward`) spends its embedding, Q/K/V, output-projection, FFN and LayerNorm FLOPs on
+those pads. :func:`packed_forward` computes the same scores on the (T, d) tensor of attended tokens only,
+T = ``attention_mask.sum()``:
+
+* every token keeps its original position id (its column in the padded batch) and token type, so the
+  embeddings are those of the padded path even when the attended tokens are not contiguous;
+* token-wise ops call the Hugging Face model's own submodules (no weight copies), so a loaded or
+  fine-tuned CE is used as it is;
+* attention runs per sequence: on CUDA with fp16/bf16 activations through PyTorch's variable-length
+  flash attention (:func:`torch.nn.attention.varlen.varlen_attn`), otherwise (CPU, or fp32, which flash
+  attention does not take) through ``scaled_dot_product_attention`` on q/k/v re-padded to (B, H, L_max, d_h)
+  with a key mask, L_max = the longest sequence's *attended* length (the query pad gap is gone);
+* the heads: [CLS]-CE = pooler + classifier on each sequence's first token, as
+  ``BertForSequenceClassification`` does; [EMB]-CE = ``ce.embed_pair`` on the last hidden states scattered
+  back to the padded layout, then the same (scaled cosine or raw) dot product as ``CrossEncoder.forward``.
+
+Only BERT models (``BertModel`` / ``BertForSequenceClassification``, absolute positions, encoder-only) are
+supported; anything else raises :class:`~xenbench.errors.ParameterError` rather than computing different numbers (e.g. RoBERTa
+derives position ids from the input ids, so a packed copy of its embeddings would be wrong).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xenbench.errors import ParameterError
+
+__all__ = ["Packed", "check_supported", "encode_packed", "pack", "packed_forward", "padded_token_share", "repad",
+           "varlen_available"]
+
+Attention = Literal["auto", "varlen", "padded"]
+
+try:  # PyTorch >= 2.10; CUDA (flash attention) kernels only
+    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
+except ImportError:  # pragma: no cover - depends on the torch version
+    _varlen_attn = None
+
+
+@dataclass(frozen=True)
+class Packed:
+    """The attended tokens of a padded batch of B pairs of width W, packed sequence after sequence.
+
+    Attributes
+    ----------
+    input_ids, token_type_ids, position_ids : Tensor of shape (T,), int64
+        Per attended token; ``position_ids`` is the token's column in the padded batch.
+    flat_index : Tensor of shape (T,), int64
+        Each token's index into the flattened (B * W) padded batch (to scatter results back).
+    seq_index : Tensor of shape (T,), int64
+        The pair (batch row) each token belongs to.
+    slot : Tensor of shape (T,), int64
+        Each token's rank among its pair's attended tokens (its column once re-padded to ``max_len``).
+    lengths : Tensor of shape (B,), int64
+        Attended tokens per pair.
+    cu_seqlens : Tensor of shape (B + 1,), int32
+        Cumulative ``lengths`` starting at 0 (the varlen-attention convention).
+    max_len : int
+        ``max(lengths)``.
+    batch_size, width : int
+        B and W of the padded batch.
+    """
+
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    position_ids: torch.Tensor
+    flat_index: torch.Tensor
+    seq_index: torch.Tensor
+    slot: torch.Tensor
+    lengths: torch.Tensor
+    cu_seqlens: torch.Tensor
+    max_len: int
+    batch_size: int
+    width: int
+
+    @property
+    def n_tokens(self) -> int:
+        """T, the number of attended tokens."""
+        return int(self.input_ids.shape[0])
+
+
+def pack(batch: dict[str, torch.Tensor]) -> Packed:
+    """Pack a padded batch (``input_ids``, ``attention_mask``, ``token_type_ids`` of shape (B, W)).
+
+    Raises
+    ------
+    ParameterError
+        If a pair has no attended token (its attention would be undefined).
+    """
+    ids, att = batch["input_ids"], batch["attention_mask"]
+    tt = batch.get("token_type_ids")
+    B, W = ids.shape
+    mask = att.reshape(-1) > 0
+    # nonzero keeps row-major order: tokens are grouped by pair and ordered by column within a pair.
+    flat = mask.nonzero().squeeze(1)
+    lengths = (att > 0).sum(1)
+    lo, hi = (int(x) for x in torch.stack(torch.aminmax(lengths)).tolist()) if B else (1, 0)
+    if lo < 1:
+        raise ParameterError("batch", "pairs with at least one attended token each", "an attention_mask row of zeros",
+                             "pack")
+    cu = torch.zeros(B + 1, dtype=torch.int32, device=ids.device)
+    cu[1:] = lengths.cumsum(0)
+    seq = flat // W
+    return Packed(
+        input_ids=ids.reshape(-1)[flat],
+        token_type_ids=(tt.reshape(-1)[flat] if tt is not None else torch.zeros_like(flat)),
+        position_ids=flat % W,
+        flat_index=flat,
+        seq_index=seq,
+        slot=torch.arange(flat.shape[0], device=ids.device) - cu[:-1].long()[seq],
+        lengths=lengths,
+        cu_seqlens=cu,
+        max_len=hi,
+        batch_size=B,
+        width=W,
+    )
+
+
+def repad(x: torch.Tensor, packed: Packed, layout: Literal["batch", "compact"] = "batch") -> torch.Tensor:
+    """Scatter per-token rows ``x`` (T, ...) back into a zero-filled padded tensor.
+
+    ``layout="batch"``: the original (B, W, ...) layout (each token at its original column);
+    ``"compact"``: (B, max_len, ...), each pair's tokens left-aligned (what the attention fallback uses).
+    """
+    if layout == "batch":
+        n, index = packed.width, packed.flat_index
+    else:
+        n, index = packed.max_len, packed.seq_index * packed.max_len + packed.slot
+    out = x.new_zeros((packed.batch_size * n, *x.shape[1:]))
+    return out.index_copy_(0, index, x).view(packed.batch_size, n, *x.shape[1:])
+
+
+def varlen_available(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether :func:`packed_forward`'s ``attention="auto"`` uses ``varlen_attn`` for activations of ``dtype``.
+
+    Flash attention has CUDA kernels for fp16/bf16 only; fp32 and CPU use the exact re-padded SDPA.
+    """
+    return _varlen_attn is not None and torch.device(device).type == "cuda" and dtype in (torch.float16,
+                                                                                          torch.bfloat16)
+
+
+def check_supported(ce: Any) -> tuple[nn.Module, nn.Module | None]:
+    """The BERT encoder of ``ce`` and its sequence-classification wrapper (``None`` for an [EMB]-CE).
+
+    Raises
+    ------
+    ParameterError
+        Naming the model class, if the architecture is not one this module reproduces exactly.
+    """
+    from transformers import BertForSequenceClassification, BertModel
+
+    model = getattr(ce, "model", None)
+    kind = getattr(getattr(ce, "config", None), "kind", None)
+    name = type(model).__name__
+    # Exact classes, not isinstance: a subclass may override forward (other positions, other head).
+    if kind == "cls" and type(model) is BertForSequenceClassification:
+        head, base = model, model.bert
+        if base.pooler is None:
+            raise ParameterError("ce", "a BertForSequenceClassification with a pooler", f"{name} without one",
+                                 "packed_forward")
+    elif kind == "emb" and type(model) is BertModel:
+        head, base = None, model
+    else:
+        expected = {"cls": "BertForSequenceClassification", "emb": "BertModel"}.get(kind, "a cls or emb CE")
+        raise ParameterError("ce", f"a BERT cross-encoder (kind {kind!r} needs {expected})", name, "packed_forward")
+    cfg = base.config
+    if cfg.is_decoder or getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+        raise ParameterError("ce", "an encoder with absolute positions", f"{name} with is_decoder={cfg.is_decoder}, "
+                             f"position_embedding_type={getattr(cfg, 'position_embedding_type', None)!r}",
+                             "packed_forward")
+    return base, head
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: Packed, use_varlen: bool,
+            dropout_p: float) -> torch.Tensor:
+    """Per-pair softmax attention of packed q/k/v of shape (T, H, d_h) -> (T, H, d_h)."""
+    if use_varlen:
+        # Default scale 1/sqrt(d_h) is BERT's; positional arguments are stable across torch versions.
+        return _varlen_attn(q, k, v, packed.cu_seqlens, packed.cu_seqlens, packed.max_len, packed.max_len)
+    B, L = packed.batch_size, packed.max_len
+    # (B, L, H, d_h) -> (B, H, L, d_h); the key mask hides each pair's slots past its length.
+    qp, kp, vp = (repad(x, packed, "compact").transpose(1, 2) for x in (q, k, v))
+    keep = (torch.arange(L, device=q.device)[None, :] < packed.lengths[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=keep, dropout_p=dropout_p)
+    return out.transpose(1, 2).reshape(B * L, *q.shape[1:])[packed.seq_index * L + packed.slot]
+
+
+def encode_packed(base: nn.Module, packed: Packed, attention: Attention = "auto") -> torch.Tensor:
+    """Last hidden states (T, d) of a ``BertModel`` on packed tokens."""
+    # (1, T) inputs: BertEmbeddings sums word + type + position embeddings, then LayerNorm (+ dropout).
+    h = base.embeddings(input_ids=packed.input_ids[None], token_type_ids=packed.token_type_ids[None],
+                        position_ids=packed.position_ids[None])[0]
+    T = h.shape[0]
+    for layer in base.encoder.layer:
+        sa = layer.attention.self
+        heads, d_h = sa.num_attention_heads, sa.attention_head_size
+        q, k, v = (proj(h).view(T, heads, d_h) for proj in (sa.query, sa.key, sa.value))
+        if attention == "varlen" and not varlen_available(q.device, q.dtype):
+            raise ParameterError("attention", "'varlen' only with torch.nn.attention.varlen and CUDA fp16/bf16 "
+                                 "activations", f"'varlen' on {q.device.type} with {q.dtype}", "packed_forward")
+        dropout_p = sa.dropout.p if sa.training else 0.0
+        use_varlen = attention != "padded" and dropout_p == 0.0 and varlen_available(q.device, q.dtype)
+        ctx = _attend(q, k, v, packed, use_varlen, dropout_p).reshape(T, heads * d_h)
+        a = layer.attention.output(ctx, h)  # dense, dropout, LayerNorm(. + h)
+        h = layer.output(layer.intermediate(a), a)  # FFN, dropout, LayerNorm(. + a)
+    return h
+
+
+def packed_forward(ce: Any, batch: dict[str, torch.Tensor], attention: Attention = "auto") -> torch.Tensor:
+    """The scores ``ce(batch)`` (B,), computed on attended tokens only.
+
+    Parameters
+    ----------
+    ce : CrossEncoder
+        A BERT [CLS]-CE or [EMB]-CE (see :func:`check_supported`); its own modules compute everything.
+    batch : dict of str to Tensor
+        ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, W) and ``query_len`` (B,), as from
+        ``ce.pairs.collate`` or the scorer's ``PairAssembler.batch``.
+    attention
+        ``"auto"``: ``varlen_attn`` when available for the activations (CUDA, fp16/bf16), else re-padded SDPA;
+        ``"padded"``: always the re-padded SDPA; ``"varlen"``: always ``varlen_attn`` (error if unavailable).
+
+    Returns
+    -------
+    Tensor of shape (B,)
+        In the dtype the heads compute in (fp32 for an fp32 model, as ``ce(batch)``).
+
+    Raises
+    ------
+    ParameterError
+        Unsupported architecture (names the model class), unknown ``attention``, or an empty pair.
+    """
+    if attention not in ("auto", "varlen", "padded"):
+        raise ParameterError("attention", "'auto', 'varlen' or 'padded'", attention, "packed_forward")
+    base, head = check_supported(ce)
+    packed = pack(batch)
+    h = encode_packed(base, packed, attention)
+    if head is not None:
+        # BertForSequenceClassification: classifier(dropout(tanh(dense(h[:, 0])))). The packed first token is
+        # column 0 only if column 0 is attended (right padding, as collate and PairAssembler build batches).
+        if not bool((batch["attention_mask"][:, 0] > 0).all()):
+            raise ParameterError("batch", "column 0 attended in every pair (a [CLS]-CE reads it; no left padding)",
+                                 "a left-padded batch", "packed_forward")
+        first = h[packed.cu_seqlens[:-1].long()]
+        return head.classifier(head.dropout(base.pooler(first[:, None]))).select(-1, 0)
+    # Pooling stays in CrossEncoder.embed_pair: it reads only attended positions, so zero-filled pads are inert.
+    return ce.pair_score(*ce.embed_pair(repad(h, packed, "batch"), batch))
+
+
+def padded_token_share(batch: dict[str, torch.Tensor]) -> float:
+    """Share of the B x W positions of a padded batch that are not attended (what packing saves)."""
+    att = batch["attention_mask"]
+    return 1.0 - float((att > 0).sum()) / max(att.numel(), 1)
+

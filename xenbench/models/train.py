@@ -1,0 +1,243 @@
+"""Training recipe for xenbench's cross-encoders (ANNCUR §4 setup, scaled down).
+
+Each training query comes with its gold item and ``n_negatives`` hard negatives mined with the dual
+encoder inside the query's own domain (a ZESHEL "world"). Loss = softmax cross-entropy over the
+(1 + n_negatives) CE scores, gold at position 0. [CLS]-CE and [EMB]-CE get the *same* queries, negatives,
+order and optimizer; only the scoring head differs.
+
+An [EMB]-CE trains in one of two layouts (``TrainConfig.pooling``, see :mod:`xenbench.models.crossencoder`):
+
+* ``"mean"`` (xenbench's bundled ``models/emb-ce``): s(q, i) = scale · cos(mean of the query segment's
+  states, mean of the item segment's states);
+* ``"markers"`` (ANNCUR §2.6 / the authors' ZESHEL [EMB]-CE): s(q, i) = ⟨(h[unused0] + h[unused1]) / 2,
+  h[unused2]⟩, a raw dot product of final-layer states, no normalization and no projection (``scale`` unused).
+
+Only the top ``trainable_layers`` transformer layers (+ the [CLS] head) are trained; the rest stays the
+bundled backbone, so a checkpoint stores just the trained tensors. Training is resumable: a state file is
+written every ``checkpoint_every`` steps and picked up on restart with the same config.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from xenbench._device import resolve_device
+from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, load_cross_encoder
+from xenbench.data.datasets import Dataset, load_wordnet_el, sample_queries
+from xenbench.errors import ParameterError
+from xenbench.models.linking import accuracy_at_k, gold_rows, rerank
+from xenbench.models.retrievers import DualEncoder
+
+log = logging.getLogger(__name__)
+STATE_NAME = "train_state.pt"
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of :func:`train_cross_encoder` (all seeded, all saved with the checkpoint)."""
+
+    kind: str = "emb"
+    pooling: str = "mean"
+    domains: list[str] = field(default_factory=list)
+    n_negatives: int = 15
+    queries_per_step: int = 8
+    epochs: int = 2
+    max_queries: int | None = None
+    lr: float = 1e-4
+    head_lr: float = 1e-3
+    warmup: float = 0.05
+    trainable_layers: int = 6
+    scale: float = 20.0
+    seed: int = 0
+    checkpoint_every: int = 200
+    input_format: InputFormat = field(default_factory=InputFormat)
+
+
+@dataclass
+class TrainingData:
+    """Flattened training examples: per query, its domain's (queries, items) and 1 + n_negatives item rows."""
+
+    datasets: list[Dataset]
+    examples: list[tuple[int, int, np.ndarray]]  # (dataset index, query row, item rows: gold first)
+
+
+def mine_training_data(domains: list[str], n_negatives: int, *, de: DualEncoder | None = None) -> TrainingData:
+    """Gold + DE hard negatives (the top-scored non-gold items of the query's domain) for every query."""
+    de = de or DualEncoder()
+    datasets, examples = [], []
+    for d, name in enumerate(tqdm(domains, desc="mining negatives")):
+        ds = load_wordnet_el(name)
+        gold = gold_rows(ds)
+        _, I = de.fit(ds.items).search(ds.queries, n_negatives + 1)
+        for q, g in enumerate(gold):
+            if g < 0:
+                continue
+            negatives = [i for i in I[q] if i != g][:n_negatives]
+            if len(negatives) == n_negatives:
+                examples.append((d, q, np.array([g, *negatives], dtype=np.int64)))
+        datasets.append(ds)
+    return TrainingData(datasets, examples)
+
+
+def trainable_parameter_names(ce: CrossEncoder, trainable_layers: int) -> list[str]:
+    """Names of the parameters trained: the top ``trainable_layers`` encoder layers and any head."""
+    n_layers = ce.model.config.num_hidden_layers
+    if not 0 <= trainable_layers <= n_layers:
+        raise ParameterError("trainable_layers", f"an int in [0, {n_layers}]", trainable_layers, "TrainConfig")
+    layers = {f"encoder.layer.{k}." for k in range(n_layers - trainable_layers, n_layers)}
+    names = []
+    for name, _ in ce.model.named_parameters():
+        bare = name.split(".", 1)[1] if name.startswith("bert.") else name
+        if any(bare.startswith(p) for p in layers) or bare.startswith(("pooler.", "classifier.")):
+            names.append(name)
+    return names
+
+
+def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData | None = None,
+                        device: str = "auto") -> CrossEncoder:
+    """Train a [CLS]-CE (``kind="cls"``) or [EMB]-CE (``kind="emb"``) and save it to ``out``.
+
+    Resumes from ``out/train_state.pt`` when it exists. Returns the trained model (also saved).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not cfg.domains:
+        raise ParameterError("domains", "a non-empty list of WordNet-EL training domains", cfg.domains, "TrainConfig")
+    if cfg.pooling not in ("mean", "markers"):
+        raise ParameterError("pooling", "'mean' or 'markers'", cfg.pooling, "TrainConfig")
+    if cfg.pooling == "markers" and cfg.kind != "emb":
+        raise ParameterError("pooling", "'mean' for kind='cls' (markers is an [EMB]-CE layout)", cfg.pooling, "TrainConfig")
+    if cfg.pooling == "markers" and not cfg.input_format.markers:
+        raise ParameterError("input_format.markers", "True for pooling='markers'", False, "TrainConfig")
+    done = out / "xenbench_ce.json"
+    if done.is_file() and _same_config(json.loads(done.read_text()).get("notes", {}).get("train_config"), cfg):
+        log.info("%s already holds a finished run of this config", out)
+        return load_cross_encoder(out, device=device)
+    config = CEConfig(kind=cfg.kind, pooling=cfg.pooling if cfg.kind == "emb" else "mean",
+                      scale=cfg.scale if cfg.kind == "emb" and cfg.pooling == "mean" else None,
+                      input_format=cfg.input_format)
+    ce = build_cross_encoder(config, seed=cfg.seed)
+    names = trainable_parameter_names(ce, cfg.trainable_layers)
+    config.trained = names
+    dev = resolve_device(device)
+    ce.to(dev)
+    params = dict(ce.model.named_parameters())
+    for name, p in params.items():
+        p.requires_grad_(name in names)
+    head = [params[n] for n in names if "classifier" in n or "pooler" in n]
+    body = [params[n] for n in names if "classifier" not in n and "pooler" not in n]
+    opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr}, {"params": head, "lr": cfg.head_lr}], weight_decay=0.01)
+
+    data = data or mine_training_data(cfg.domains, cfg.n_negatives)
+    rng = np.random.default_rng(cfg.seed)
+    n_ex = len(data.examples) if cfg.max_queries is None else min(cfg.max_queries, len(data.examples))
+    chosen = rng.permutation(len(data.examples))[:n_ex]
+    # One permutation per epoch, fixed by the seed: a resumed run replays exactly the same batches.
+    order = np.concatenate([rng.permutation(chosen) for _ in range(cfg.epochs)])
+    steps = math.ceil(len(order) / cfg.queries_per_step)
+    warm = max(1, int(cfg.warmup * steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm)))
+    )
+    tokens = [(ce.pairs.encode_queries(ds.queries), ce.pairs.encode_items(ds.items)) for ds in data.datasets]
+
+    step, losses, wall = 0, [], 0.0
+    torch.manual_seed(cfg.seed)  # dropout draws; a resumed run restores the generator's state instead
+    state_path = out / STATE_NAME
+    if state_path.is_file():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        if not _same_config(_jsonable(state["train_config"]), cfg):
+            raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
+        ce.model.load_state_dict(state["model"], strict=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        step, losses, wall = state["step"], state["losses"], state["wall_s"]
+        log.info("resuming %s at step %d/%d", out, step, steps)
+
+    ce.train()
+    bar = tqdm(total=steps, initial=step, desc=f"train {cfg.kind}-CE")
+    t0 = time.perf_counter()
+    while step < steps:
+        batch_ex = [data.examples[e] for e in order[step * cfg.queries_per_step : (step + 1) * cfg.queries_per_step]]
+        q_ids, i_ids = [], []
+        for d, q, rows in batch_ex:
+            qt, it = tokens[d]
+            q_ids += [qt[q]] * len(rows)
+            i_ids += [it[r] for r in rows]
+        batch = {k: v.to(dev) for k, v in ce.pairs.collate(q_ids, i_ids).items()}
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            scores = ce(batch).float().view(len(batch_ex), -1)
+        loss = torch.nn.functional.cross_entropy(scores, torch.zeros(len(batch_ex), dtype=torch.long, device=dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(body + head, 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        losses.append(loss.item())
+        bar.update(1)
+        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+        if step % cfg.checkpoint_every == 0 or step == steps:
+            _save_state(state_path, ce, opt, sched, step, losses, wall + time.perf_counter() - t0, cfg)
+    bar.close()
+    ce.eval()
+    wall += time.perf_counter() - t0
+    config.notes = {
+        "train_config": _jsonable(asdict(cfg)), "steps": steps, "n_examples": int(n_ex),
+        "train_wall_s": round(wall, 1), "device": str(dev), "torch": torch.__version__,
+        "final_loss_mean_last_100": float(np.mean(losses[-100:])) if losses else None,
+    }
+    ce.save(out)
+    state_path.unlink(missing_ok=True)  # finished: the saved model supersedes the resume state
+    return ce
+
+
+def _save_state(path: Path, ce, opt, sched, step, losses, wall, cfg) -> None:
+    trained = {n: p.detach().cpu() for n, p in ce.model.named_parameters() if p.requires_grad}
+    state = {"model": trained, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+             "torch_rng": torch.get_rng_state(), "step": step, "losses": losses, "wall_s": wall,
+             "train_config": asdict(cfg)}
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _same_config(saved: dict | None, cfg: TrainConfig) -> bool:
+    """Whether a saved ``train_config`` is ``cfg``; keys added to :class:`TrainConfig` since (e.g. ``pooling``)
+    count as their defaults, so runs saved before a key existed still match."""
+    if saved is None:
+        return False
+    defaults = _jsonable(asdict(TrainConfig()))
+    return {**defaults, **saved} == _jsonable(asdict(cfg))
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o)))
+
+
+def evaluate_rerank(ce: CrossEncoder, domains: list[str], *, n_candidates: int = 64, max_queries: int | None = None,
+                    de: DualEncoder | None = None, seed: int = 0) -> list[dict]:
+    """Accuracy@1 of the DE alone and of the CE re-ranking the DE's top-``n_candidates``, per domain."""
+    de = de or DualEncoder()
+    rows = []
+    for name in domains:
+        ds = load_wordnet_el(name)
+        queries = sample_queries(ds, max_queries, seed)
+        gold = gold_rows(ds, queries)
+        _, I = de.fit(ds.items).search(queries, n_candidates)
+        reranked = rerank(ce, queries, ds.items, I)
+        de_acc = accuracy_at_k(I, gold, (1, n_candidates))
+        rows.append({"domain": name, "n_queries": len(queries), "de_acc@1": de_acc[1],
+                     f"de_recall@{n_candidates}": de_acc[n_candidates],
+                     "ce_acc@1": accuracy_at_k(reranked, gold, (1,))[1]})
+    return rows
