@@ -51,6 +51,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_openmp_wait", []),
     ("bench_ccsa", []),
     ("bench_pefa_pecos", []),
+    ("bench_packed", ["--n-queries", "8", "--n-items", "32", "--repeats", "5"]),
 ]
 
 FRAGMENT_KEYS = {"benchmark": str, "title": str, "command": str, "rows": list, "notes": list}

@@ -198,8 +198,9 @@ def test_every_listed_benchmark_writes_json_when_asked():
     # Each listed script that exists takes --json (the runner passes it); the list names bench_scoring and
     # bench_pefa_pecos even before their scripts write fragments (they then show as failed).
     names = [n for n, _ in run_all.BENCHMARKS]
-    assert {"bench_scoring", "bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_pefa_pecos"} <= set(names)
-    for name in ("bench_adacur", "bench_openmp_wait", "bench_ccsa"):
+    assert {"bench_scoring", "bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_pefa_pecos",
+            "bench_packed"} <= set(names)
+    for name in ("bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_packed"):
         assert '"--json"' in (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
 
 

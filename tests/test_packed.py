@@ -223,3 +223,29 @@ def test_unsupported_architectures_raise_a_clear_error(tokenizer):
         packed_forward(tiny_ce(tokenizer, "cls"), left_padded)
     with pytest.raises(ParameterError, match="must be 'auto', 'varlen' or 'padded'. Got 'flash'"):
         packed_forward(tiny_ce(tokenizer, "cls"), batch, attention="flash")
+
+
+def test_the_scorer_runs_a_bert_ce_packed_and_gets_the_padded_scores(monkeypatch):
+    from xenbench.models import packed, scoring
+
+    ds = load_dataset("wordnet-el:noun.cognition")
+    queries, items = ds.queries[:3], ds.items[:7]
+    calls = []
+    real = packed.packed_forward
+    monkeypatch.setattr(packed, "packed_forward", lambda *a, **k: calls.append(k) or real(*a, **k))
+    for path in ("models/cls-ce", "models/emb-ce"):
+        ce = load_cross_encoder(ROOT / path)
+        got = scoring.score_matrix(ce, queries, items, batch_size=8, device="cpu", progress=False).scores
+        padded = torch.stack([ce.score_pairs([q] * len(items), items) for q in queries]).numpy()
+        np.testing.assert_allclose(got, padded, rtol=0, atol=1e-5 * max(1.0, float(np.abs(padded).max())))
+    assert calls and all(k == {"attention": "padded"} for k in calls)
+
+
+def test_the_scorer_keeps_the_padded_forward_for_other_architectures(tokenizer):
+    from xenbench.models import packed, scoring
+
+    roberta = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
+    ce = CrossEncoder(roberta.eval(), tokenizer, CEConfig(kind="emb", scale=None))
+    assert not packed.supports(ce) and scoring._forward(ce) is ce
+    assert packed.supports(tiny_ce(tokenizer, "cls")) and packed.supports(tiny_ce(tokenizer, "emb"))

@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from xenbench.errors import ParameterError
 
 __all__ = ["Packed", "check_supported", "encode_packed", "pack", "packed_forward", "padded_token_share", "repad",
-           "varlen_available"]
+           "supports", "varlen_available"]
 
 Attention = Literal["auto", "varlen", "padded"]
 
@@ -176,6 +176,15 @@ def check_supported(ce: Any) -> tuple[nn.Module, nn.Module | None]:
                              f"position_embedding_type={getattr(cfg, 'position_embedding_type', None)!r}",
                              "packed_forward")
     return base, head
+
+
+def supports(ce: Any) -> bool:
+    """Whether :func:`packed_forward` reproduces ``ce`` (:func:`check_supported` passes)."""
+    try:
+        check_supported(ce)
+    except ParameterError:
+        return False
+    return True
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: Packed, use_varlen: bool,

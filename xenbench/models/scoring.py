@@ -8,7 +8,9 @@ Both paths share one engine:
    :meth:`PairEncoder.collate`, without its per-pair Python loop), on the target device;
 3. within a query chunk, pairs are sorted by length and cut into batches, so each batch is padded only to
    its own longest pair (length bucketing + dynamic padding);
-4. ``torch.inference_mode`` and, when asked, autocast to bf16/fp16 (fp32 by default: bf16 noise of about
+4. a BERT CE runs padding-free (:func:`~xenbench.models.packed.packed_forward`: token-wise ops on the attended
+   tokens only, the same scores as the padded forward); other architectures run the padded ``ce(batch)``;
+5. ``torch.inference_mode`` and, when asked, autocast to bf16/fp16 (fp32 by default: bf16 noise of about
    1e-2 relative inflates numerical ranks, see FACTS.md).
 
 :func:`score_to_store` writes row chunks to a :class:`~xenbench.data.store.ScoreStore` and skips the chunks a
@@ -37,6 +39,7 @@ import torch
 from xenbench import __version__
 from xenbench._validation import check_int
 from xenbench._device import resolve_device
+from xenbench.models import packed
 from xenbench.models.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
@@ -250,6 +253,16 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return torch.autocast(device_type=device.type, dtype=_AUTOCAST_DTYPES[precision])
 
 
+def _forward(ce: CrossEncoder) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+    """The batch -> scores function the engine calls: the padding-free :func:`~xenbench.models.packed.packed_forward`
+    for a BERT CE (the same scores, tested; no FLOPs on the pads a length-bucketed batch still carries), else the
+    padded ``ce(batch)``. Attention stays the exact re-padded SDPA: the CUDA varlen kernel is used by the scorer only
+    once it is measured on a GPU (``benchmarks/bench_packed.py --device cuda``)."""
+    if packed.supports(ce):
+        return lambda batch: packed.packed_forward(ce, batch, attention="padded")
+    return ce
+
+
 def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_rows: np.ndarray, *,
                    batch_size: int, precision: str, on_batch: Callable[[int], None]) -> np.ndarray:
     """Scores of pairs ``(q_rows[b], i_rows[b])``: ndarray of shape (B,), float32, in input order."""
@@ -262,11 +275,12 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
     out = torch.empty(len(order), dtype=torch.float32, device=asm.device)
     if precision == "bf16-weights":  # a bf16 copy of the weights: the caller's CE keeps its fp32 weights
         ce = copy.deepcopy(ce).to(torch.bfloat16)
+    forward = _forward(ce)
     with torch.inference_mode(), _autocast(asm.device, precision):
         for s in range(0, len(order), batch_size):
             e = min(s + batch_size, len(order))
             batch = asm.batch(q_sorted[s:e], i_sorted[s:e], width=int(l_sorted[e - 1]))
-            out[s:e] = ce(batch).float()
+            out[s:e] = forward(batch).float()
             on_batch(e - s)
     scores = np.empty(len(order), dtype=np.float32)
     scores[order] = out.cpu().numpy()
