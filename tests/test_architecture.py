@@ -6,7 +6,7 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
 ====  =============  ==========================================================================
  0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling
  1    data           xenbench.data: datasets, wordnet, store
- 2    models         xenbench.models: crossencoder, retrievers, scoring, linking, train
+ 2    models         xenbench.models: crossencoder, retrievers, scoring, packed, linking, train
  3    methods        xenbench.methods: cur, adacur, axn, mf, pefa, ccsa, trace, protocol
  4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings
  5    presentation   xenbench.viz: plots, widgets

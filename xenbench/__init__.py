@@ -21,7 +21,7 @@ _SUBMODULES: dict[str, str] = {
     "notebook": "notebook", "sweep": "sweep", "cli": "cli",
     "store": "data.store", "wordnet": "data.wordnet",
     "crossencoder": "models.crossencoder", "retrievers": "models.retrievers", "scoring": "models.scoring",
-    "linking": "models.linking", "train": "models.train",
+    "linking": "models.linking", "train": "models.train", "packed": "models.packed",
     "adacur": "methods.adacur", "axn": "methods.axn", "ccsa": "methods.ccsa", "cur": "methods.cur", "mf": "methods.mf",
     "pefa": "methods.pefa", "protocol": "methods.protocol", "trace": "methods.trace",
     "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",

@@ -1,11 +1,12 @@
 """Layer 2, models: what turns (query, item) text into scores.
 
 ``crossencoder`` ([CLS]-CE and [EMB]-CE, ANNCUR §2.6), ``retrievers`` (dual encoder and TF-IDF), ``scoring`` (the
-batched query × item scorer and its stores), ``linking`` (entity-linking accuracy of a CE re-ranking), ``train``
-(CE training, ANNCUR §4 / the ZESHEL recipe).
+batched query × item scorer), ``packed`` (its padding-free forward), ``linking`` (entity-linking accuracy of a CE
+re-ranking), ``train`` (CE training, ANNCUR §4 / the ZESHEL recipe).
 """
 from __future__ import annotations
 
 from xenbench._lazy import submodules
 
-__getattr__, __dir__ = submodules(__name__, {m: m for m in ("crossencoder", "linking", "retrievers", "scoring", "train")})
+__getattr__, __dir__ = submodules(
+    __name__, {m: m for m in ("crossencoder", "linking", "packed", "retrievers", "scoring", "train")})
