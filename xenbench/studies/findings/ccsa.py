@@ -109,7 +109,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         b = pd.DataFrame([p[1] for p in pairs]).mean(numeric_only=True)
         words = _compare(pairs)
         widths = sorted({int(p[1]["nprobe"]) for p in pairs})
-        unequal = [f"CCSA {what} {r:.1f}× as many" for what, r in
+        unequal = [f"CCSA {what} {r:.3g}× as many" for what, r in
                    (("re-ranks", _ratio(c["scored"], b["scored"])), ("touches", _ratio(c["postings"], b["postings"])))
                    if not 0.5 <= r <= 2.0]
         note = f"; NOT equal work: {', '.join(unequal)}" if unequal else ""
