@@ -199,8 +199,8 @@ def test_every_listed_benchmark_writes_json_when_asked():
     # bench_pefa_pecos even before their scripts write fragments (they then show as failed).
     names = [n for n, _ in run_all.BENCHMARKS]
     assert {"bench_scoring", "bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_pefa_pecos",
-            "bench_packed"} <= set(names)
-    for name in ("bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_packed"):
+            "bench_packed", "bench_compile"} <= set(names)
+    for name in ("bench_adacur", "bench_openmp_wait", "bench_ccsa", "bench_packed", "bench_compile"):
         assert '"--json"' in (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
 
 
