@@ -79,25 +79,34 @@ def _brute_topk(codes, queries, k):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_search_equals_brute_force_on_skewed_codes_in_any_block_size(seed):
+def test_search_equals_brute_force_on_skewed_codes(seed):
     # Skewed code frequencies (crowded lists, many ties at the threshold), k from 1 to all items, queries whose
-    # lists hold fewer than k items, and blocks of 1 query to all queries at once: always the brute-force answer.
-    from xenbench.methods.ccsa import _csr_topk
-
+    # lists hold fewer than k items: always the brute-force answer, also for code_candidates' shortlist.
     rng = np.random.default_rng(seed)
     C, L, n = int(rng.integers(1, 7)), int(rng.integers(2, 12)), int(rng.integers(1, 300))
     p = rng.dirichlet(np.full(L, 0.3))
     codes, queries = rng.choice(L, size=(n, C), p=p), rng.choice(L, size=(25, C))
+    index = CodeIndex(C, L).add(codes)
     for k in sorted({1, int(rng.integers(1, n + 1)), n}):
         want = _brute_topk(codes, queries, k)
-        for block_items in (1, n * 3, 10**6):
-            index = CodeIndex(C, L, block_items=block_items).add(codes)
-            D, I = index.search(queries, k)
-            np.testing.assert_array_equal(I, want[1])
-            np.testing.assert_array_equal(D, want[0])
-        D, I = _csr_topk(index.shared_codes(queries), k, C)
+        D, I = index.search(queries, k)
         np.testing.assert_array_equal(I, want[1])
         np.testing.assert_array_equal(D, want[0])
+        short, _, _ = code_candidates(index, queries, shortlist=k)
+        for r in range(len(queries)):
+            np.testing.assert_array_equal(short[r], want[1][r][want[1][r] >= 0])
+
+
+def test_search_counts_beyond_255_shared_codes():
+    # C = 300 chunks: scores above a byte's range need the kernel's wider counter
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 2, size=(40, 300))
+    queries = np.vstack([codes[7], rng.integers(0, 2, size=(3, 300))])
+    want = _brute_topk(codes, queries, 5)
+    D, I = CodeIndex(300, 2).add(codes).search(queries, 5)
+    assert D[0, 0] == 300 and I[0, 0] == 7
+    np.testing.assert_array_equal(I, want[1])
+    np.testing.assert_array_equal(D, want[0])
 
 
 def test_search_of_an_index_of_one_item_and_of_queries_sharing_nothing():
@@ -154,6 +163,23 @@ def test_training_is_deterministic_and_the_regularizer_balances_the_index():
     reg_imbalance = imbalance_factor(CodeIndex(4, 8).add(regularized.encode(X)).list_sizes)
     assert reg_imbalance < plain_imbalance
     assert a.reconstruct(X).shape == X.shape
+
+
+def test_encode_folds_batchnorm_into_the_linear_layer():
+    # encode (numpy, BatchNorm folded into W', b') = arg-max of the torch network's eval-mode logits e(x)
+    X = _clustered()
+    ae = CompositeCodeAE(n_chunks=4, chunk_size=8, batch_size=200, epochs=5, lr=1e-2, progress=False,
+                         device="cpu").fit(X)
+    assert ae.net_.norm.running_var.sub(1).abs().max() > 0.1  # the running statistics are far from identity
+    with torch.inference_mode():
+        logits = ae.net_.logits(torch.from_numpy(X)).double().numpy()
+    W, b = ae.encoder_
+    np.testing.assert_allclose(X.astype(np.float64) @ W + b, logits.reshape(len(X), -1), atol=1e-4)
+    top2 = np.sort(logits, axis=-1)[..., -2:]
+    clear = (top2[..., 1] - top2[..., 0]) > 1e-3  # rows whose arg-max cannot flip with float32 rounding
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(ae.encode(X)[clear], logits.argmax(-1)[clear])
+    np.testing.assert_array_equal(ae.encode(X[3:4]), ae.encode(X)[3:4])  # one row = the same row in a batch
 
 
 def test_errors():

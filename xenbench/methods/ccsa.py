@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import numba
 import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
@@ -123,7 +124,8 @@ class CompositeCodeAE:
     progress : bool, default True
         Show a progress bar over the optimizer steps.
     device : str or torch.device, default "auto"
-        Where to train and encode: CUDA when available, else CPU (:func:`xenbench.models.crossencoder.resolve_device`).
+        Where to train: CUDA when available, else CPU (:func:`xenbench._device.resolve_device`); :meth:`encode`
+        always runs on the CPU (numpy).
 
     Attributes
     ----------
@@ -132,6 +134,10 @@ class CompositeCodeAE:
         ``uniformity`` (raw L_UR) and ``uniformity_norm`` (L_UR / floor) over its batches.
     steps_ : int
         Optimizer steps taken.
+    net_ : torch.nn.Module
+        The trained network (eval mode).
+    encoder_ : tuple of ndarray
+        (W', b'): e(x) = x · W' + b' with the BatchNorm folded in, float32 of shapes (d, C·L) and (C·L,).
     """
 
     def __init__(self, n_chunks: int = 16, chunk_size: int = 64, *, reg: float = 0.0, temperature: float = 1.0,
@@ -208,14 +214,23 @@ class CompositeCodeAE:
         self.steps_ = done
         self.device_ = device
         self.net_ = net.eval()
+        self.encoder_ = _fold_batchnorm(net.norm, net.encoder)
         return self
 
-    @torch.inference_mode()
     def encode(self, X: np.ndarray) -> np.ndarray:
-        """Composite codes, int64 of shape (n, C): the arg-max code of each chunk (no noise)."""
+        """Composite codes, int64 of shape (n, C): the arg-max code of each chunk of e(x) (no noise).
+
+        Runs in numpy on the CPU, with the eval-mode BatchNorm folded into the encoder (e(x) = x · W' + b'), in
+        blocks of rows: one query costs one (d × C·L) mat-vec, with no framework overhead."""
         check_is_fitted(self, "net_", "fit(X)")
-        X = _check_X(X, "X", f"{type(self).__name__}.encode", d=self.net_.norm.num_features)
-        return self.net_.logits(torch.from_numpy(X).to(self.device_)).argmax(dim=-1).cpu().numpy().astype(np.int64)
+        W, b = self.encoder_
+        X = _check_X(X, "X", f"{type(self).__name__}.encode", d=W.shape[0])
+        codes = np.empty((len(X), self.n_chunks), np.int64)
+        step = max(1, 2**22 // W.shape[1])  # rows per block: 16 MB of float32 logits
+        for lo in range(0, len(X), step):
+            logits = X[lo:lo + step] @ W + b
+            codes[lo:lo + step] = logits.reshape(-1, self.n_chunks, self.chunk_size).argmax(axis=-1)
+        return codes
 
     @torch.inference_mode()
     def reconstruct(self, X: np.ndarray) -> np.ndarray:
@@ -223,6 +238,16 @@ class CompositeCodeAE:
         codes = torch.from_numpy(self.encode(X)).to(self.device_)
         one_hot = torch.nn.functional.one_hot(codes, self.chunk_size).flatten(1).float()
         return self.net_.decoder(one_hot).cpu().numpy()
+
+
+@torch.no_grad()
+def _fold_batchnorm(norm: torch.nn.BatchNorm1d, linear: torch.nn.Linear) -> tuple[np.ndarray, np.ndarray]:
+    """(W' (d × C·L), b' (C·L,)) float32 with linear(norm(x)) = x · W' + b' for the eval-mode BatchNorm (running
+    statistics); folded in float64."""
+    scale = norm.weight.double() / torch.sqrt(norm.running_var.double() + norm.eps)
+    shift = norm.bias.double() - norm.running_mean.double() * scale
+    W = linear.weight.double()  # (C·L, d)
+    return (W * scale).T.float().cpu().numpy().copy(), (linear.bias.double() + W @ shift).float().cpu().numpy()
 
 
 def _check_X(X: object, name: str, owner: str, d: int | None = None) -> np.ndarray:
@@ -238,25 +263,23 @@ class CodeIndex:
     only the items in the query's C posting lists. The posting lists are the rows of a sparse
     (C·L) × N matrix P (scipy.sparse CSR, item rows ascending in each list).
 
-    :meth:`search` runs the paper's retrieval phases on blocks of queries, all vectorized in numpy:
-    **score** (gather the entries of the block's C·b posting lists and count them per item with one
-    ``bincount``), **threshold** (per query, the smallest shared-code count t whose items with at least t
-    shared codes number k or more: a histogram of the C + 1 possible scores), **top-k** (the items above t,
-    then the first items at t by row; one stable sort of at most k entries per query). The encoding of the
-    queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes` gives the whole sparse score matrix.
+    :meth:`search` runs the paper's retrieval phases per query in one compiled loop (numba): **score** (walk the
+    query's C posting lists, counting each item's shared codes in a dense per-item counter and remembering the
+    items touched), **threshold** (the histogram of the C + 1 possible scores over the touched items gives t, the
+    largest score that at least k items reach), **top-k** (the items above t by score, then the first items at t by
+    row, read in row order from a bitmap of the candidates). The work is linear in the posting entries read, with
+    no pass over all N items. The encoding of the queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes`
+    gives the whole sparse score matrix.
 
     Parameters
     ----------
     n_chunks, chunk_size : int
         C and L of the codes.
-    block_items : int, default 2**18
-        Work budget of one block of queries in :meth:`search`: queries × items of its dense count array.
     """
 
-    def __init__(self, n_chunks: int, chunk_size: int, *, block_items: int = 2**18) -> None:
+    def __init__(self, n_chunks: int, chunk_size: int) -> None:
         self.n_chunks = check_int(n_chunks, "n_chunks", 1, 2**20, type(self).__name__, "2**20")
         self.chunk_size = check_int(chunk_size, "chunk_size", 1, 2**20, type(self).__name__, "2**20")
-        self.block_items = check_int(block_items, "block_items", 1, 2**40, type(self).__name__, "2**40")
 
     def _check_codes(self, codes: object, owner: str) -> np.ndarray:
         codes = np.asarray(codes)
@@ -280,7 +303,7 @@ class CodeIndex:
         self.n_items_ = n
         self._starts = self.postings_.indptr[:-1].astype(np.int64)  # where each list begins in _entries
         self._sizes = np.diff(self.postings_.indptr).astype(np.int64)
-        self._entries = self.postings_.indices.astype(np.int64)
+        self._entries = self.postings_.indices.astype(np.int32 if n < 2**31 else np.int64)
         return self
 
     @property
@@ -306,32 +329,6 @@ class CodeIndex:
         q = self._check_codes(query_codes, f"{type(self).__name__}.postings")
         return self._sizes[self._lists(q)].sum(axis=1)
 
-    def _block_topk(self, lists: np.ndarray, k: int, D: np.ndarray, I: np.ndarray) -> None:
-        """The score, threshold and top-k phases for a block of b queries' flat list ids (b × C), into D, I."""
-        b, n, width = len(lists), self.n_items_, self.n_chunks + 1
-        starts, sizes = self._starts[lists].reshape(-1), self._sizes[lists].reshape(-1)
-        # score: the entries of the block's b·C posting lists, offset by query so that one bincount counts the shared
-        # codes of every (query, item)
-        entries = self._entries
-        items = np.concatenate([entries[a:a + m] for a, m in zip(starts.tolist(), sizes.tolist())])
-        if b > 1:
-            entry_row = np.repeat(np.arange(b, dtype=np.int64), sizes.reshape(b, -1).sum(axis=1))
-            items += entry_row * n
-        counts = np.bincount(items, minlength=b * n)
-        # threshold: an item with s shared codes appears s times among the entries, so the histogram of the entries'
-        # counts, divided by s, is the histogram of the items' scores; t = the largest score at least k items reach
-        key = counts[items] if b == 1 else entry_row * width + counts[items]
-        hist = np.bincount(key, minlength=b * width).reshape(b, width)
-        hist[:, 1:] //= np.arange(1, width)
-        at_least = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
-        over = at_least >= k
-        over[:, :2] = True  # fewer than k items share a code: all of them (score >= 1)
-        t = width - 1 - np.argmax(over[:, ::-1], axis=1)
-        # top-k: the items at or above t, row-major (item rows ascending), ranked by _entries_topk
-        chosen = np.flatnonzero(counts.reshape(b, n) >= t[:, None])
-        rows = chosen // n if b > 1 else np.zeros(chosen.size, np.int64)
-        _entries_topk(rows, chosen - rows * n, counts[chosen], k, self.n_chunks, D, I)
-
     def search(self, query_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of each query by shared codes, ties to the lower item row (no re-ranking).
 
@@ -342,69 +339,100 @@ class CodeIndex:
         I : int64 ndarray of shape (nq, k)
             Item rows; -1 pads.
         """
-        owner = f"{type(self).__name__}.search"
-        check_is_fitted(self, "postings_", "add(codes)", what="CodeIndex.search needs an index")
-        k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
-        lists = self._lists(self._check_codes(query_codes, owner))
-        nq, block = len(lists), max(1, self.block_items // max(self.n_items_, 1))
-        D = np.zeros((nq, k), np.float32)
-        I = np.full((nq, k), -1, np.int64)
-        for lo in range(0, nq, block):
-            self._block_topk(lists[lo:lo + block], k, D[lo:lo + block], I[lo:lo + block])
+        D, I, _ = self._search(query_codes, k, f"{type(self).__name__}.search")
         return D, I
 
-
-def _entries_topk(rows: np.ndarray, cols: np.ndarray, score: np.ndarray, k: int, max_score: int,
-                  D: np.ndarray, I: np.ndarray) -> None:
-    """Threshold and top-k phases on the stored entries of a score matrix, given in (row, column) ascending order
-    with small non-negative integer scores (<= max_score): writes each row's k largest (ties to the lower column)
-    into D, I (pre-filled with the pads 0 and -1).
-
-    Per row, a histogram of the max_score + 1 possible scores gives the threshold t (the largest score that at least
-    k entries reach; 0 when the row has fewer than k entries), the entries above t (fewer than k) and how many of
-    the entries at t are taken (the first ones in column order). Only the entries above t are sorted: one stable
-    sort by (row, score descending), which keeps columns ascending among equal scores.
-    """
-    nq, width = D.shape[0], max_score + 1
-    score = np.asarray(score, dtype=np.int64)
-    hist = np.bincount(rows * width + score, minlength=nq * width).reshape(nq, width)
-    at_least = np.zeros((nq, width + 1), np.int64)  # at_least[r, s]: entries of row r scoring >= s (s <= width)
-    at_least[:, :width] = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
-    over = at_least[:, :width] >= k
-    over[:, 0] = True
-    t = width - 1 - np.argmax(over[:, ::-1], axis=1)  # threshold per row
-    every = np.arange(nq)
-    above = at_least[every, t + 1]  # entries scoring more than t: fewer than k
-    take_tied = np.minimum(k - above, hist[every, t])  # entries at t taken, the first ones by column
-    t_row = t[rows]
-    hi = np.flatnonzero(score > t_row)
-    if hi.size:
-        key = rows[hi] * width + (max_score - score[hi])
-        key = key.astype(np.uint16) if nq * width <= 2**16 else key  # small keys: numpy's radix sort
-        hi = hi[np.argsort(key, kind="stable")]
-        r = rows[hi]
-        pos = np.arange(hi.size) - np.searchsorted(r, r, side="left")  # place inside its row
-        D[r, pos] = score[hi]
-        I[r, pos] = cols[hi]
-    tied = np.flatnonzero(score == t_row)
-    if tied.size:
-        r = rows[tied]
-        rank = np.arange(tied.size) - np.searchsorted(r, r, side="left")
-        keep = rank < take_tied[r]
-        r, rank, tied = r[keep], rank[keep], tied[keep]
-        D[r, above[r] + rank] = score[tied]
-        I[r, above[r] + rank] = cols[tied]
+    def _search(self, query_codes: np.ndarray, k: int, owner: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`search`, plus the number of items sharing at least one code with each query (int64, (nq,))."""
+        check_is_fitted(self, "postings_", "add(codes)", what=f"{owner} needs an index")
+        k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
+        lists = self._lists(self._check_codes(query_codes, owner))
+        nq = len(lists)
+        D = np.zeros((nq, k), np.float32)
+        I = np.full((nq, k), -1, np.int64)
+        sharing = np.zeros(nq, np.int64)
+        if nq:
+            counter = np.uint8 if self.n_chunks < 2**8 else np.uint16 if self.n_chunks < 2**16 else np.int32
+            _search_lists(self._entries, self._starts, self._sizes, lists, k, self.n_chunks,
+                          np.zeros(self.n_items_, counter), D, I, sharing)
+        return D, I, sharing
 
 
-def _csr_topk(S: sp.csr_matrix, k: int, max_score: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of a CSR of small non-negative integer scores (<= max_score), the k largest, ties to the lower
-    column (:func:`_entries_topk` on its stored entries, indices sorted); -1/0 pad rows with fewer than k entries."""
-    nq = S.shape[0]
-    rows = np.repeat(np.arange(nq, dtype=np.int64), np.diff(S.indptr))
-    D = np.zeros((nq, k), np.float32)
-    I = np.full((nq, k), -1, np.int64)
-    _entries_topk(rows, S.indices.astype(np.int64), np.rint(S.data).astype(np.int64), k, max_score, D, I)
-    return D, I
+def _de_bruijn_table() -> np.ndarray:
+    """Bit position of x = 2**i from (x · 0x07EDD5E59A4E28C2 mod 2**64) >> 58: a branch-free count of trailing zeros."""
+    table = np.zeros(64, np.int64)
+    for i in range(64):
+        table[((1 << i) * 0x07EDD5E59A4E28C2 % 2**64) >> 58] = i
+    return table
+
+
+_DE_BRUIJN = _de_bruijn_table()
+_DE_BRUIJN_MAGIC = np.uint64(0x07EDD5E59A4E28C2)
+
+
+@numba.njit(cache=True, nogil=True)
+def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, D, I, sharing):  # pragma: no cover (compiled)
+    """CodeIndex.search's kernel: for each query (row of ``lists``, its C flat list ids) write its top-k into D[q],
+    I[q] (pre-filled with 0 and -1) and its number of touched items into sharing[q]. ``counts`` (N zeros) is the
+    per-item counter; it is zero again on return."""
+    n = counts.shape[0]
+    width = n_chunks + 1
+    touched = np.empty(n, np.int64)
+    bits = np.zeros((n + 63) >> 6, np.uint64)
+    hist = np.zeros(width, np.int64)
+    pos = np.zeros(width, np.int64)
+    one = np.uint64(1)
+    for q in range(lists.shape[0]):
+        # score: count every item's shared codes, remembering each item the first time it is seen
+        n_touched = 0
+        for j in range(lists.shape[1]):
+            a = starts[lists[q, j]]
+            for p in range(a, a + sizes[lists[q, j]]):
+                item = entries[p]
+                c = counts[item]
+                if c == 0:
+                    touched[n_touched] = item
+                    n_touched += 1
+                counts[item] = c + 1
+        sharing[q] = n_touched
+        # threshold: t = the largest score that at least k items reach (1 when fewer than k items share a code)
+        hist[:] = 0
+        for j in range(n_touched):
+            hist[counts[touched[j]]] += 1
+        t, at_least = 1, 0
+        for s in range(width - 1, 0, -1):
+            at_least += hist[s]
+            if at_least >= k:
+                t = s
+                break
+        # top-k: slots by score (counting sort); the candidates (score >= t) are read in row order from a bitmap,
+        # so items are row-ascending within a score and the first items at t by row are the ones kept
+        filled = 0
+        for s in range(width - 1, t, -1):
+            pos[s] = filled
+            filled += hist[s]
+        pos[t] = filled
+        end_t = filled + min(k - filled, hist[t])
+        for j in range(n_touched):
+            item = touched[j]
+            if counts[item] >= t:
+                bits[item >> 6] |= one << np.uint64(item & 63)
+        for w in range(bits.shape[0]):
+            word = bits[w]
+            if word == 0:
+                continue
+            bits[w] = 0
+            while word != 0:
+                low = word & (~word + one)
+                word ^= low
+                item = (w << 6) + _DE_BRUIJN[(low * _DE_BRUIJN_MAGIC) >> np.uint64(58)]
+                s = np.int64(counts[item])
+                if s > t or pos[t] < end_t:
+                    D[q, pos[s]] = s
+                    I[q, pos[s]] = item
+                    pos[s] += 1
+        for j in range(n_touched):
+            counts[touched[j]] = 0
 
 
 def imbalance_factor(list_sizes: np.ndarray) -> float:
@@ -488,15 +516,16 @@ def _pad(I: np.ndarray) -> np.ndarray:
 def code_candidates(index: CodeIndex, query_codes: np.ndarray, shortlist: int | None = None
                     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """A CCSA query's candidates: the unique items of its C posting lists (§3.2); with ``shortlist`` R, only the
-    R with the most shared codes (the paper's score-threshold-top-k steps; ties to the lower row).
+    R with the most shared codes (the paper's score-threshold-top-k steps, :meth:`CodeIndex.search`; ties to the
+    lower row).
 
     Returns (candidates, postings touched per query, items sharing at least one code per query)."""
     postings = index.postings(query_codes)
+    if shortlist is not None:
+        _, I, sharing = index._search(query_codes, min(shortlist, index.n_items_), "code_candidates")
+        return [row[row >= 0] for row in I], postings, sharing
     S = index.shared_codes(query_codes)
     sharing = np.diff(S.indptr).astype(np.int64)
-    if shortlist is not None:
-        _, I = _csr_topk(S, shortlist, index.n_chunks)
-        return [row[row >= 0] for row in I], postings, sharing
     return [S.indices[S.indptr[r]:S.indptr[r + 1]].astype(np.int64) for r in range(S.shape[0])], postings, sharing
 
 
