@@ -109,6 +109,25 @@ def test_search_counts_beyond_255_shared_codes():
     np.testing.assert_array_equal(D, want[0])
 
 
+def test_search_from_threads_and_after_pickling_gives_the_same_answer():
+    # the kernel reuses per-thread scratch arrays: concurrent searches must not see each other's counts, and a
+    # pickled index (scratch dropped) must search the same
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    codes, queries = rng.integers(0, 8, size=(2000, 6)), rng.integers(0, 8, size=(64, 6))
+    index = CodeIndex(6, 8).add(codes)
+    want = index.search(queries, 50)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda r: index.search(queries[r:r + 1], 50), range(len(queries))))
+    np.testing.assert_array_equal(np.vstack([I for _, I in got]), want[1])
+    np.testing.assert_array_equal(np.vstack([D for D, _ in got]), want[0])
+    again = pickle.loads(pickle.dumps(index))
+    for a, b in zip(again.search(queries, 50), want):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_search_of_an_index_of_one_item_and_of_queries_sharing_nothing():
     index = CodeIndex(2, 4).add(np.array([[1, 2]]))
     D, I = index.search(np.array([[1, 2], [0, 0], [1, 0]]), 1)

@@ -39,6 +39,7 @@ References
 from __future__ import annotations
 
 from collections.abc import Sequence
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,8 +268,9 @@ class CodeIndex:
     query's C posting lists, counting each item's shared codes in a dense per-item counter and remembering the
     items touched), **threshold** (the histogram of the C + 1 possible scores over the touched items gives t, the
     largest score that at least k items reach), **top-k** (the items above t by score, then the first items at t by
-    row, read in row order from a bitmap of the candidates). The work is linear in the posting entries read, with
-    no pass over all N items. The encoding of the queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes`
+    row, read in row order from a bitmap of the candidates). The work is linear in the posting entries read (plus
+    N / 64 bitmap words), with no pass over all N items; the per-item counters are allocated once per thread and
+    reused. The encoding of the queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes`
     gives the whole sparse score matrix.
 
     Parameters
@@ -352,10 +354,22 @@ class CodeIndex:
         I = np.full((nq, k), -1, np.int64)
         sharing = np.zeros(nq, np.int64)
         if nq:
-            counter = np.uint8 if self.n_chunks < 2**8 else np.uint16 if self.n_chunks < 2**16 else np.int32
-            _search_lists(self._entries, self._starts, self._sizes, lists, k, self.n_chunks,
-                          np.zeros(self.n_items_, counter), D, I, sharing)
+            _search_lists(self._entries, self._starts, self._sizes, lists, k, self.n_chunks, *self._scratch(), D, I,
+                          sharing)
         return D, I, sharing
+
+    def _scratch(self) -> tuple[np.ndarray, ...]:
+        """The kernel's scratch arrays, allocated once per thread (the kernel leaves them as it found them)."""
+        local = self.__dict__.setdefault("_local", threading.local())
+        if getattr(local, "arrays", None) is None or len(local.arrays[0]) != self.n_items_:
+            n = self.n_items_
+            counter = np.uint8 if self.n_chunks < 2**8 else np.uint16 if self.n_chunks < 2**16 else np.int32
+            local.arrays = (np.zeros(n, counter), np.zeros(n + 1, self._entries.dtype),
+                            np.zeros(n + 1, self._entries.dtype), np.zeros((n + 63) // 64, np.uint64))
+        return local.arrays
+
+    def __getstate__(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key != "_local"}  # scratch is not state
 
 
 def _de_bruijn_table() -> np.ndarray:
@@ -371,34 +385,40 @@ _DE_BRUIJN_MAGIC = np.uint64(0x07EDD5E59A4E28C2)
 
 
 @numba.njit(cache=True, nogil=True)
-def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, D, I, sharing):  # pragma: no cover (compiled)
+def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, touched, promoted, bits, D, I, sharing
+                  ):  # pragma: no cover (compiled)
     """CodeIndex.search's kernel: for each query (row of ``lists``, its C flat list ids) write its top-k into D[q],
-    I[q] (pre-filled with 0 and -1) and its number of touched items into sharing[q]. ``counts`` (N zeros) is the
-    per-item counter; it is zero again on return."""
-    n = counts.shape[0]
+    I[q] (pre-filled with 0 and -1) and its number of touched items into sharing[q].
+
+    Scratch, left as it was found: ``counts`` (N zeros: shared codes per item), ``touched`` and ``promoted`` (N + 1
+    slots: the items seen once, and twice), ``bits`` (⌈N / 64⌉ zero words: the candidates in row order). The
+    appends are branch-free (a slot is always written, the length grows by 0 or 1) because whether an item was
+    seen before is a coin toss the branch predictor loses."""
     width = n_chunks + 1
-    touched = np.empty(n, np.int64)
-    bits = np.zeros((n + 63) >> 6, np.uint64)
     hist = np.zeros(width, np.int64)
     pos = np.zeros(width, np.int64)
     one = np.uint64(1)
     for q in range(lists.shape[0]):
-        # score: count every item's shared codes, remembering each item the first time it is seen
+        # score: count every item's shared codes; remember the items seen once (touched) and twice (promoted)
         n_touched = 0
+        n_promoted = 0
         for j in range(lists.shape[1]):
             a = starts[lists[q, j]]
             for p in range(a, a + sizes[lists[q, j]]):
                 item = entries[p]
                 c = counts[item]
-                if c == 0:
-                    touched[n_touched] = item
-                    n_touched += 1
+                touched[n_touched] = item
+                n_touched += c == 0
+                promoted[n_promoted] = item
+                n_promoted += c == 1
                 counts[item] = c + 1
         sharing[q] = n_touched
-        # threshold: t = the largest score that at least k items reach (1 when fewer than k items share a code)
+        # threshold: the histogram of scores (>= 2 from the promoted items, the rest score 1) gives t, the largest
+        # score that at least k items reach (1 when fewer than k items share a code)
         hist[:] = 0
-        for j in range(n_touched):
-            hist[counts[touched[j]]] += 1
+        for j in range(n_promoted):
+            hist[counts[promoted[j]]] += 1
+        hist[1] = n_touched - n_promoted
         t, at_least = 1, 0
         for s in range(width - 1, 0, -1):
             at_least += hist[s]
@@ -413,10 +433,10 @@ def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, D, I, shar
             filled += hist[s]
         pos[t] = filled
         end_t = filled + min(k - filled, hist[t])
-        for j in range(n_touched):
-            item = touched[j]
-            if counts[item] >= t:
-                bits[item >> 6] |= one << np.uint64(item & 63)
+        cand, n_cand = (promoted, n_promoted) if t >= 2 else (touched, n_touched)
+        for j in range(n_cand):
+            item = cand[j]
+            bits[item >> 6] |= np.uint64(counts[item] >= t) << np.uint64(item & 63)
         for w in range(bits.shape[0]):
             word = bits[w]
             if word == 0:
