@@ -175,7 +175,7 @@ def machine() -> dict[str, Any]:
         threads, gpu = None, "none"
     return {"cpu": cpu, "logical_cpus": os.cpu_count(), "torch_threads": threads, "ram_gib": ram, "gpu": gpu,
             "versions": {"python": platform.python_version(), **{m: _version(m) for m in
-                                                                 ("torch", "numpy", "faiss", "scipy")}}}
+                                                                 ("torch", "numpy", "faiss", "scipy", "numba")}}}
 
 
 # --------------------------------------------------------------------------------------------------
