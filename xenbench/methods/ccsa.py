@@ -38,13 +38,13 @@ References
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pandas as pd
-import numba
 import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
@@ -266,8 +266,8 @@ class CodeIndex:
 
     :meth:`search` runs the paper's retrieval phases per query in one compiled loop (numba): **score** (walk the
     query's C posting lists, counting each item's shared codes in a dense per-item counter and remembering the
-    items touched), **threshold** (the histogram of the C + 1 possible scores over the touched items gives t, the
-    largest score that at least k items reach), **top-k** (the items above t by score, then the first items at t by
+    items touched), **threshold** (the histogram of the C + 1 possible scores, built from the items seen at least twice,
+    gives t, the largest score that at least k items reach), **top-k** (the items above t by score, then the first items at t by
     row, read in row order from a bitmap of the candidates). The work is linear in the posting entries read (plus
     N / 64 bitmap words), with no pass over all N items; the per-item counters are allocated once per thread and
     reused. The encoding of the queries is :meth:`CompositeCodeAE.encode`. :meth:`shared_codes`
