@@ -214,6 +214,25 @@ def test_errors():
         CodeIndex(2, 4).search(np.array([[0, 1]]), 1)
 
 
+@pytest.mark.parametrize("bad", [4, -1])
+def test_search_rejects_a_code_outside_the_chunk_and_stays_usable(bad):
+    # The range check of search runs inside the kernel: a bad code in any row gives the shared 'codes' error before
+    # anything is counted, so the next search (through the same per-thread scratch) is still exact.
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 4, (40, 3))
+    queries = rng.integers(0, 4, (5, 3))
+    index = CodeIndex(3, 4).add(codes)
+    broken = queries.copy()
+    broken[3, 1] = bad
+    with pytest.raises(ParameterError, match=r"'codes' parameter of CodeIndex.search .*values in \[0, L=4\)"):
+        index.search(broken, 7)
+    want = _brute_topk(codes, queries, 7)
+    for q in (queries, queries.astype(np.int32), queries.tolist(), np.asfortranarray(queries)):
+        D, I = index.search(q, 7)
+        np.testing.assert_array_equal(I, want[1])
+        np.testing.assert_array_equal(D, want[0])
+
+
 def test_normalized_uniformity_loss_balanced_vs_random_batch():
     C, L, B = 3, 8, 64
     # perfectly balanced: in each chunk every code is on for exactly B / L = 8 items -> 0

@@ -348,25 +348,30 @@ class CodeIndex:
         """:meth:`search`, plus the number of items sharing at least one code with each query (int64, (nq,))."""
         check_is_fitted(self, "postings_", "add(codes)", what=f"{owner} needs an index")
         k = check_int(k, "k", 1, self.n_items_, owner, "n_items")
-        lists = self._lists(self._check_codes(query_codes, owner))
-        nq = len(lists)
-        D = np.zeros((nq, k), np.float32)
-        I = np.full((nq, k), -1, np.int64)
-        sharing = np.zeros(nq, np.int64)
-        if nq:
-            _search_lists(self._entries, self._starts, self._sizes, lists, k, self.n_chunks, *self._scratch(), D, I,
-                          sharing)
+        codes = np.asarray(query_codes)
+        if codes.ndim != 2 or codes.shape[1] != self.n_chunks or codes.dtype != np.int64:
+            codes = self._check_codes(codes, owner)
+        # the kernel checks the code range (one query costs a few µs of numpy calls otherwise) and reports a row
+        # outside [0, L) before touching anything; the shared check then raises the error
+        D, I, sharing, bad = _search_lists(self._entries, self._starts, self._sizes, codes, self.chunk_size, k,
+                                           *self._scratch())
+        if bad >= 0:
+            self._check_codes(codes, owner)
         return D, I, sharing
 
     def _scratch(self) -> tuple[np.ndarray, ...]:
         """The kernel's scratch arrays, allocated once per thread (the kernel leaves them as it found them)."""
-        local = self.__dict__.setdefault("_local", threading.local())
-        if getattr(local, "arrays", None) is None or len(local.arrays[0]) != self.n_items_:
+        try:
+            local = self._local
+        except AttributeError:
+            local = self._local = threading.local()
+        arrays = getattr(local, "arrays", None)
+        if arrays is None or len(arrays[0]) != self.n_items_:
             n = self.n_items_
             counter = np.uint8 if self.n_chunks < 2**8 else np.uint16 if self.n_chunks < 2**16 else np.int32
-            local.arrays = (np.zeros(n, counter), np.zeros(n + 1, self._entries.dtype),
-                            np.zeros(n + 1, self._entries.dtype), np.zeros((n + 63) // 64, np.uint64))
-        return local.arrays
+            arrays = local.arrays = (np.zeros(n, counter), np.zeros(n + 1, self._entries.dtype),
+                                     np.zeros(n + 1, self._entries.dtype), np.zeros((n + 63) // 64, np.uint64))
+        return arrays
 
     def __getstate__(self) -> dict:
         return {key: value for key, value in self.__dict__.items() if key != "_local"}  # scratch is not state
@@ -385,26 +390,35 @@ _DE_BRUIJN_MAGIC = np.uint64(0x07EDD5E59A4E28C2)
 
 
 @numba.njit(cache=True, nogil=True)
-def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, touched, promoted, bits, D, I, sharing
+def _search_lists(entries, starts, sizes, codes, chunk_size, k, counts, touched, promoted, bits
                   ):  # pragma: no cover (compiled)
-    """CodeIndex.search's kernel: for each query (row of ``lists``, its C flat list ids) write its top-k into D[q],
-    I[q] (pre-filled with 0 and -1) and its number of touched items into sharing[q].
+    """CodeIndex.search's kernel: for each query (row of ``codes``, its C codes; list c·L + l) its top-k in D, I
+    (nq, k) (0 and -1 pads) and its number of touched items in sharing (nq,). Returns (D, I, sharing, bad): bad is
+    the first query row with a code outside [0, L) (nothing searched then), else -1.
 
     Scratch, left as it was found: ``counts`` (N zeros: shared codes per item), ``touched`` and ``promoted`` (N + 1
     slots: the items seen once, and twice), ``bits`` (⌈N / 64⌉ zero words: the candidates in row order). The
     appends are branch-free (a slot is always written, the length grows by 0 or 1) because whether an item was
     seen before is a coin toss the branch predictor loses."""
+    nq, n_chunks = codes.shape
+    D = np.zeros((nq, k), np.float32)
+    I = np.full((nq, k), -1, np.int64)
+    sharing = np.zeros(nq, np.int64)
+    for q in range(nq):
+        for j in range(n_chunks):
+            if codes[q, j] < 0 or codes[q, j] >= chunk_size:
+                return D, I, sharing, q
     width = n_chunks + 1
     hist = np.zeros(width, np.int64)
     pos = np.zeros(width, np.int64)
     one = np.uint64(1)
-    for q in range(lists.shape[0]):
+    for q in range(nq):
         # score: count every item's shared codes; remember the items seen once (touched) and twice (promoted)
         n_touched = 0
         n_promoted = 0
-        for j in range(lists.shape[1]):
-            a = starts[lists[q, j]]
-            for p in range(a, a + sizes[lists[q, j]]):
+        for j in range(n_chunks):
+            a = starts[j * chunk_size + codes[q, j]]
+            for p in range(a, a + sizes[j * chunk_size + codes[q, j]]):
                 item = entries[p]
                 c = counts[item]
                 touched[n_touched] = item
@@ -426,7 +440,8 @@ def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, touched, p
                 t = s
                 break
         # top-k: slots by score (counting sort); the candidates (score >= t) are read in row order from a bitmap,
-        # so items are row-ascending within a score and the first items at t by row are the ones kept
+        # so items are row-ascending within a score and the first items at t by row are the ones kept; the scan
+        # stops once all end_t slots are filled (the words after it are cleared without reading their bits)
         filled = 0
         for s in range(width - 1, t, -1):
             pos[s] = filled
@@ -437,7 +452,11 @@ def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, touched, p
         for j in range(n_cand):
             item = cand[j]
             bits[item >> 6] |= np.uint64(counts[item] >= t) << np.uint64(item & 63)
+        placed = 0
         for w in range(bits.shape[0]):
+            if placed == end_t:
+                bits[w] = 0
+                continue
             word = bits[w]
             if word == 0:
                 continue
@@ -451,8 +470,10 @@ def _search_lists(entries, starts, sizes, lists, k, n_chunks, counts, touched, p
                     D[q, pos[s]] = s
                     I[q, pos[s]] = item
                     pos[s] += 1
+                    placed += 1
         for j in range(n_touched):
             counts[touched[j]] = 0
+    return D, I, sharing, -1
 
 
 def imbalance_factor(list_sizes: np.ndarray) -> float:
