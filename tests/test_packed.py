@@ -164,6 +164,35 @@ def test_padded_attention_path_is_forced_and_autocast_runs(tokenizer, texts):
     assert float((low - low_ref).abs().max()) < 0.1 * float(ref.std()) + 1e-3
 
 
+def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k):
+    """softmax(Q_i K_iᵀ / √D) V_i per sequence i of packed (T, H, D) tensors: what torch's ``varlen_attn`` computes
+    (its documented contract), written out so the varlen branch can run without its CUDA kernel."""
+    assert query.shape == key.shape == value.shape and query.dim() == 3  # (T, H, D), self-attention
+    assert cu_seq_q.dtype == cu_seq_k.dtype == torch.int32 and torch.equal(cu_seq_q, cu_seq_k)
+    lengths = cu_seq_q.diff()
+    assert int(cu_seq_q[0]) == 0 and int(cu_seq_q[-1]) == query.shape[0] and max_q == max_k == int(lengths.max())
+    out = torch.empty_like(query)
+    for s, e in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist()):
+        q, k, v = (x[s:e].transpose(0, 1) for x in (query, key, value))  # (H, L_i, D)
+        out[s:e] = (torch.softmax(q @ k.transpose(1, 2) / query.shape[-1] ** 0.5, dim=-1) @ v).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["cls-query-pad", "emb-markers", "emb-mean-query-pad"])
+def test_varlen_branch_gives_the_padded_scores_with_a_reference_kernel(layout, tokenizer, texts, monkeypatch):
+    # The GPU path minus its CUDA kernel: packing, cu_seqlens, the (T, H, D) layout and the argument order that
+    # encode_packed hands to varlen_attn, checked on CPU in fp32 against the padded forward.
+    from xenbench.models import packed
+
+    monkeypatch.setattr(packed, "_varlen_attn", reference_varlen_attn)
+    monkeypatch.setattr(packed, "varlen_available", lambda device, dtype: True)
+    ce = tiny_ce(tokenizer, **TINY[layout])
+    for batch in scorer_batches(ce, *(t[:5] for t in texts), batch_size=16):
+        with torch.inference_mode():
+            torch.testing.assert_close(packed_forward(ce, batch, attention="varlen"), ce(batch), rtol=1e-5,
+                                       atol=1e-5)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_varlen_matches_padded_under_bf16(tokenizer, texts):
     ce = tiny_ce(tokenizer, "cls", query_pad_to=16).cuda()
