@@ -108,7 +108,8 @@ def check_config(cfg: TrainConfig, *, owner: str = "TrainConfig", names: dict[st
     check_choice(cfg.kind, n("kind"), ("cls", "emb"), owner, expected="'cls' or 'emb'")
     check_choice(cfg.pooling, n("pooling"), ("mean", "markers"), owner, expected="'mean' or 'markers'")
     if cfg.pooling == "markers" and cfg.kind != "emb":
-        raise ParameterError(n("pooling"), "'mean' for kind='cls' (markers is an [EMB]-CE layout)", cfg.pooling, owner)
+        raise ParameterError(n("pooling"), f"'mean' when {n('kind')} is 'cls' (markers is an [EMB]-CE layout)",
+                             cfg.pooling, owner)
     if cfg.pooling == "markers" and not cfg.input_format.markers:
         raise ParameterError("input_format.markers", "True for pooling='markers'", False, owner)
     if not cfg.domains or not all(isinstance(d, str) and d for d in cfg.domains):
@@ -116,7 +117,8 @@ def check_config(cfg: TrainConfig, *, owner: str = "TrainConfig", names: dict[st
     check_int(cfg.n_negatives, n("n_negatives"), 1, None, owner)
     check_int(cfg.queries_per_step, n("queries_per_step"), 1, None, owner)
     check_int(cfg.epochs, n("epochs"), 1, None, owner)
-    check_int(cfg.max_queries, n("max_queries"), 1, None, owner, allow_none=True)
+    check_int(cfg.max_queries, n("max_queries"), 1, None, owner, allow_none=True,
+              expected="an int >= 1 (None: every example)" if not names else "an int >= 1")
     check_float(cfg.lr, n("lr"), 0, None, owner, closed="neither")
     check_float(cfg.head_lr, n("head_lr"), 0, None, owner, closed="neither")
     check_float(cfg.warmup, n("warmup"), 0, 1, owner)
