@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -172,6 +173,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     Resumes from ``out/train_state.pt`` when it exists. Returns the trained model (also saved).
     """
     check_config(cfg)  # before the folder exists: a wrong argument leaves nothing behind
+    dev = resolve_device(device)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DataError(out, "is a file: expected the training output folder (new, or a run to resume)")
@@ -180,13 +182,17 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     if done.is_file() and _same_config(json.loads(done.read_text()).get("notes", {}).get("train_config"), cfg):
         log.info("%s already holds a finished run of this config", out)
         return load_cross_encoder(out, device=device)
+    # Read (and vet) the resume state before any model is built or negative mined: a bad file costs nothing.
+    state_path = out / STATE_NAME
+    state = load_state(state_path) if state_path.exists() else None
+    if state is not None and not _same_config(_jsonable(state["train_config"]), cfg):
+        raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
     config = CEConfig(kind=cfg.kind, pooling=cfg.pooling if cfg.kind == "emb" else "mean",
                       scale=cfg.scale if cfg.kind == "emb" and cfg.pooling == "mean" else None,
                       input_format=cfg.input_format)
     ce = build_cross_encoder(config, seed=cfg.seed)
     names = trainable_parameter_names(ce, cfg.trainable_layers)
     config.trained = names
-    dev = resolve_device(device)
     ce.to(dev)
     params = dict(ce.model.named_parameters())
     for name, p in params.items():
@@ -210,11 +216,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
 
     step, losses, wall = 0, [], 0.0
     torch.manual_seed(cfg.seed)  # dropout draws; a resumed run restores the generator's state instead
-    state_path = out / STATE_NAME
-    if state_path.is_file():
-        state = load_state(state_path)
-        if not _same_config(_jsonable(state["train_config"]), cfg):
-            raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
+    if state is not None:
         ce.model.load_state_dict(state["model"], strict=False)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -273,6 +275,8 @@ def load_state(path: Path) -> dict:
     """
     import pickle
 
+    if not path.is_file():  # a FIFO would block the load
+        raise DataError(path, "not a regular file (a folder, FIFO or device): delete it to start the run over")
     try:
         with warnings.catch_warnings():  # "Detected pickle protocol 4": noise about a file refused anyway
             warnings.simplefilter("ignore", UserWarning)
@@ -280,10 +284,11 @@ def load_state(path: Path) -> dict:
     except pickle.UnpicklingError as err:
         # torch's text suggests weights_only=False, the one thing not to do with a file of unknown origin:
         # keep only the line that says what the file asked for.
-        asked = next((ln.strip() for ln in str(err).splitlines() if "GLOBAL" in ln or "Unsupported" in ln), "")
-        raise DataError(path, "refused: it asks the unpickler for objects other than tensors, numbers, strings, "
-                              f"lists and dicts{f' ({asked})' if asked else ''}, so it was not written by xenbench "
-                              "train-ce and was not run; delete it to start the run over") from None
+        found = re.search(r"GLOBAL [\w.]+|Unsupported operand \d+", str(err))
+        asked = f"it asks for {found.group(0)}" if found else ""
+        raise DataError(path, "refused: the unpickler may build only tensors, numbers, strings, lists and dicts"
+                              f"{f' and {asked}' if asked else ''}; it was not written by xenbench train-ce and was "
+                              "not run: delete it to start the run over") from None
     except Exception as err:  # torch raises RuntimeError, EOFError, ... for a truncated or foreign file
         raise DataError(path, f"not a resume state written by xenbench train-ce ({type(err).__name__}: the file is "
                               "truncated or of another format); delete it to start the run over") from None
