@@ -377,6 +377,8 @@ def _get_str(obj: dict[str, Any], key: str, path: Path, lineno: int, default: st
 def _encodable(value: str, key: str, path: Path, lineno: int) -> str:
     """``value`` if it is text; a lone surrogate (JSON's ``"\\ud800"`` unpaired) fails here, naming file and line,
     instead of inside a tokenizer or a hash much later."""
+    if value.isascii():  # the common case, checked without a copy
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
