@@ -323,3 +323,22 @@ def test_an_empty_split_file_still_loads_but_a_dataset_without_any_positive_does
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n")
     with pytest.raises(DataError, match=r"qrels: no positive pair in \['dev\.tsv', 'test\.tsv'\]: no query has gold"):
         datasets.load_beir(folder)
+
+
+def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsys):
+    import xenbench.cli as cli
+    import xenbench.models.crossencoder as crossencoder
+
+    class StandIn:
+        def to(self, device):
+            return self
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(crossencoder, "load_cross_encoder", lambda path: StandIn())
+    monkeypatch.setattr(train, "evaluate_rerank", lambda ce, domains, max_queries=None: [{"domain": domains[0]}])
+    monkeypatch.setattr(cli, "write_text_atomic", full)
+    out = tmp_path / "eval.json"
+    assert main(["eval-ce", "some-ce", "--domains", "noun.Tops", "--device", "cpu", "--out", str(out)]) == 2
+    assert _one_error(capsys) == f"xenbench: error: {out}: No space left on device"

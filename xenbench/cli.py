@@ -107,7 +107,12 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
     text = json.dumps(rows, indent=2)
     print(text)
     if out is not None:
-        write_text_atomic(out, text + "\n")
+        try:
+            write_text_atomic(out, text + "\n")
+        except OSError as err:  # a full disk raises from write() with no file name: give it the one written
+            if err.filename is None and err.errno is not None:
+                raise OSError(err.errno, err.strerror or str(err), str(out)) from err
+            raise
 
 
 def _check_score_args(args: argparse.Namespace) -> None:
