@@ -342,3 +342,24 @@ def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsy
     out = tmp_path / "eval.json"
     assert main(["eval-ce", "some-ce", "--domains", "noun.Tops", "--device", "cpu", "--out", str(out)]) == 2
     assert _one_error(capsys) == f"xenbench: error: {out}: No space left on device"
+
+
+def test_a_resume_state_that_cannot_be_written_names_its_file_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    ce, cfg, path = SimpleNamespace(model=model), train.TrainConfig(domains=["x"]), tmp_path / train.STATE_NAME
+    train._save_state(path, ce, opt, sched, 1, [1.0], 0.1, cfg)
+
+    def full(obj, f):
+        Path(f).write_bytes(b"half")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(DataError, match=r"train_state\.pt: the resume state could not be written \(PytorchStreamWriter "
+                                        r"failed writing file data/0: file write failed\); the previous one"):
+        train._save_state(path, ce, opt, sched, 2, [1.0, 0.5], 0.2, cfg)
+    monkeypatch.undo()
+    assert train.load_state(path)["step"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == [train.STATE_NAME]

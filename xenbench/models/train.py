@@ -305,8 +305,14 @@ def _save_state(path: Path, ce, opt, sched, step, losses, wall, cfg) -> None:
              "torch_rng": torch.get_rng_state(), "step": step, "losses": losses, "wall_s": wall,
              "train_config": asdict(cfg)}
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch's writer reports a full disk as a RuntimeError
+        tmp.unlink(missing_ok=True)
+        reason = getattr(err, "strerror", None) or str(err).splitlines()[0][:160]
+        raise DataError(path, f"the resume state could not be written ({reason}); the previous one, if any, is "
+                              "intact: free space and rerun the same command to resume from it") from None
 
 
 def _same_config(saved: dict | None, cfg: TrainConfig) -> bool:
