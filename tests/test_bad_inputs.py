@@ -1,7 +1,9 @@
 """Malformed inputs, table-driven: each gives one clear line on stderr naming the file, line or parameter,
 a non-zero exit, and leaves nothing behind.
 
-Every case runs the command line in-process (``xenbench.cli.main``): the error is what a user sees.
+Every case runs the command line in-process (``xenbench.cli.main``): the error is what a user sees. A case's
+``never`` names the expensive steps it must fail before (loading the dataset, the DE, a CE, training): they are
+replaced by stand-ins that fail the test if entered, so "checked before any work" is asserted without timing.
 """
 from __future__ import annotations
 
@@ -66,6 +68,19 @@ class Case:
     id: str
     args: Callable[[Path], list[str]]  # the command line, given the case's folder
     match: str  # regex the single stderr line must match
+    never: tuple[str, ...] = ()  # keys of EXPENSIVE that must not be entered
+
+
+# The expensive steps, as (module, attribute) pairs replaced by a stand-in that fails the test when called.
+EXPENSIVE = {
+    "dataset": [("xenbench.data.datasets", "load_dataset")],
+    "de": [("xenbench.models.retrievers", "DualEncoder"), ("xenbench.models.retrievers", "TfidfRetriever")],
+    "ce": [("xenbench.models.crossencoder", "load_cross_encoder"), ("xenbench.models.scoring", "load_cross_encoder"),
+           ("xenbench.models.scoring", "build_cross_encoder")],
+    "train": [("xenbench.models.train", "train_cross_encoder")],
+    "mining": [("xenbench.models.train", "mine_training_data"), ("xenbench.models.train", "build_cross_encoder")],
+}
+BEFORE_WORK = ("dataset", "de", "ce")
 
 
 def score_beir(**files) -> Callable[[Path], list[str]]:
@@ -135,6 +150,128 @@ def _unlinked(folder: Path, name: str) -> Path:
 BAD_QUERY = b'{"_id": "q\xff", "text": "x"}\n'
 BAD_QRELS = QRELS.encode() + b"q0\td\xe90\t1\n"
 BAD_UTF8 = json.dumps({"_id": "d0", "title": "t", "text": "x"}).encode() + b"\n" + b'{"_id": "d1", "text": "caf\xe9"}\n'
+
+def _fifo(path: Path) -> Path:
+    import os
+
+    os.mkfifo(path)
+    return path
+
+
+def _planted_state(folder: Path) -> Path:
+    """A ``train_state.pt`` whose unpickling would create ``PWNED`` beside it (``builtins.open(..., "w")``)."""
+    import torch
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(folder / "PWNED"), "w"))
+
+    folder.mkdir()
+    torch.save({"model": Planted(), "step": 1}, folder / "train_state.pt")
+    return folder
+
+
+def _results_with_nan(tmp: Path) -> Path:
+    """The committed results, with one integer field (a CE-call budget of 04) replaced by NaN."""
+    import shutil
+
+    folder = tmp / "results"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "notebooks" / "results", folder)
+    path = folder / "04_axn_lambda.full.results.json"
+    doc = json.loads(path.read_text())
+    doc["results"]["comparisons"][12]["budget"] = float("nan")
+    path.write_text(json.dumps(doc))
+    return folder
+
+
+def train_args(*extra: str) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["train-ce", "--kind", "emb", "--out", str(tmp / "run"), "--domains", "noun.Tops", *extra]
+
+
+LONG_LINE = _jsonl(CORPUS) + json.dumps({"_id": "d9", "text": "x" * (4 * 2**20 + 10)}) + "\n"
+
+HARDENING = [
+    # --- score --out: refused before the dataset or any model is loaded
+    Case("out-is-a-file", lambda t: ["score", "de", f"beir:{beir(t)}", "--out",
+                                     str((t / "afile").write_text("x") and t / "afile")],
+         r"afile: is a file: --out expects a store folder", BEFORE_WORK),
+    Case("out-unrelated-folder", lambda t: ["score", "de", f"beir:{beir(t)}", "--out",
+                                            str((t / "notes").mkdir() or (t / "notes" / "a.txt").write_text("x")
+                                                and t / "notes")],
+         r"notes: is a non-empty folder that is not a score store: --out expects a new folder", BEFORE_WORK),
+    Case("out-unrelated-folder-overwrite", lambda t: ["score", "tfidf", f"beir:{beir(t)}", "--overwrite", "--out",
+                                                      str((t / "notes").mkdir() or (t / "notes" / "a.txt").write_text("x")
+                                                          and t / "notes")],
+         r"notes: is a non-empty folder that is not a score store", BEFORE_WORK),
+    Case("resume-without-store", score_args("--resume"), r"out: no score store to resume \(--resume\)", BEFORE_WORK),
+    # --- score --device: checked for every model kind before anything loads
+    Case("device-malformed-de", score_args("--device", "gpu0;rm"),
+         r"'--device' parameter of xenbench score must be 'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'\. Got 'gpu0;rm'",
+         BEFORE_WORK),
+    Case("device-malformed-tfidf", lambda t: ["score", "tfidf", f"beir:{beir(t)}", "--out", str(t / "out"),
+                                              "--device", "tpu9"],
+         r"'--device' parameter of xenbench score must be 'auto', 'cpu', .* Got 'tpu9'", BEFORE_WORK),
+    Case("device-malformed-ce", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
+                                           "--device", "cuda:x"],
+         r"'--device' parameter of xenbench score must be .* Got 'cuda:x'", BEFORE_WORK),
+    Case("workers-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
+                                    "--workers", "0"], r"'--workers' parameter of xenbench score must be an int >= 1",
+         BEFORE_WORK),
+    # --- ids files: regular files only, read line by line
+    Case("ids-fifo", lambda t: [*score_args()(t), "--item-ids", str(_fifo(t / "ids"))],
+         r"ids: not a regular file \(a folder, FIFO or device\): --item-ids expects a file", BEFORE_WORK),
+    Case("ids-dev-zero", score_args("--query-ids", "/dev/zero"),
+         r"/dev/zero: not a regular file \(a folder, FIFO or device\): --query-ids", BEFORE_WORK),
+    Case("ids-long-line", score_args(ids={"query-ids": "q0\n" + "q" * 5000 + "\n"}),
+         r"query-ids\.txt:2: line longer than 4096 bytes: expected one id per line", ("de", "ce")),
+    # --- bounded and well-formed texts
+    Case("corpus-line-too-long", score_beir(corpus=LONG_LINE),
+         r"corpus\.jsonl:5: line longer than 4,194,304 bytes", ("de", "ce")),
+    Case("corpus-fifo", lambda t: ["score", "de", f"beir:{_fifo(_unlinked(beir(t), 'corpus.jsonl') / 'corpus.jsonl').parent}",
+                                   "--out", str(t / "out")],
+         r"corpus\.jsonl: not a regular file \(a folder, FIFO or device\)", ("de", "ce")),
+    Case("corpus-lone-surrogate", score_beir(corpus='{"_id": "d0", "text": "caf\\ud800e"}\n'),
+         r"corpus\.jsonl:1: field 'text' holds a lone surrogate '\\ud800' at character 4", ("de", "ce")),
+    Case("queries-lone-surrogate-id", score_beir(queries='{"_id": "q\\udc00", "text": "x"}\n'),
+         r"queries\.jsonl:1: field '_id' holds a lone surrogate", ("de", "ce")),
+    Case("queries-empty-text", score_beir(queries=_jsonl([QUERIES[0], {"_id": "q1", "text": " \t "}])),
+         r"queries\.jsonl:2: query has an empty text \(nothing to score\)", ("de", "ce")),
+    Case("qrels-no-positive", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td0\t0\nq1\td1\t0\n"),
+         r"test\.tsv: no positive pair: 2 judged row\(s\), none with score > 0", ("de", "ce")),
+    # --- train-ce: every argument checked before its output folder exists
+    Case("train-epochs-zero", train_args("--epochs", "0"),
+         r"'--epochs' parameter of xenbench train-ce must be an int >= 1\. Got 0", ("train", "mining")),
+    Case("train-negatives-zero", train_args("--negatives", "0"),
+         r"'--negatives' parameter of xenbench train-ce must be an int >= 1\. Got 0", ("train", "mining")),
+    Case("train-lr-negative", train_args("--lr=-1e-4"),
+         r"'--lr' parameter of xenbench train-ce must be a float > 0\. Got -0\.0001", ("train", "mining")),
+    Case("train-trainable-layers", train_args("--trainable-layers", "9"),
+         r"'--trainable-layers' parameter of xenbench train-ce must be an int in \[0, 6\]\. Got 9", ("train", "mining")),
+    Case("train-unknown-domain", train_args("--eval-domains", "noun.nothing"),
+         r"'--eval-domains' parameter of xenbench train-ce must be WordNet-EL domains .* Got 'noun\.nothing'",
+         ("train", "mining")),
+    Case("train-unknown-training-domain", lambda t: ["train-ce", "--kind", "cls", "--out", str(t / "run"),
+                                                    "--domains", "noun.Tops", "nope"],
+         r"'--domains' parameter of xenbench train-ce must be WordNet-EL domains .* Got 'nope'", ("train", "mining")),
+    Case("train-device", train_args("--device", "gpu0;rm"),
+         r"'--device' parameter of xenbench train-ce must be .* Got 'gpu0;rm'", ("train", "mining")),
+    Case("train-out-is-a-file", lambda t: ["train-ce", "--kind", "emb", "--out",
+                                           str((t / "run").write_text("x") and t / "run"), "--domains", "noun.Tops"],
+         r"'--out' parameter of xenbench train-ce must be a folder \(new, or a run to resume\)", ("train", "mining")),
+    Case("train-planted-state", lambda t: ["train-ce", "--kind", "emb", "--out", str(_planted_state(t / "run")),
+                                           "--domains", "noun.Tops", "--device", "cpu"],
+         r"run/train_state\.pt: refused: the unpickler may build only tensors, numbers, strings, lists and dicts and "
+         r"it asks for GLOBAL (builtins|io)\.open; .* was not run", ("mining",)),
+    # --- eval-ce
+    Case("eval-unknown-domain", raw("eval-ce", "models/cls-ce", "--domains", "noun.nothing"),
+         r"'--domains' parameter of xenbench eval-ce must be WordNet-EL domains", ("ce",)),
+    Case("eval-device", raw("eval-ce", "models/cls-ce", "--domains", "noun.Tops", "--device", "tpu"),
+         r"'--device' parameter of xenbench eval-ce must be", ("ce",)),
+    # --- findings: NaN where a number is needed
+    Case("findings-nan-in-results", lambda t: ["findings", "--results-dir", str(_results_with_nan(t))],
+         r"results/04_axn_lambda\.full\.results\.json: its results cannot be turned into findings \(ValueError: "
+         r"cannot convert float NaN to integer\)"),
+]
 
 CASES = [
     # --- BEIR corpus.jsonl
@@ -207,17 +344,17 @@ CASES = [
     Case("query-ids-duplicate", score_args(ids={"query-ids": "q0\nq1\nq0\n"}),
          r"query-ids\.txt:3: duplicate id 'q0' \(first on line 1\)"),
     Case("query-ids-unknown", score_args(ids={"query-ids": "q0\nq9\n"}),
-         r"'query_id' parameter of Dataset.query must be a query id of dataset 'beir'. Got 'q9'"),
+         r"query-ids\.txt:2: unknown id 'q9': not one of the 3 queries of beir"),
     Case("item-ids-empty-file", score_args(ids={"item-ids": "\n\n"}), r"item-ids\.txt: no ids: expected one id per line"),
     Case("ids-and-sample", score_args("--n-queries", "2", ids={"query-ids": "q0\n"}),
          r"'--n-queries' parameter of xenbench score must be left out when --query-ids is given"),
     Case("out-parent-is-a-file", lambda t: ["score", "de", f"beir:{beir(t)}", "--out",
                                             str((t / "afile").write_text("x") and t / "afile" / "out")],
-         r"afile.*: Not a directory"),
+         r"afile: is a file, so --out .*afile/out cannot be created below it"),
     Case("batch-size-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
-                                       "--batch-size", "0"], r"'batch_size' parameter of score_to_store must be an int >= 1"),
+                                       "--batch-size", "0"], r"'--batch-size' parameter of xenbench score must be an int >= 1"),
     Case("chunk-pairs-zero", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
-                                        "--chunk-pairs", "0"], r"'chunk_pairs' parameter of run_score_job must be an int >= 1"),
+                                        "--chunk-pairs", "0"], r"'--chunk-pairs' parameter of xenbench score must be an int >= 1"),
     Case("old-bundled-name", lambda t: ["score", "bundled-cls", f"beir:{beir(t)}", "--out", str(t / "out")],
          r"'ce' parameter of run_score_job must be one of \['untrained-cls', 'untrained-emb'\]"),
     Case("model-folder-missing", lambda t: ["score", str(t / "no-model"), f"beir:{beir(t)}", "--out", str(t / "out")],
@@ -252,6 +389,7 @@ CASES = [
          r"'lambdas' parameter of notebook 05_pefa_lambda must be a list of float with length >= 1, each in \[0, 1\]"),
     Case("notebook-param-wrong-type", raw("run", "00_data", "-p", "seed", "abc"), r"'seed' parameter of notebook 00_data"),
     Case("findings-stale-readme-dir", raw("findings", "--check", "--results-dir", "{tmp}/none"), r"the findings section disagrees with .*none; run `xenbench findings --write`"),
+    *HARDENING,
 ]
 def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
@@ -261,10 +399,21 @@ def test_the_table_covers_enough_cases():
     assert len(CASES) >= 45 and len({c.id for c in CASES}) == len(CASES)
 
 
+def _forbid(monkeypatch, steps: tuple[str, ...]) -> None:
+    import importlib
+
+    for step in steps:
+        for module, attr in EXPENSIVE[step]:
+            def entered(*args, _step=step, **kwargs):
+                raise AssertionError(f"the expensive step {_step!r} was entered")
+            monkeypatch.setattr(importlib.import_module(module), attr, entered)
+
+
 @pytest.mark.filterwarnings("ignore:untrained-cls:UserWarning")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_fails_with_one_clear_line(case, tmp_path, capsys):
+def test_bad_input_fails_with_one_clear_line(case, tmp_path, capsys, monkeypatch):
     args = case.args(tmp_path)
+    _forbid(monkeypatch, case.never)
     before = _tree(tmp_path)
     rc = main(args)
     err = capsys.readouterr().err.strip().splitlines()

@@ -111,7 +111,8 @@ def test_train_ce_builds_the_config(tmp_path, monkeypatch, capsys):
 def test_train_ce_rejects_markers_for_a_cls_ce(tmp_path, capsys):
     assert main(["train-ce", "--kind", "cls", "--pooling", "markers", "--out", str(tmp_path / "ce"),
                  "--domains", "noun.Tops"]) == 2
-    assert "'pooling' parameter of TrainConfig must be 'mean' for kind='cls'" in _error(capsys)
+    assert "'--pooling' parameter of xenbench train-ce must be 'mean' when --kind is 'cls'" in _error(capsys)
+    assert not (tmp_path / "ce").exists()
 
 
 def test_eval_ce_writes_the_table(tmp_path, monkeypatch, capsys):

@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 
 from xenbench._io import REPO_ROOT, write_text_atomic
-from xenbench.errors import XenbenchError
+from xenbench.errors import DataError, ParameterError, XenbenchError
+
+#: Longest line of an ``--query-ids``/``--item-ids`` file, in bytes (an id), and the largest such file.
+MAX_ID_BYTES = 4096
+MAX_IDS_FILE_BYTES = 256 * 2**20
 
 
 def _data(args: argparse.Namespace) -> None:
@@ -21,10 +25,49 @@ def _data(args: argparse.Namespace) -> None:
     print(table.to_string(index=False))
 
 
+def _check_device(value: str, command: str):
+    """``--device`` resolved (:func:`xenbench._device.resolve_device`), or its error in the command's words."""
+    from xenbench._device import resolve_device
+
+    try:
+        return resolve_device(value, owner=f"xenbench {command}")
+    except ParameterError as err:  # same rule, worded with the flag: "The '--device' parameter of xenbench score ..."
+        expected = str(err).split(" must be ", 1)[1].rsplit(". Got ", 1)[0]
+        raise ParameterError("--device", expected, value, f"xenbench {command}") from None
+
+
+def _check_domains(domains: list[str], flag: str, command: str) -> None:
+    """Every name a bundled WordNet-EL domain (checked before any folder is created or model loaded)."""
+    from xenbench.data.datasets import wordnet_el_domains
+
+    known = wordnet_el_domains()
+    unknown = [d for d in domains if d not in known]
+    if unknown:
+        raise ParameterError(flag, f"WordNet-EL domains (xenbench data list; e.g. {known[:3]})", unknown[0],
+                             f"xenbench {command}")
+
+
+def _check_output_file(path: str | None, flag: str, command: str) -> None:
+    if path is not None and Path(path).is_dir():
+        raise ParameterError(flag, "a file path to write (it is a folder)", path, f"xenbench {command}")
+
+
 def _train_ce(args: argparse.Namespace) -> None:
     from xenbench.data import wordnet
     from xenbench.models import train
 
+    command = "xenbench train-ce"
+    # Everything checkable is checked before the output folder exists: a mistake leaves nothing behind.
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ParameterError("--out", "a folder (new, or a run to resume)", f"{out} (a file)", command)
+    _check_device(args.device, "train-ce")
+    for flag, names in (("--domains", args.domains or []), ("--dev-domains", args.dev_domains),
+                        ("--eval-domains", args.eval_domains)):
+        _check_domains(names, flag, "train-ce")
+    from xenbench._validation import check_int
+
+    check_int(args.eval_max_queries, "--eval-max-queries", 1, None, command, allow_none=True, expected="an int >= 1")
     domains = args.domains or [d for d in wordnet.list_domains().query("role == 'train'")["domain"]
                                 if d not in set(args.dev_domains)]
     cfg = train.TrainConfig(
@@ -33,14 +76,20 @@ def _train_ce(args: argparse.Namespace) -> None:
         trainable_layers=args.trainable_layers, seed=args.seed, pooling=args.pooling,
         checkpoint_every=args.checkpoint_every,
     )
+    train.check_config(cfg, owner=command, names=train.CLI_NAMES)
     ce = train.train_cross_encoder(cfg, args.out, device=args.device)
     if args.eval_domains or args.dev_domains:
         _report_eval(ce, args.dev_domains + args.eval_domains, args.eval_max_queries, Path(args.out) / "eval.json")
 
 
 def _eval_ce(args: argparse.Namespace) -> None:
+    from xenbench._validation import check_int
     from xenbench.models.crossencoder import load_cross_encoder
 
+    _check_device(args.device, "eval-ce")
+    _check_domains(args.domains, "--domains", "eval-ce")
+    check_int(args.max_queries, "--max-queries", 1, None, "xenbench eval-ce", allow_none=True, expected="an int >= 1")
+    _check_output_file(args.out, "--out", "eval-ce")
     ce = load_cross_encoder(args.ce)
     if args.device != "auto":
         ce.to(args.device)
@@ -58,54 +107,133 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
     text = json.dumps(rows, indent=2)
     print(text)
     if out is not None:
-        write_text_atomic(out, text + "\n")
+        try:
+            write_text_atomic(out, text + "\n")
+        except OSError as err:  # a full disk raises from write() with no file name: give it the one written
+            if err.filename is None and err.errno is not None:
+                raise OSError(err.errno, err.strerror or str(err), str(out)) from err
+            raise
+
+
+def _check_score_args(args: argparse.Namespace) -> None:
+    """Every check of ``xenbench score`` that needs neither the dataset nor a model: run first, so a mistake costs
+    no DE/CE work and leaves nothing behind."""
+    from xenbench._validation import check_float, check_int
+
+    command = "xenbench score"
+    _check_store_out(Path(args.out), resume=args.resume, overwrite=args.overwrite)
+    dev = _check_device(args.device, "score")
+    retriever = args.model in ("de", "tfidf")
+    if retriever and args.backend != "local":
+        raise ParameterError("--backend", "'local' for de/tfidf (they take seconds; ray is for cross-encoders)",
+                             args.backend, command)
+    if args.model == "tfidf" and not (args.device == "auto" or dev.type == "cpu"):
+        raise ParameterError("--device", "'auto' or 'cpu' for tfidf (scikit-learn runs on the CPU)", args.device,
+                             command)
+    for flag, value in (("--batch-size", args.batch_size), ("--chunk-pairs", args.chunk_pairs),
+                        ("--workers", args.workers)):
+        check_int(value, flag, 1, None, command, allow_none=True, expected="an int >= 1")
+    check_float(args.gpus_per_worker, "--gpus-per-worker", 0, None, command, allow_none=True, expected="a float >= 0")
+    check_int(args.seed, "--seed", 0, None, command, expected="a non-negative int")
+    for what, n, path in (("queries", args.n_queries, args.query_ids), ("items", args.n_items, args.item_ids)):
+        flag = {"queries": "--query-ids", "items": "--item-ids"}[what]
+        if path and n is not None:
+            raise ParameterError(f"--n-{what}", f"left out when {flag} is given (choose one)", n, command)
+        if path:
+            _check_ids_file(Path(path), flag)
+
+
+def _check_store_out(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """``--out`` of ``xenbench score``: a new or empty folder, or a score store (resumed, or replaced with
+    ``--overwrite``); never a file or an unrelated folder (nothing is ever deleted there)."""
+    parent = next((p for p in (out, *out.parents) if p.exists()), None)
+    if parent is not None and parent != out and not parent.is_dir():
+        raise DataError(parent, f"is a file, so --out {out} cannot be created below it: choose a store folder")
+    if not out.exists():
+        if resume:
+            raise DataError(out, "no score store to resume (--resume): leave --resume out to start one")
+        return
+    if not out.is_dir():
+        raise DataError(out, "is a file: --out expects a store folder (new, or a store to resume)")
+    is_store = (out / "zarr.json").is_file()
+    if not is_store and any(out.iterdir()):
+        raise DataError(out, "is a non-empty folder that is not a score store: --out expects a new folder or a store "
+                             "to resume (nothing there was changed)")
+    if resume and not is_store:
+        raise DataError(out, "holds no score store to resume (--resume): leave --resume out to start one")
+
+
+def _check_ids_file(path: Path, flag: str) -> None:
+    if not path.exists():
+        raise DataError(path, f"no such file: {flag} expects a file with one id per line")
+    if not path.is_file():  # a FIFO would block forever, /dev/zero would never end
+        raise DataError(path, f"not a regular file (a folder, FIFO or device): {flag} expects a file with one id per "
+                              "line")
+    if path.stat().st_size > MAX_IDS_FILE_BYTES:
+        raise DataError(path, f"larger than {MAX_IDS_FILE_BYTES // 2**20} MiB: {flag} expects a file with one id per "
+                              "line")
 
 
 def _score(args: argparse.Namespace) -> None:
     from xenbench.data.datasets import load_dataset
 
+    _check_score_args(args)
     ds = load_dataset(args.dataset)
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
     i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
-    if args.model in ("de", "tfidf") and args.backend != "local":
-        from xenbench.errors import ParameterError
-
-        raise ParameterError("--backend", "'local' for de/tfidf (they take seconds; ray is for cross-encoders)",
-                             args.backend, "xenbench score")
     if args.model in ("de", "tfidf"):
         from xenbench.models.retrievers import retriever_score_store
 
-        store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids)
+        store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids, device=args.device,
+                                      overwrite=args.overwrite)
     else:
         from xenbench.models.scoring import run_score_job
 
         ray_options = {"address": args.address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
         store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
                               device=args.device, precision=args.precision, chunk_pairs=args.chunk_pairs,
-                              seed=args.seed, backend=args.backend, ray_options=ray_options)
+                              seed=args.seed, backend=args.backend, ray_options=ray_options,
+                              overwrite=args.overwrite)
     print(store)
+
+
+def _read_ids(path: Path, known: list[str], what: str, dataset: str) -> list[str]:
+    """The ids of an ids file, one per line, read line by line: each one of ``known`` (the dataset's), at most once,
+    and at most :data:`MAX_ID_BYTES` per line, so the file is never read further than the dataset is long."""
+    known_set = set(known)
+    ids: list[str] = []
+    first: dict[str, int] = {}
+    with open(path, "rb") as handle:
+        lineno = 0
+        while raw := handle.readline(MAX_ID_BYTES + 1):
+            lineno += 1
+            if len(raw) > MAX_ID_BYTES and not raw.endswith(b"\n"):
+                raise DataError(path, f"line longer than {MAX_ID_BYTES} bytes: expected one id per line", lineno)
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as err:
+                raise DataError(path, f"not valid UTF-8 ({err.reason} at byte {err.start})", lineno) from None
+            if not line:
+                continue
+            if line in first:
+                raise DataError(path, f"duplicate id {line!r} (first on line {first[line]}); "
+                                      "each id is one row/column of the matrix", lineno)
+            if line not in known_set:
+                raise DataError(path, f"unknown id {line!r}: not one of the {len(known)} {what} of {dataset}", lineno)
+            first[line] = lineno
+            ids.append(line)
+    return ids
 
 
 def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int, what: str, dataset: str) -> list[str] | None:
     """Ids from a file (one per line), or a seeded sample of ``n`` in dataset order, or all (None)."""
-    from xenbench.errors import DataError, ParameterError
-
     if path and n is not None:
         flag = {"queries": "--query-ids", "items": "--item-ids"}[what]
         raise ParameterError(f"--n-{what}", f"left out when {flag} is given (choose one)", n, "xenbench score")
     if path:
-        ids, first = [], {}
-        try:
-            lines = Path(path).read_bytes().decode("utf-8").splitlines()
-        except UnicodeDecodeError as err:
-            raise DataError(path, f"not valid UTF-8 ({err.reason} at byte {err.start})") from None
-        for lineno, line in enumerate(lines, start=1):
-            if line.strip():
-                if line.strip() in first:
-                    raise DataError(path, f"duplicate id {line.strip()!r} (first on line {first[line.strip()]}); "
-                                          "each id is one row/column of the matrix", lineno)
-                first[line.strip()] = lineno
-                ids.append(line.strip())
+        ids = _read_ids(Path(path), all_ids, what, dataset)
         if not ids:
             raise DataError(path, "no ids: expected one id per line")
         return ids
@@ -201,7 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model", help="a CE folder (models/cls-ce), de / tfidf, or untrained-cls / untrained-emb "
                                  "(a random head: for testing the pipeline only)")
     s.add_argument("dataset", help="wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>")
-    s.add_argument("--out", required=True, help="store folder (an interrupted run resumes there)")
+    s.add_argument("--out", required=True, help="store folder: new, or a store of the same job, which is resumed")
+    again = s.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="require a store at --out and finish it (refused if there is none)")
+    again.add_argument("--overwrite", action="store_true",
+                       help="replace the store at --out (of this job or another); only a score store is ever deleted")
     s.add_argument("--n-queries", type=int, default=None, help="seeded sample of queries (default all)")
     s.add_argument("--n-items", type=int, default=None, help="seeded sample of items (default all)")
     s.add_argument("--query-ids", default=None, help="file with one query id per line")

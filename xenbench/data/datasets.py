@@ -15,15 +15,24 @@ Loaders
 Every malformed input raises one :class:`~xenbench.errors.DataError` naming the file, the 1-based
 line and the problem; files are read line by line so big corpora never sit in memory twice.
 
+Bounded reads: a line of a JSONL or TSV file may hold at most :data:`MAX_LINE_BYTES` (4 MiB); a longer one is
+refused naming its file and line, so a corrupt or hostile file cannot drive memory up before any check. A BEIR
+title or text longer than :data:`MAX_TEXT_CHARS` (100,000 characters; every model here reads at most a few hundred
+tokens) is cut to it at read, with one warning per file saying how many were cut. Only regular files are read
+(a FIFO or a device such as ``/dev/zero`` is refused). A UTF-8 byte order mark at the start of a file is accepted
+(``utf-8-sig``).
+
 Identifiers are always strings. JSON integer ids (``"_id": 7``) are accepted and converted with
 ``str`` (``"7"``) because several public BEIR-style dumps write numeric ids; any other JSON type
 (float, bool, null, ...) is rejected.
 """
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +63,11 @@ __all__ = [
 #: Default ``fractions`` of :meth:`Dataset.split_queries`.
 # Read-only so no caller can change every later default split by mutating it.
 DEFAULT_FRACTIONS: Mapping[str, float] = MappingProxyType({"train": 0.6, "dev": 0.2, "test": 0.2})
+
+#: Longest line, in bytes, of any JSONL/TSV file read here: a longer one is refused with its file and line.
+MAX_LINE_BYTES: int = 4 * 2**20
+#: Longest BEIR title, item text or query text, in characters: longer ones are cut at read (one warning per file).
+MAX_TEXT_CHARS: int = 100_000
 
 #: Header every ``qrels/<split>.tsv`` must start with (BEIR's own format).
 QRELS_HEADER: tuple[str, str, str] = ("query-id", "corpus-id", "score")
@@ -281,7 +295,8 @@ class Dataset:
 
 def _require_file(path: Path) -> Path:
     if not path.is_file():
-        raise DataError(path, "no such file" if not path.exists() else "not a regular file")
+        raise DataError(path, "no such file" if not path.exists() else
+                        "not a regular file (a folder, FIFO or device): expected a text file")
     return path
 
 
@@ -292,9 +307,21 @@ def _require_dir(path: Path) -> Path:
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line number, text)`` of a UTF-8 text file; a line that is not UTF-8 fails naming file and line."""
+    """Yield ``(line number, text)`` of a UTF-8 text file (a leading byte order mark is dropped).
+
+    A line that is not UTF-8, or longer than :data:`MAX_LINE_BYTES`, fails naming file and line; a line is never
+    read whole before its length is known to be within the bound.
+    """
+    _require_file(path)  # a FIFO would block, /dev/zero would never end
     with open(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
+        lineno = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise DataError(path, f"line longer than {MAX_LINE_BYTES:,} bytes (the most xenbench reads per line): "
+                                      "shorten or split this record", lineno)
+            if lineno == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             try:
                 yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -329,7 +356,7 @@ def _get_id(obj: dict[str, Any], key: str, path: Path, lineno: int) -> str:
     # int ids are accepted (see module docstring); bool is an int subclass but never an id.
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DataError(path, f"field {key!r} must be a string or an integer, got {_json_type(value)}", lineno)
-    value = str(value)
+    value = _encodable(str(value), key, path, lineno)
     if not value or any(c in value for c in "\t\r\n"):
         # Empty ids or ids with tabs/newlines cannot be written back into qrels TSV files.
         raise DataError(path, f"field {key!r} must be a non-empty id without tabs or newlines, got {value!r}", lineno)
@@ -344,7 +371,40 @@ def _get_str(obj: dict[str, Any], key: str, path: Path, lineno: int, default: st
     value = obj[key]
     if not isinstance(value, str):
         raise DataError(path, f"field {key!r} must be a string, got {_json_type(value)}", lineno)
+    return _encodable(value, key, path, lineno)
+
+
+def _encodable(value: str, key: str, path: Path, lineno: int) -> str:
+    """``value`` if it is text; a lone surrogate (JSON's ``"\\ud800"`` unpaired) fails here, naming file and line,
+    instead of inside a tokenizer or a hash much later."""
+    if value.isascii():  # the common case, checked without a copy
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(path, f"field {key!r} holds a lone surrogate {value[exc.start]!r} at character {exc.start + 1} "
+                              "(an unpaired \\ud800-\\udfff escape): not text; fix or drop that escape", lineno) from None
     return value
+
+
+class _Cutter:
+    """Cuts texts longer than :data:`MAX_TEXT_CHARS` and warns once per file, with the count and the first line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.n, self.first = path, 0, 0
+
+    def __call__(self, text: str, lineno: int) -> str:
+        if len(text) <= MAX_TEXT_CHARS:
+            return text
+        self.n += 1
+        self.first = self.first or lineno
+        return text[:MAX_TEXT_CHARS]
+
+    def report(self) -> None:
+        if self.n:
+            warnings.warn(f"{self.path}: {self.n} text(s) longer than {MAX_TEXT_CHARS:,} characters were cut to "
+                          f"{MAX_TEXT_CHARS:,} (first on line {self.first}); the models read at most a few hundred "
+                          "tokens of each", UserWarning, stacklevel=4)
 
 
 def _get_int(obj: dict[str, Any], key: str, path: Path, lineno: int) -> int:
@@ -376,14 +436,17 @@ class _SeenIds:
 def _read_beir_corpus(path: Path) -> list[Item]:
     items: list[Item] = []
     seen = _SeenIds(path, "_id")
+    cut = _Cutter(path)
     for lineno, obj in _iter_jsonl(path):
         item_id = _get_id(obj, "_id", path, lineno)
         seen.add(item_id, lineno)
         # "title" may be absent: several BEIR-style corpora only have text.
-        title = _get_str(obj, "title", path, lineno, default="")
-        items.append(Item(item_id, title, _nonempty_text(title, _get_str(obj, "text", path, lineno), path, lineno)))
+        title = cut(_get_str(obj, "title", path, lineno, default=""), lineno)
+        text = cut(_get_str(obj, "text", path, lineno), lineno)
+        items.append(Item(item_id, title, _nonempty_text(title, text, path, lineno)))
     if not items:
         raise DataError(path, "empty corpus: no items")
+    cut.report()
     return items
 
 
@@ -397,13 +460,17 @@ def _nonempty_text(title: str, text: str, path: Path, lineno: int) -> str:
 def _read_beir_queries(path: Path) -> list[Query]:
     queries: list[Query] = []
     seen = _SeenIds(path, "_id")
+    cut = _Cutter(path)
     for lineno, obj in _iter_jsonl(path):
         query_id = _get_id(obj, "_id", path, lineno)
         seen.add(query_id, lineno)
-        text = _get_str(obj, "text", path, lineno)
+        text = cut(_get_str(obj, "text", path, lineno), lineno)
+        if not text.strip():  # as for items: a query of separator tokens only is a meaningless row
+            raise DataError(path, "query has an empty text (nothing to score)", lineno)
         queries.append(Query(query_id, text, _get_mention(obj, text, path, lineno)))
     if not queries:
         raise DataError(path, "no queries: the file is empty")
+    cut.report()
     return queries
 
 
@@ -431,6 +498,7 @@ def _get_mention(obj: dict[str, Any], text: str, path: Path, lineno: int) -> tup
 def _read_qrels(path: Path, query_ids: Mapping[str, int], item_ids: Mapping[str, int]) -> dict[str, list[str]]:
     """Positive judgements of one qrels file: query id -> item ids, in order of first appearance."""
     positives: dict[str, list[str]] = {}
+    n_rows = 0
     lines = _iter_lines(path)
     header = next(lines, (1, ""))[1].rstrip("\r\n")
     if tuple(header.split("\t")) != QRELS_HEADER:
@@ -445,6 +513,7 @@ def _read_qrels(path: Path, query_ids: Mapping[str, int], item_ids: Mapping[str,
                 path, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(cols)}", lineno
             )
         qid, cid, raw_score = cols
+        n_rows += 1
         try:
             score = float(raw_score)
         except ValueError:
@@ -459,6 +528,11 @@ def _read_qrels(path: Path, query_ids: Mapping[str, int], item_ids: Mapping[str,
             golds = positives.setdefault(qid, [])
             if cid not in golds:
                 golds.append(cid)
+    if n_rows and not positives:
+        # A header-only file is an empty split (save_beir writes one); judged rows without a single positive are a
+        # mistake (every score 0, or relevance written in the wrong column) that would leave the split without gold.
+        raise DataError(path, f"no positive pair: {n_rows} judged row(s), none with score > 0 (BEIR: score > 0 marks a "
+                              "relevant pair)")
     return positives
 
 
@@ -502,6 +576,9 @@ def load_beir(folder: str | os.PathLike[str], *, name: str | None = None) -> Dat
         for qid, golds in positives.items():
             merged = dataset.gold.setdefault(qid, [])
             merged.extend(g for g in golds if g not in merged)
+    if not dataset.gold:
+        raise DataError(qrels_dir, f"no positive pair in {[p.name for p in qrels_files]}: no query has gold, so nothing"
+                                   " can be evaluated (BEIR: score > 0 marks a relevant pair)")
     return dataset
 
 
@@ -674,7 +751,7 @@ def load_zeshel(
     if not splits or not all(isinstance(x, str) and x and "/" not in x for x in splits):
         raise ParameterError("splits", "split names such as ['test'] (files mentions/<split>.json)", splits, owner)
     doc_path = base / "documents" / f"{world}.json"
-    if not doc_path.is_file():
+    if not doc_path.exists():
         worlds = sorted(p.stem for p in (base / "documents").glob("*.json"))
         raise DataError(doc_path, f"no such file (unknown world {world!r}; worlds found: {worlds})")
     documents = _read_zeshel_documents(doc_path)

@@ -43,6 +43,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -150,6 +151,27 @@ def _fsync_dir(path: Path) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Give a write error without a file name (``write``/``fsync`` on a full disk: "No space left on device")
+    the store's path, so the one-line message says where."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+        raise
+
+
+def _non_finite(values: np.ndarray) -> tuple[int, tuple[int, int]] | None:
+    """``(count, (row, column) of the first)`` of the NaN/inf entries of a 2-D block, or None if all are finite."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return None
+    first = np.argwhere(bad)[0]
+    return int(bad.sum()), (int(first[0]), int(first[1]))
+
+
 def _write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
     """Write ``obj`` so that ``path`` holds either the old content or all of the new one, durably."""
     write_text_atomic(path, json.dumps(obj, sort_keys=True), fsync=True)
@@ -228,8 +250,16 @@ class ScoreStore:
         elif not is_int(i_chunk, 1):
             raise ParameterError("chunks", "a pair whose i_chunk is an int >= 1 or None", chunks, owner)
         path = Path(path)
-        if path.exists() and not overwrite:
-            raise DataError(path, "already exists: open it with ScoreStore.open to resume, or pass overwrite=True")
+        if path.exists():
+            is_store = (path / "zarr.json").is_file()
+            if not path.is_dir() or (not is_store and any(path.iterdir())):
+                what = "a file" if not path.is_dir() else "a non-empty folder that is not a score store"
+                raise DataError(path, f"is {what}: expected a new (or empty) store folder; choose another path")
+            if is_store and not overwrite:
+                raise DataError(path, "already exists: open it with ScoreStore.open to resume, or pass overwrite=True "
+                                      "(xenbench score --overwrite) to replace it")
+            if is_store:
+                shutil.rmtree(path)
         zarr = _zarr()
         from zarr.storage import LocalStore
 
@@ -244,17 +274,18 @@ class ScoreStore:
             json.dumps(meta)
         except TypeError as err:
             raise ParameterError("attrs", "a JSON-serializable mapping", type(err).__name__, owner) from err
-        group = zarr.open_group(store=LocalStore(path), mode="w", attributes=meta)
-        array = group.create_array(
-            _ARRAY,
-            shape=(int(n_queries), int(n_items)),
-            chunks=(min(int(q_chunk), int(n_queries)), min(int(i_chunk), int(n_items))),
-            dtype="float32",
-            fill_value=float("nan"),
-            compressors=None,
-            chunk_key_encoding={"name": "default", "separator": "/"},
-        )
-        (path / _ARRAY / _DONE).mkdir()
+        with _naming(path):
+            group = zarr.open_group(store=LocalStore(path), mode="w", attributes=meta)
+            array = group.create_array(
+                _ARRAY,
+                shape=(int(n_queries), int(n_items)),
+                chunks=(min(int(q_chunk), int(n_queries)), min(int(i_chunk), int(n_items))),
+                dtype="float32",
+                fill_value=float("nan"),
+                compressors=None,
+                chunk_key_encoding={"name": "default", "separator": "/"},
+            )
+            (path / _ARRAY / _DONE).mkdir()
         return cls(path, group, array, writable=True)
 
     @classmethod
@@ -347,7 +378,8 @@ class ScoreStore:
     def update_attrs(self, values: Mapping[str, Any]) -> None:
         """Merge ``values`` into the manifest (zarr rewrites ``zarr.json`` atomically)."""
         self._check_writable()
-        self._group.attrs.update(dict(values))
+        with _naming(self.path / "zarr.json"):
+            self._group.attrs.update(dict(values))
 
     def _check_writable(self) -> None:
         if not self.writable:
@@ -411,6 +443,15 @@ class ScoreStore:
             Scores of rows ``chunk_rows(k)``; cast to float32.
         info
             Extra JSON fields for the marker (e.g. ``wall_s``, ``n_pairs``, ``device``).
+
+        Raises
+        ------
+        DataError
+            ``values`` holds NaN or inf (a diverged model's scores): nothing is written and the block stays
+            undone, so the store never counts as complete with them. The message names the store, the block,
+            the first bad entry and the model of the manifest.
+        OSError
+            A write fails (e.g. a full disk); its file name is the store's path.
         """
         self._check_writable()
         start, stop = self.chunk_rows(k)
@@ -418,20 +459,29 @@ class ScoreStore:
         if values.shape != (stop - start, self.shape[1]):
             raise ParameterError("values", f"an array of shape {(stop - start, self.shape[1])}", values.shape,
                                  "ScoreStore.write_chunk")
+        bad = _non_finite(values)
+        if bad is not None:
+            (n_bad, (r, c)), model = bad, self._group.attrs.get("model")
+            by = f" computed by {model}" if model else ""
+            raise DataError(self.path, f"block {k} (rows {start}:{stop}) holds {n_bad} NaN/inf of {values.size} scores"
+                                       f" (first at query row {start + r}, item column {c}){by}: not written, the "
+                                       "store stays incomplete (does the model's checkpoint hold NaN weights, from a"
+                                       " diverged training run?)")
         # Drop an old marker first: a kill during the rewrite must not leave it vouching for mixed data.
-        if self._marker(k).exists():
-            self.invalidate(k)
-        self._array[start:stop, :] = values
-        for f in self._chunk_files(k):
-            _fsync_file(f)
-        _fsync_dir(self.path / _ARRAY / "c" / str(k))
-        digest = _block_digest(values)
-        # Read back what is on disk: the marker vouches for the files, not for our buffer.
-        if _block_digest(self._array[start:stop, :]) != digest:
-            raise DataError(self.path, f"block {k} (rows {start}:{stop}) read back differently than written")
-        marker = {**dict(info or {}), "block": int(k), "rows": [start, stop], "sha256": digest,
-                  "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        _write_json_atomic(self._marker(k), marker)
+        with _naming(self.path):
+            if self._marker(k).exists():
+                self.invalidate(k)
+            self._array[start:stop, :] = values
+            for f in self._chunk_files(k):
+                _fsync_file(f)
+            _fsync_dir(self.path / _ARRAY / "c" / str(k))
+            digest = _block_digest(values)
+            # Read back what is on disk: the marker vouches for the files, not for our buffer.
+            if _block_digest(self._array[start:stop, :]) != digest:
+                raise DataError(self.path, f"block {k} (rows {start}:{stop}) read back differently than written")
+            marker = {**dict(info or {}), "block": int(k), "rows": [start, stop], "sha256": digest,
+                      "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            _write_json_atomic(self._marker(k), marker)
 
     def _chunk_files(self, k: int) -> list[Path]:
         n_item_chunks = math.ceil(self.shape[1] / self.chunks[1])
@@ -459,6 +509,12 @@ class ScoreStore:
                 f"block {k} (rows {start}:{stop}) does not match its completion marker: a chunk file was torn or"
                 f" changed after it was written; call invalidate({k}) and resume scoring to recompute it",
             )
+        bad = _non_finite(values) if verify else None
+        if bad is not None:  # only a store written before write_chunk refused NaN/inf can hold them
+            (n_bad, (r, c)) = bad
+            raise DataError(self.path, f"block {k} (rows {start}:{stop}) holds {n_bad} NaN/inf scores (first at query "
+                                       f"row {start + r}, item column {c}): call invalidate({k}) and resume scoring "
+                                       "to recompute it")
         return values
 
     def _read(self, start: int, stop: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from xenbench._validation import check_is_fitted
 from xenbench._device import resolve_device
 from xenbench.models.crossencoder import bundled_backbone, quiet_loading
 from xenbench.data.datasets import Item, Query
-from xenbench.errors import ParameterError
+from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ class DualEncoder:
         ``"cuda:<k>"`` or ``"mps"`` (:func:`xenbench.models.crossencoder.resolve_device`).
     cache_dir : Path or None
         Embeddings are cached on disk keyed by the model's weights file and the exact texts;
-        ``None`` uses :func:`default_cache_dir`; ``False`` disables the cache.
+        ``None`` uses :func:`default_cache_dir`; ``False`` disables the cache. A cache file that is unreadable,
+        truncated, of the wrong shape or dtype, or holds NaN/inf is recomputed and replaced (with a warning naming
+        it); a cache that cannot be written (a full disk) is skipped with a warning.
     """
 
     def __init__(
@@ -102,8 +104,10 @@ class DualEncoder:
             (self._model_key + f"|{self.max_length}|" + "\x1e".join(texts)).encode()
         ).hexdigest()[:32]
         cached = self.cache_dir / f"{key}.npy" if self.cache_dir else None
-        if cached is not None and cached.is_file():
-            return np.load(cached)
+        if cached is not None and cached.exists():
+            emb = _read_cache(cached, (len(texts), self.model.config.hidden_size))
+            if emb is not None:
+                return emb
         order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths -> less padding
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         for s in tqdm(range(0, len(texts), self.batch_size), desc=desc, disable=len(texts) <= self.batch_size):
@@ -116,11 +120,12 @@ class DualEncoder:
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             emb = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
             out[rows] = torch.nn.functional.normalize(emb, dim=-1).float().cpu().numpy()
+        bad = ~np.isfinite(out).all(axis=1)
+        if bad.any():  # never cached: a NaN row would otherwise be served to every later run
+            raise DataError(self.path, f"the dual encoder gives NaN/inf embeddings for {int(bad.sum())} of {len(texts)} "
+                                       f"texts (first: text {int(np.argmax(bad))}): do its weights hold NaN?")
         if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp.npy")
-            np.save(tmp, out)
-            tmp.replace(cached)
+            _write_cache(cached, out)
         return out
 
     def fit(self, items: Sequence[Item]) -> DualEncoder:
@@ -168,6 +173,43 @@ class TfidfRetriever:
         return topk(self.scores(queries), k)
 
 
+def _read_cache(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    """The cached embeddings at ``path`` if they are what :meth:`DualEncoder.encode` wrote: a float32 array of
+    ``shape``, all finite. Anything else (a truncated or foreign file, a pickle, NaN) is logged and None returned,
+    so the caller recomputes and replaces it."""
+    try:
+        if not path.is_file():
+            raise ValueError("not a regular file")
+        emb = np.load(path, allow_pickle=False)  # never unpickle: the cache folder is writable by anyone's tools
+    except (OSError, ValueError, EOFError) as err:
+        problem = f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})"
+    else:
+        if not isinstance(emb, np.ndarray) or emb.dtype != np.float32 or emb.shape != shape:
+            problem = f"holds a {getattr(emb, 'dtype', type(emb).__name__)} array of shape " \
+                      f"{getattr(emb, 'shape', '?')}, expected float32 {shape}"
+        elif not np.isfinite(emb).all():
+            problem = "holds NaN/inf"
+        else:
+            return emb
+    log.warning("embedding cache file %s %s: recomputing it (the cache folder %s can be deleted at any time)", path,
+                problem, path.parent)
+    if path.is_dir():
+        raise DataError(path, f"is a folder where an embedding cache file belongs: delete it (rm -r {path})")
+    return None
+
+
+def _write_cache(path: Path, emb: np.ndarray) -> None:
+    """Write ``emb`` to ``path`` through a temporary file; a cache that cannot be written is skipped, not fatal."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(tmp, emb)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        log.warning("embedding cache %s not written (%s): continuing without it", path, err.strerror or err)
+
+
 def _file_digest(folder: Path) -> str:
     """Cheap identity of a model folder: size and mtime-free digest of its first MB of weights."""
     for name in ("model.safetensors", "pytorch_model.bin"):
@@ -187,6 +229,8 @@ def retriever_score_store(
     query_ids: Sequence[str] | None = None,
     item_ids: Sequence[str] | None = None,
     model: str | Path = "bundled",
+    device: str | torch.device = "auto",
+    overwrite: bool = False,
 ):
     """Write a first-stage retriever's dense scores (cosine) for queries × items into a ScoreStore.
 
@@ -199,34 +243,60 @@ def retriever_score_store(
     dataset : Dataset or str
         A Dataset or a :func:`~xenbench.data.datasets.load_dataset` spec.
     out : path
-        Store folder (must not exist: the matrix takes seconds, there is nothing to resume).
+        Store folder. If it holds a store of the same job (retriever, model, ids and texts), that store is
+        finished if a failed write left it incomplete, or returned as is; a store of another job is refused
+        unless ``overwrite``.
     query_ids, item_ids : sequence of str, optional
         Rows and columns in this order (default: all, in dataset order).
     model : str or Path
         The dual encoder's model folder (``"bundled"``: all-MiniLM-L6-v2).
+    device : str or torch.device
+        Where the dual encoder runs (:func:`~xenbench._device.resolve_device`); TF-IDF runs on the CPU, so only
+        ``"auto"`` and ``"cpu"`` are accepted for it.
+    overwrite : bool
+        Replace a store already at ``out`` (``xenbench score --overwrite``).
     """
     import time
 
     from xenbench.data.datasets import load_dataset
-    from xenbench.data.store import ScoreStore
+    from xenbench.data.store import ScoreStore, writer_lock
 
+    owner = "retriever_score_store"
     if retriever not in ("de", "tfidf"):
-        raise ParameterError("retriever", "'de' or 'tfidf'", retriever, "retriever_score_store")
+        raise ParameterError("retriever", "'de' or 'tfidf'", retriever, owner)
+    dev = resolve_device(device, owner=owner)
+    if retriever == "tfidf" and not (device == "auto" or dev.type == "cpu"):
+        raise ParameterError("device", "'auto' or 'cpu' for tfidf (scikit-learn runs on the CPU)", device, owner)
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
     queries = ds.queries if query_ids is None else [ds.query(q) for q in query_ids]
     items = ds.items if item_ids is None else [ds.item(i) for i in item_ids]
-    t0 = time.perf_counter()
-    r = DualEncoder(model) if retriever == "de" else TfidfRetriever()
-    M = r.fit(items).scores(queries)
-    wall = time.perf_counter() - t0
     name = ("bundled:all-MiniLM-L6-v2" if str(model) == "bundled" else str(model)) if retriever == "de" else "tfidf"
-    attrs = {"model": name, "kind": retriever, "dataset": ds.name,
-             "domain": ds.name.split(":", 1)[-1], "query_ids": [q.id for q in queries],
-             "item_ids": [i.id for i in items], "precision": "fp32", "wall_s": round(wall, 2),
-             "device": str(getattr(r, "device", "cpu")), "torch_version": torch.__version__}
-    from xenbench import __version__
+    texts = hashlib.sha256("\x1e".join([*(q.text for q in queries), *map(item_text, items)]).encode()).hexdigest()
+    identity = {"model": name, "kind": retriever, "query_ids": [q.id for q in queries],
+                "item_ids": [i.id for i in items], "texts_sha256": texts}
+    out = Path(out)
+    with writer_lock(out):
+        store = None
+        if (out / "zarr.json").is_file() and not overwrite:
+            store = ScoreStore.open(out, mode="r+")
+            differs = [k for k, v in identity.items() if store.attrs.get(k) != v]
+            if differs:
+                raise DataError(out, f"holds a score store of another job ({differs[0]} differs): pass --overwrite "
+                                     "(overwrite=True) to replace it, or choose another output path")
+            if store.is_complete and not store.verify():
+                log.info("%s already holds these %s scores", out, retriever)
+                return store
+        t0 = time.perf_counter()
+        r = DualEncoder(model, device=dev) if retriever == "de" else TfidfRetriever()
+        M = r.fit(items).scores(queries)
+        wall = time.perf_counter() - t0
+        if store is None:
+            from xenbench import __version__
 
-    attrs["xenbench_version"] = __version__
-    store = ScoreStore.create(out, len(queries), len(items), chunks=(len(queries), None), attrs=attrs)
-    store.write_chunk(0, M)
+            attrs = {**identity, "dataset": ds.name, "domain": ds.name.split(":", 1)[-1], "precision": "fp32",
+                     "wall_s": round(wall, 2), "device": str(getattr(r, "device", "cpu")),
+                     "torch_version": torch.__version__, "xenbench_version": __version__}
+            store = ScoreStore.create(out, len(queries), len(items), chunks=(len(queries), None), attrs=attrs,
+                                      overwrite=overwrite)
+        store.write_chunk(0, M)
     return store

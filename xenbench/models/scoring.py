@@ -379,6 +379,7 @@ def score_to_store(
     manifest: Mapping[str, Any] | None = None,
     backend: Literal["local", "ray"] = "local",
     ray_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> ScoreStore:
     """Exact dense scores ``f(q, i)`` for every query × item into a resumable :class:`ScoreStore` at ``out``.
 
@@ -408,11 +409,14 @@ def score_to_store(
     ray_options
         ``address`` (a running cluster, e.g. ``"auto"``; default a local Ray started here), ``workers`` (actors;
         default one per GPU, or per CPU), ``gpus_per_worker`` (default 1 on CUDA, else 0).
+    overwrite
+        Replace a store already at ``out`` (of this job or another) instead of resuming it.
 
     Returns
     -------
     ScoreStore
-        Complete.
+        Complete. A block whose scores hold NaN/inf (a model with NaN weights) is refused by
+        :meth:`ScoreStore.write_chunk`: the call raises and the store stays incomplete.
 
     Raises
     ------
@@ -425,18 +429,18 @@ def score_to_store(
     if out is None:
         raise ParameterError("out", "a store folder (score_matrix scores in memory)", out, "score_to_store")
     store, _ = _score(ce, queries, items, out, batch_size, device, precision, progress, query_chunk, manifest,
-                      backend, ray_options, "score_to_store")
+                      backend, ray_options, "score_to_store", overwrite=overwrite)
     return store
 
 
 def _score(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], out: str | os.PathLike[str] | None,
            batch_size: int | None, device: str | torch.device, precision: Precision, progress: bool,
            query_chunk: int | None, manifest: Mapping[str, Any] | None, backend: str,
-           ray_options: Mapping[str, Any] | None, owner: str) -> tuple[Any, ScoreTiming]:
+           ray_options: Mapping[str, Any] | None, owner: str, *, overwrite: bool = False) -> tuple[Any, ScoreTiming]:
     _check_common(ce, queries, items, batch_size, precision, owner)
     check_int(query_chunk, "query_chunk", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     dev = resolve_device(device)
-    if batch_size is None and out is not None and (Path(out) / "zarr.json").is_file():
+    if batch_size is None and out is not None and not overwrite and (Path(out) / "zarr.json").is_file():
         batch_size = ScoreStore.open(out).attrs.get("batch_size")  # a resume keeps the store's batches (same bits)
     batch_size = batch_size or DEFAULT_BATCH_SIZE.get(dev.type, 64)
     n_q, n_i = len(queries), len(items)
@@ -450,19 +454,20 @@ def _score(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], ou
     # One writer per store: a second job into the same `out` is refused before it touches anything.
     with contextlib.nullcontext() if out is None else writer_lock(out):
         return _score_matrix(ce, queries, items, out, batch_size, dev, precision, progress, query_chunk,
-                             explicit_chunk, manifest, t_start, backend, dict(ray_options or {}))
+                             explicit_chunk, manifest, t_start, backend, dict(ray_options or {}), overwrite=overwrite)
 
 
 def _score_matrix(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
                   out: str | os.PathLike[str] | None, batch_size: int, dev: torch.device, precision: Precision,
                   progress: bool, query_chunk: int, explicit_chunk: bool, manifest: Mapping[str, Any] | None,
-                  t_start: float, backend: str = "local", ray_options: dict[str, Any] | None = None,
-                  ) -> tuple[ScoreStore | np.ndarray, ScoreTiming]:
+                  t_start: float, backend: str = "local", ray_options: dict[str, Any] | None = None, *,
+                  overwrite: bool = False) -> tuple[ScoreStore | np.ndarray, ScoreTiming]:
     n_q, n_i = len(queries), len(items)
     store = None
     if out is not None:
         store = _open_or_create(Path(out), ce, queries, items, precision, query_chunk, manifest,
-                                batch_size=batch_size, device_type=dev.type, explicit_chunk=explicit_chunk)
+                                batch_size=batch_size, device_type=dev.type, explicit_chunk=explicit_chunk,
+                                overwrite=overwrite)
         query_chunk = store.chunks[0]
         todo = store.missing_chunks()
         if len(todo) < store.n_chunks:
@@ -602,7 +607,7 @@ _HOW_TO_MATCH = {"batch_size": "pass the same --batch-size", "device_type": "res
 
 def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
                     precision: str, query_chunk: int, manifest: Mapping[str, Any] | None, *, batch_size: int,
-                    device_type: str, explicit_chunk: bool = False) -> ScoreStore:
+                    device_type: str, explicit_chunk: bool = False, overwrite: bool = False) -> ScoreStore:
     identity = {
         "query_ids": [q.id for q in queries],
         "item_ids": [it.id for it in items],
@@ -614,14 +619,15 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
         "batch_size": int(batch_size),
         "device_type": device_type,
     }
-    if path.exists():
+    if (path / "zarr.json").is_file() and not overwrite:
         store = ScoreStore.open(path, mode="r+")
         attrs = store.attrs
         for key in _IDENTITY_KEYS:
             if attrs.get(key) != identity[key]:
                 values = "" if key in ("query_ids", "item_ids", "model_config") else (
                     f": store {attrs.get(key)!r}, this run {identity[key]!r}")
-                hint = _HOW_TO_MATCH.get(key, "delete it or choose another output path")
+                hint = _HOW_TO_MATCH.get(key, "pass --overwrite (overwrite=True) to replace it, or choose another "
+                                              "output path")
                 raise DataError(path, f"holds a score store of another job ({key} differs){values}; {hint}")
         if explicit_chunk and store.chunks[0] != query_chunk:
             raise DataError(path, f"was chunked in blocks of {store.chunks[0]} queries, not {query_chunk}: a resume "
@@ -642,7 +648,8 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
         "wall_s": 0.0,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    return ScoreStore.create(path, len(queries), len(items), chunks=(query_chunk, None), attrs=attrs)
+    return ScoreStore.create(path, len(queries), len(items), chunks=(query_chunk, None), attrs=attrs,
+                             overwrite=overwrite)
 
 
 def score_pairs_sparse(
@@ -722,6 +729,7 @@ def run_score_job(
     seed: int = 0,
     backend: Literal["local", "ray"] = "local",
     ray_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> ScoreStore:
     """Score a dataset's queries × items into a store at ``out`` (``xenbench score``); resumes if interrupted.
 
@@ -744,6 +752,9 @@ def run_score_job(
         queries (a finer chunk loses less work to a kill; ``xenbench score --chunk-pairs``).
     seed
         Seed of an untrained CE's random head; recorded in the manifest.
+    overwrite
+        Replace a store already at ``out`` instead of resuming it (``xenbench score --overwrite``); it is deleted
+        only once the model has loaded.
 
     Returns
     -------
@@ -787,7 +798,7 @@ def run_score_job(
     manifest = {"model": name, "dataset": dataset.name, "domain": domain, "seed": seed}
     return score_to_store(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
                           progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
-                          ray_options=ray_options)
+                          ray_options=ray_options, overwrite=overwrite)
 
 
 def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, name: str, ds: str,

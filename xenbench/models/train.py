@@ -14,7 +14,9 @@ An [EMB]-CE trains in one of two layouts (``TrainConfig.pooling``, see :mod:`xen
 
 Only the top ``trainable_layers`` transformer layers (+ the [CLS] head) are trained; the rest stays the
 bundled backbone, so a checkpoint stores just the trained tensors. Training is resumable: a state file is
-written every ``checkpoint_every`` steps and picked up on restart with the same config.
+written every ``checkpoint_every`` steps and picked up on restart with the same config. The state file is
+read with ``torch.load(weights_only=True)``: it holds only tensors, numbers, strings, lists and dicts, so a
+planted ``train_state.pt`` can never run code (a pickle that asks for anything else is refused).
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ import json
 import logging
 import math
 import os
+import re
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,7 +37,8 @@ from tqdm.auto import tqdm
 from xenbench._device import resolve_device
 from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, load_cross_encoder
 from xenbench.data.datasets import Dataset, load_wordnet_el, sample_queries
-from xenbench.errors import ParameterError
+from xenbench._validation import check_choice, check_float, check_int, check_seed
+from xenbench.errors import DataError, ParameterError
 from xenbench.models.linking import accuracy_at_k, gold_rows, rerank
 from xenbench.models.retrievers import DualEncoder
 
@@ -68,6 +73,65 @@ class TrainingData:
 
     datasets: list[Dataset]
     examples: list[tuple[int, int, np.ndarray]]  # (dataset index, query row, item rows: gold first)
+
+
+#: The command-line name of each :class:`TrainConfig` field (``xenbench train-ce``), for messages in its words.
+CLI_NAMES = {"kind": "--kind", "pooling": "--pooling", "domains": "--domains", "n_negatives": "--negatives",
+             "queries_per_step": "--queries-per-step", "epochs": "--epochs", "max_queries": "--max-queries",
+             "lr": "--lr", "head_lr": "--head-lr", "trainable_layers": "--trainable-layers", "seed": "--seed",
+             "checkpoint_every": "--checkpoint-every"}
+
+
+def check_config(cfg: TrainConfig, *, owner: str = "TrainConfig", names: dict[str, str] | None = None,
+                 n_layers: int | None = None) -> None:
+    """Every check of ``cfg`` that needs no model and no data: run before anything is created or loaded.
+
+    Parameters
+    ----------
+    cfg
+        The configuration to check.
+    owner, names
+        How messages name the owner and the fields (default ``TrainConfig`` and the field names;
+        ``xenbench train-ce`` passes its own command and :data:`CLI_NAMES`).
+    n_layers
+        The backbone's number of layers (bounds ``trainable_layers``); ``None``: the bundled backbone's.
+
+    Raises
+    ------
+    ParameterError
+        Naming the first field that is wrong.
+    """
+    names = names or {}
+
+    def n(field_name: str) -> str:
+        return names.get(field_name, field_name)
+
+    check_choice(cfg.kind, n("kind"), ("cls", "emb"), owner, expected="'cls' or 'emb'")
+    check_choice(cfg.pooling, n("pooling"), ("mean", "markers"), owner, expected="'mean' or 'markers'")
+    if cfg.pooling == "markers" and cfg.kind != "emb":
+        raise ParameterError(n("pooling"), f"'mean' when {n('kind')} is 'cls' (markers is an [EMB]-CE layout)",
+                             cfg.pooling, owner)
+    if cfg.pooling == "markers" and not cfg.input_format.markers:
+        raise ParameterError("input_format.markers", "True for pooling='markers'", False, owner)
+    if not cfg.domains or not all(isinstance(d, str) and d for d in cfg.domains):
+        raise ParameterError(n("domains"), "a non-empty list of WordNet-EL training domains", cfg.domains, owner)
+    check_int(cfg.n_negatives, n("n_negatives"), 1, None, owner)
+    check_int(cfg.queries_per_step, n("queries_per_step"), 1, None, owner)
+    check_int(cfg.epochs, n("epochs"), 1, None, owner)
+    check_int(cfg.max_queries, n("max_queries"), 1, None, owner, allow_none=True,
+              expected="an int >= 1 (None: every example)" if not names else "an int >= 1")
+    check_float(cfg.lr, n("lr"), 0, None, owner, closed="neither")
+    check_float(cfg.head_lr, n("head_lr"), 0, None, owner, closed="neither")
+    check_float(cfg.warmup, n("warmup"), 0, 1, owner)
+    check_seed(cfg.seed, owner, n("seed"))
+    check_int(cfg.checkpoint_every, n("checkpoint_every"), 1, None, owner)
+    if n_layers is None:
+        from transformers import AutoConfig
+
+        from xenbench.models.crossencoder import bundled_backbone
+
+        n_layers = AutoConfig.from_pretrained(bundled_backbone()).num_hidden_layers
+    check_int(cfg.trainable_layers, n("trainable_layers"), 0, n_layers, owner)
 
 
 def mine_training_data(domains: list[str], n_negatives: int, *, de: DualEncoder | None = None) -> TrainingData:
@@ -108,27 +172,27 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
 
     Resumes from ``out/train_state.pt`` when it exists. Returns the trained model (also saved).
     """
+    check_config(cfg)  # before the folder exists: a wrong argument leaves nothing behind
+    dev = resolve_device(device)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(out, "is a file: expected the training output folder (new, or a run to resume)")
     out.mkdir(parents=True, exist_ok=True)
-    if not cfg.domains:
-        raise ParameterError("domains", "a non-empty list of WordNet-EL training domains", cfg.domains, "TrainConfig")
-    if cfg.pooling not in ("mean", "markers"):
-        raise ParameterError("pooling", "'mean' or 'markers'", cfg.pooling, "TrainConfig")
-    if cfg.pooling == "markers" and cfg.kind != "emb":
-        raise ParameterError("pooling", "'mean' for kind='cls' (markers is an [EMB]-CE layout)", cfg.pooling, "TrainConfig")
-    if cfg.pooling == "markers" and not cfg.input_format.markers:
-        raise ParameterError("input_format.markers", "True for pooling='markers'", False, "TrainConfig")
     done = out / "xenbench_ce.json"
     if done.is_file() and _same_config(json.loads(done.read_text()).get("notes", {}).get("train_config"), cfg):
         log.info("%s already holds a finished run of this config", out)
         return load_cross_encoder(out, device=device)
+    # Read (and vet) the resume state before any model is built or negative mined: a bad file costs nothing.
+    state_path = out / STATE_NAME
+    state = load_state(state_path) if state_path.exists() else None
+    if state is not None and not _same_config(_jsonable(state["train_config"]), cfg):
+        raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
     config = CEConfig(kind=cfg.kind, pooling=cfg.pooling if cfg.kind == "emb" else "mean",
                       scale=cfg.scale if cfg.kind == "emb" and cfg.pooling == "mean" else None,
                       input_format=cfg.input_format)
     ce = build_cross_encoder(config, seed=cfg.seed)
     names = trainable_parameter_names(ce, cfg.trainable_layers)
     config.trained = names
-    dev = resolve_device(device)
     ce.to(dev)
     params = dict(ce.model.named_parameters())
     for name, p in params.items():
@@ -152,11 +216,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
 
     step, losses, wall = 0, [], 0.0
     torch.manual_seed(cfg.seed)  # dropout draws; a resumed run restores the generator's state instead
-    state_path = out / STATE_NAME
-    if state_path.is_file():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
-        if not _same_config(_jsonable(state["train_config"]), cfg):
-            raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
+    if state is not None:
         ce.model.load_state_dict(state["model"], strict=False)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -202,14 +262,57 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     return ce
 
 
+def load_state(path: Path) -> dict:
+    """The resume state written by :func:`_save_state`, read without unpickling code.
+
+    ``weights_only=True`` lets the unpickler build tensors, numbers, strings, lists, tuples and dicts only; a
+    file that asks for any other object (a planted ``__reduce__``, a class) is refused before it runs.
+
+    Raises
+    ------
+    DataError
+        Naming the file: not a state this module wrote (unreadable, or asking for other objects).
+    """
+    import pickle
+
+    if not path.is_file():  # a FIFO would block the load
+        raise DataError(path, "not a regular file (a folder, FIFO or device): delete it to start the run over")
+    try:
+        with warnings.catch_warnings():  # "Detected pickle protocol 4": noise about a file refused anyway
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's text suggests weights_only=False, the one thing not to do with a file of unknown origin:
+        # keep only the line that says what the file asked for.
+        found = re.search(r"GLOBAL [\w.]+|Unsupported operand \d+", str(err))
+        asked = f"it asks for {found.group(0)}" if found else ""
+        raise DataError(path, "refused: the unpickler may build only tensors, numbers, strings, lists and dicts"
+                              f"{f' and {asked}' if asked else ''}; it was not written by xenbench train-ce and was "
+                              "not run: delete it to start the run over") from None
+    except Exception as err:  # torch raises RuntimeError, EOFError, ... for a truncated or foreign file
+        raise DataError(path, f"not a resume state written by xenbench train-ce ({type(err).__name__}: the file is "
+                              "truncated or of another format); delete it to start the run over") from None
+    keys = {"model", "optimizer", "scheduler", "torch_rng", "step", "losses", "wall_s", "train_config"}
+    if not isinstance(state, dict) or not keys <= state.keys():
+        raise DataError(path, f"not a resume state written by xenbench train-ce (expected the keys {sorted(keys)}); "
+                              "delete it to start the run over")
+    return state
+
+
 def _save_state(path: Path, ce, opt, sched, step, losses, wall, cfg) -> None:
     trained = {n: p.detach().cpu() for n, p in ce.model.named_parameters() if p.requires_grad}
     state = {"model": trained, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
              "torch_rng": torch.get_rng_state(), "step": step, "losses": losses, "wall_s": wall,
              "train_config": asdict(cfg)}
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch's writer reports a full disk as a RuntimeError
+        tmp.unlink(missing_ok=True)
+        reason = getattr(err, "strerror", None) or str(err).splitlines()[0][:160]
+        raise DataError(path, f"the resume state could not be written ({reason}); the previous one, if any, is "
+                              "intact: free space and rerun the same command to resume from it") from None
 
 
 def _same_config(saved: dict | None, cfg: TrainConfig) -> bool:

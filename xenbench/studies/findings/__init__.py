@@ -26,7 +26,7 @@ from typing import Any
 
 from xenbench._io import REPO_ROOT, write_text_atomic
 from xenbench._lazy import submodules
-from xenbench.errors import DataError, ParameterError
+from xenbench.errors import DataError, ParameterError, XenbenchError
 
 __all__ = [
     "RESULTS_DIR",
@@ -89,6 +89,18 @@ def lines(notebook: str, results: Mapping[str, Any]) -> list[str]:
     return [str(line) for line in fns[notebook](results)]
 
 
+def _lines_of(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    """:func:`lines` of a results file; a value that breaks them (NaN, missing or of another type where a number is
+    needed: NaN itself is valid in these files, e.g. an undefined p-value) is one error naming the file."""
+    try:
+        return lines(doc["notebook"], doc["results"])
+    except XenbenchError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError) as err:
+        raise DataError(path, f"its results cannot be turned into findings ({type(err).__name__}: {err}): a value is "
+                              "NaN, missing or of another type where a number is needed; rerun the notebook") from None
+
+
 def markdown(notebook: str, results: Mapping[str, Any]) -> str:
     """:func:`lines` as a Markdown bullet list."""
     return "\n".join(f"* {line}" for line in lines(notebook, results))
@@ -115,7 +127,7 @@ def show(path: str | os.PathLike[str]) -> None:
     doc = load_results(path)
     head = (f"**Findings of this run** (generated from `{Path(path).name}`, profile `{doc['profile']}`; "
             "they change with the parameters):")
-    display(Markdown(head + "\n\n" + markdown(doc["notebook"], doc["results"])))
+    display(Markdown(head + "\n\n" + "\n".join(f"* {line}" for line in _lines_of(Path(path), doc))))
 
 
 #: Profiles whose committed runs the README reports: the study (``full``) and the scale run (``large``).
@@ -144,7 +156,7 @@ def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
         if name not in fns:
             raise DataError(path, f"no findings function is registered for notebook {name!r}")
         head = f"**{name}**" + (f", profile `{doc['profile']}`" if doc["profile"] != "full" else "")
-        body = lines(name, doc["results"]) + [line for line in [cost_line(doc)] if line]
+        body = _lines_of(path, doc) + [line for line in [cost_line(doc)] if line]
         parts.append(f"{head} (`notebooks/results/{path.name}`):\n\n" + "\n".join(f"* {line}" for line in body))
     return "\n\n".join(parts)
 
