@@ -137,7 +137,8 @@ def test_update_readme_rewrites_only_the_block(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     _write(results / "00_data.full.results.json",
-           {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2)})
+           {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2),
+            "provenance": {"git": {"commit": "0123456789abcdef", "dirty": False}}})
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{findings.README_BEGIN}\nold\n{findings.README_END}\nafter\n", encoding="utf-8")
     assert findings.update_readme(readme, results, write=False)  # stale

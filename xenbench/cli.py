@@ -150,7 +150,9 @@ def _findings(args: argparse.Namespace) -> None:
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
     readme = REPO_ROOT / "README.md"
     if args.write:
-        changed = findings.update_readme(readme, results_dir)
+        for path in findings.refuse_uncommittable(results_dir, allow_no_provenance=args.allow_no_provenance):
+            print(f"xenbench: warning: {path}: has no provenance (admitted by --allow-no-provenance)", file=sys.stderr)
+        changed = findings.update_readme(readme, results_dir, allow_no_provenance=args.allow_no_provenance)
         print(f"{readme}: findings {'rewritten' if changed else 'already up to date'}")
     elif args.check:
         if findings.update_readme(readme, results_dir, write=False):
@@ -252,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode = f.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the README's generated findings section")
     mode.add_argument("--check", action="store_true", help="exit 2 if the README's section is stale")
+    f.add_argument("--allow-no-provenance", action="store_true",
+                   help="with --write: admit results files written before provenance was recorded (never a dirty "
+                        "tree's); each is named on stderr")
     f.set_defaults(func=_findings)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
