@@ -139,3 +139,13 @@ def test_no_provenance_admitted_only_when_asked_and_dirty_never(tmp_path):
         findings.refuse_uncommittable(dirty, allow_no_provenance=True)
     clean = _results_dir(tmp_path / "y", {"git": {"commit": "abc", "dirty": False}})
     assert findings.refuse_uncommittable(clean) == []
+
+
+def test_a_run_is_dirty_if_its_tree_changed_while_it_ran(repo):
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    assert provenance.run_git_state(repo) == {"commit": head, "dirty": False}  # the run starts clean
+    (repo / "a.py").write_text("x = 3\n")
+    _git(repo, "commit", "-q", "-am", "edited during the run")
+    # clean again, but at another commit than the code the run imported
+    assert provenance.git_state(repo)["dirty"] is False
+    assert provenance.run_git_state(repo) == {"commit": head, "dirty": True}

@@ -34,7 +34,7 @@ from xenbench._io import REPO_ROOT
 from xenbench.integrity import file_sha256
 
 __all__ = ["PACKAGES", "record_input", "recorded_inputs", "clear_inputs", "content_sha256", "git_state",
-           "environment", "collect", "refusal", "summary"]
+           "run_git_state", "environment", "collect", "refusal", "summary"]
 
 #: Distributions whose versions can change a number (``numba``: CCSA's kernel; faiss ships as faiss-cpu/-gpu).
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -144,13 +144,30 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
+# The git state this process first saw per checkout: a run is clean only if the tree was clean when it started
+# (the code it imported) and still is when it saves (nothing edited or committed under it meanwhile).
+_FIRST_GIT: dict[Path, dict[str, Any]] = {}
+
+
+def run_git_state(root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, Any]:
+    """:func:`git_state` of ``root`` for this process's run: the commit first seen, dirty if the tree was dirty then
+    or is now, or if HEAD moved in between."""
+    key = Path(root).resolve()
+    now = git_state(key)
+    first = _FIRST_GIT.setdefault(key, now)
+    if now == first or first["commit"] is None:
+        return now
+    return {"commit": first["commit"], "dirty": True}
+
+
 def collect(params: Mapping[str, Any] | None = None, *, root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, Any]:
-    """The ``provenance`` object of a run (see the module docstring): git state of ``root``, :func:`environment`,
-    ``params`` and the digest of every recorded input (:func:`record_input`)."""
+    """The ``provenance`` object of a run (see the module docstring): git state of ``root`` over the run
+    (:func:`run_git_state`), :func:`environment`, ``params`` and the digest of every recorded input
+    (:func:`record_input`)."""
     inputs = [{"kind": kind, "path": _display_path(path),
                "sha256": content_sha256(path) if path.exists() else None}
               for kind, path in recorded_inputs()]
-    return {"git": git_state(root), **environment(), "params": dict(params) if params is not None else None,
+    return {"git": run_git_state(root), **environment(), "params": dict(params) if params is not None else None,
             "inputs": inputs}
 
 
