@@ -25,7 +25,7 @@ _SUBMODULES: dict[str, str] = {
     "adacur": "methods.adacur", "axn": "methods.axn", "ccsa": "methods.ccsa", "cur": "methods.cur", "mf": "methods.mf",
     "pefa": "methods.pefa", "protocol": "methods.protocol", "trace": "methods.trace",
     "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",
-    "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats",
+    "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats", "witnesses": "studies.witnesses",
     "plots": "viz.plots", "widgets": "viz.widgets",
 }
 
