@@ -17,7 +17,10 @@ Tolerances. Computations that are exact in float64 on one machine (CUR errors, r
 compared at 1e-6 relative (errors) or 1e-9 absolute (recalls): BLAS differences between machines are far below both.
 A cell that inverts noise-level singular values (the plain pinv on the k_q = k_i diagonal) is ill-conditioned, so
 machines differ there by more; it is compared at 5% relative, which still separates the two pinv rules (they differ
-by orders of magnitude on that cell).
+by orders of magnitude on that cell). A model trained with torch on the CPU (06's CCSA) is reproducible on one machine
+but not across machines: the code of the committed 06 run (a7cb823), re-run on another machine, gave imbalance
+1.111527467 against the committed 1.111519808 (6.9e-6 relative) and dev recall 0.8012 against 0.8018 (3 of 5,000
+neighbours); its witnesses allow about three times that (1e-4 relative, 2e-3 absolute), and are no finer than that.
 """
 from __future__ import annotations
 
@@ -316,6 +319,8 @@ def _pefa(results: Mapping[str, Any]) -> list[Witness]:
 # ------------------------------------------------------------------------------------------------
 #: Notebook 06's witnessed setting: λ (with the sweep's batch size) of the first seed.
 CCSA_REG = 1.0
+#: Tolerances of 06's witnesses: about 3x the difference between two machines running the same code (module docstring).
+CCSA_IMBALANCE_REL_TOL, CCSA_RECALL_ABS_TOL = 1e-4, 2e-3
 
 
 @register("06_ccsa_balance")
@@ -341,6 +346,7 @@ def _ccsa(results: Mapping[str, Any]) -> list[Witness]:
         t = sel(today).iloc[0]
         cell = f"by_reg λ={CCSA_REG:g} B={p['batch_size']} seed {seed} {part}"
         out.append(Witness("06_ccsa_balance", f"{cell} imbalance", float(c["imbalance"]), float(t["imbalance"]),
-                           rel_tol=1e-6, abs_tol=0.0))
-        out.append(Witness("06_ccsa_balance", f"{cell} recall", float(c["recall"]), float(t["recall"])))
+                           rel_tol=CCSA_IMBALANCE_REL_TOL, abs_tol=0.0))
+        out.append(Witness("06_ccsa_balance", f"{cell} recall", float(c["recall"]), float(t["recall"]),
+                           abs_tol=CCSA_RECALL_ABS_TOL))
     return out
