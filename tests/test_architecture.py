@@ -9,7 +9,7 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
  1    data           xenbench.data: datasets, wordnet, store
  2    models         xenbench.models: crossencoder, retrievers, scoring, packed, linking, train
  3    methods        xenbench.methods: cur, adacur, axn, mf, pefa, ccsa, trace, protocol
- 4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings
+ 4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings, witnesses
  5    presentation   xenbench.viz: plots, widgets
  6    entry points   notebook, sweep, cli
 ====  =============  ==========================================================================
