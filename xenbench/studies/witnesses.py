@@ -164,6 +164,40 @@ def describe(found: list[Witness]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
+# 00: the described dataset; 01: the statistics of the bundled score stores
+# ------------------------------------------------------------------------------------------------
+@register("00_data")
+def _data(results: Mapping[str, Any]) -> list[Witness]:
+    from xenbench.data.datasets import load_dataset
+    from xenbench.studies.stats import dataset_lengths, mention_ambiguity
+
+    p, committed = results["params"], results["domain"]
+    ds = load_dataset(p["dataset"])
+    lengths = dataset_lengths(ds, unit=p["length_unit"])
+    today = {"items": len(ds.items), "queries": len(ds.queries),
+             f"median_query_{p['length_unit']}": float(np.median(lengths["queries"])),
+             f"median_item_{p['length_unit']}": float(np.median(lengths["items"])),
+             "unambiguous_share": float((mention_ambiguity(ds) == 1).mean())}
+    return [Witness("00_data", f"domain {committed['name']} {key}", float(committed[key]), float(value), abs_tol=0.0,
+                    rel_tol=1e-12) for key, value in today.items()]
+
+
+@register("01_score_matrices")
+def _scores(results: Mapping[str, Any]) -> list[Witness]:
+    from xenbench.data.store import open_stores
+    from xenbench.studies.stats import score_summary
+
+    stores = open_stores(_path(results["params"]["bundled_scores"]))
+    today = score_summary({name: s.to_numpy() for name, s in stores.items()}).set_index("matrix")
+    out = []
+    for row in results["score_summary"]:
+        for key in ("std", "median_query_skew", "median_top1_z"):
+            out.append(Witness("01_score_matrices", f"score_summary {row['matrix']} {key}", float(row[key]),
+                               float(today.loc[row["matrix"], key]), rel_tol=1e-6, abs_tol=0.0))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # 02: ANNCUR cells of the (k_q × k_i) grid, both pinv rules
 # ------------------------------------------------------------------------------------------------
 #: The cells of notebook 02 witnessed (CE, pinv rule, k_q, k_i) when the grid has them: a k_q = k_i cell (§B.2) under
