@@ -149,3 +149,21 @@ def test_a_run_is_dirty_if_its_tree_changed_while_it_ran(repo):
     # clean again, but at another commit than the code the run imported
     assert provenance.git_state(repo)["dirty"] is False
     assert provenance.run_git_state(repo) == {"commit": head, "dirty": True}
+
+
+def test_the_report_header_names_commit_versions_and_machine(monkeypatch):
+    # In a kernel, notebook.check shows the provenance as the report's first output and keeps the parameters.
+    import IPython
+    import IPython.display
+
+    import xenbench.notebook as xnb
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    xnb._show_header({"k": 10, "profile": "quick"})
+    text = shown[0].data
+    commit = provenance.git_state(REPO_ROOT)["commit"]
+    assert text.startswith(f"**Provenance.** xenbench {provenance.environment()['xenbench']} at commit {commit[:12]} (")
+    assert "numpy " in text and "torch " in text and "Device " in text
+    assert xnb._RUN_PARAMS == {"k": 10, "profile": "quick"}

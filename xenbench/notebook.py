@@ -732,8 +732,7 @@ def _show_header(values: Mapping[str, Any]) -> None:
         return
     from IPython.display import Markdown, display
 
-    prov = provenance.collect(None)
-    prov["inputs"] = []  # read later; the results file lists them
+    prov = {"git": provenance.run_git_state(), **provenance.environment()}  # inputs come later: the results file
     display(Markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n")))
 
 
