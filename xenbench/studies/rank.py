@@ -788,10 +788,9 @@ def diagonal_spikes(grid: pd.DataFrame,
     if not isinstance(grid, pd.DataFrame) or "ce" not in grid.columns:
         raise ParameterError("grid", "a DataFrame from cur_grids (with a 'ce' column)", type(grid).__name__,
                              "diagonal_spikes")
-    return pd.concat([diagonal_spike(_of_rule(grid, rule)[grid["ce"] == ce], value).assign(ce=ce, pinv=rule,
-                                                                                         value=value)
-                      for rule in _rules(grid) for ce in grid["ce"].unique() for value in values
-                      if value in grid.columns], ignore_index=True)
+    return pd.concat([diagonal_spike(part[part["ce"] == ce], value).assign(ce=ce, pinv=rule, value=value)
+                      for rule in _rules(grid) for part in [_of_rule(grid, rule)] for ce in grid["ce"].unique()
+                      for value in values if value in grid.columns], ignore_index=True)
 
 
 def spike_summary(spikes: pd.DataFrame) -> pd.DataFrame:
