@@ -4,11 +4,12 @@ Every ``import`` of a xenbench module is checked, at module level or inside a fu
 are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest first:
 
 ====  =============  ==========================================================================
- 0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling
+ 0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling,
+                    provenance
  1    data           xenbench.data: datasets, wordnet, store
  2    models         xenbench.models: crossencoder, retrievers, scoring, packed, linking, train
  3    methods        xenbench.methods: cur, adacur, axn, mf, pefa, ccsa, trace, protocol
- 4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings
+ 4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings, witnesses
  5    presentation   xenbench.viz: plots, widgets
  6    entry points   notebook, sweep, cli
 ====  =============  ==========================================================================
@@ -29,7 +30,7 @@ PACKAGE = Path(xenbench.__file__).parent
 
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "_device", "_lazy", "integrity", "metrics",
-              "sampling"}),
+              "sampling", "provenance"}),
     ("data", {"data"}),
     ("models", {"models"}),
     ("methods", {"methods"}),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xenbench.methods.cur import AnnCur, NotFittedError, approximation_error, oracle_cur
+from xenbench.methods.adacur import anncur_with_budget
+from xenbench.methods.cur import AnnCur, NotFittedError, approximation_error, oracle_cur, pinv_rtol
+from xenbench.metrics import BudgetCounter, topk_recall
 from xenbench.errors import ParameterError
 
 
@@ -136,3 +138,46 @@ def test_pinv_rtol_uses_the_stored_precision():
     assert pinv_rtol((30, 100)) == 100 * float(np.finfo(np.float64).eps)
     M = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert oracle_cur(M, np.array([0, 1]), np.array([0, 1])).shape == (3, 4)
+
+
+# --- named rules: the pinv of U and the budget rule ------------------------------------------------------------
+
+
+def test_pinv_rules_plain_is_numpys_default_and_cutoff_drops_float32_noise():
+    # An exactly rank-2 matrix stored in float32: the square intersection's third singular value is rounding noise.
+    rng = np.random.default_rng(0)
+    M = (rng.standard_normal((40, 2)) @ rng.standard_normal((2, 30))).astype(np.float32)
+    anchors = np.array([0, 1, 2])
+    plain = AnnCur(3, anchor_items=anchors, pinv="plain").fit(M[:3])
+    cut = AnnCur(3, anchor_items=anchors).fit(M[:3])
+    intersection = M[:3][:, anchors].astype(np.float64)
+    np.testing.assert_array_equal(plain.U_, np.linalg.pinv(intersection))  # NumPy's default rcond 1e-15
+    s = np.linalg.svd(intersection, compute_uv=False)
+    assert s[2] / s[0] < pinv_rtol((3, 3), np.float32)  # below the cut-off: noise of the stored scores
+    assert np.linalg.matrix_rank(cut.U_) == 2 and np.linalg.matrix_rank(plain.U_, tol=0) == 3
+    # the plain inverse amplifies the noise: its approximation of held-out rows is worse
+    err = {name: approximation_error(M[10:], c.transform(M[10:, anchors])) for name, c in (("plain", plain), ("cut", cut))}
+    assert err["cut"] < err["plain"] < 1e-6  # tiny here (exact rank 2); the §B.2 spike needs noisy scores
+    with pytest.raises(ParameterError, match=r"'pinv' parameter of AnnCur must be one of \['cutoff', 'plain'\]"):
+        AnnCur(3, pinv="exact").fit(M[:3])
+
+
+def test_budget_rules_differ_where_an_anchor_takes_a_rerank_slot():
+    # Rank 1, so ŝ is exact; the anchor (item 0) scores highest. B_CE = 2, k_i = 1: one re-ranking call.
+    v = np.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    M = np.outer([1.0, 2.0, 3.0], v)
+    R_anc, M_test = M[:2], M[2:]
+    free = AnnCur(1, anchor_items=np.array([0])).fit(R_anc)
+    authors = AnnCur(1, anchor_items=np.array([0]), budget_rule="authors' code").fit(R_anc)
+    c_free, c_auth = BudgetCounter(M_test, 2), BudgetCounter(M_test, 2)
+    _, I_free = anncur_with_budget(free, c_free, 2)
+    _, I_auth = anncur_with_budget(authors, c_auth, 2)
+    assert I_free.tolist() == [[0, 1]]  # the anchor, re-ranked for free, and the best non-anchor item
+    assert I_auth.tolist() == [[0]]  # the top k_r = 1 by ŝ over all items: the anchor takes the slot
+    assert c_free.calls.tolist() == [2] and c_auth.calls.tolist() == [1]
+    assert topk_recall(M_test, I_free, 2) == 1.0 and topk_recall(M_test, I_auth, 2) == 0.5
+    # With the anchor ranked low by ŝ, both rules re-rank the same non-anchor item; only the free anchor differs.
+    low = AnnCur(1, anchor_items=np.array([4]), budget_rule="authors' code").fit(R_anc)
+    assert anncur_with_budget(low, M_test, 2)[1].tolist() == [[0]]
+    with pytest.raises(ParameterError, match=r"'budget_rule' parameter of AnnCur must be one of"):
+        AnnCur(1, budget_rule="paper").fit(R_anc)

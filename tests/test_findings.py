@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from xenbench import findings
@@ -137,7 +138,8 @@ def test_update_readme_rewrites_only_the_block(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     _write(results / "00_data.full.results.json",
-           {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2)})
+           {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2),
+            "provenance": {"git": {"commit": "0123456789abcdef", "dirty": False}}})
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{findings.README_BEGIN}\nold\n{findings.README_END}\nafter\n", encoding="utf-8")
     assert findings.update_readme(readme, results, write=False)  # stale
@@ -164,3 +166,33 @@ def test_cost_line_comes_from_the_resources_of_the_run():
     assert findings.cost_line({"resources": {"seconds": 1530.0, "peak_rss_mb": 3225.6}}) == (
         "This run took 25.5 min in its kernel, with 3.15 GB peak resident memory.")
     assert findings.cost_line({"results": {}}) is None  # files written before resources were recorded
+
+
+def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it():
+    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.experiments import METHODS, budget_rule_gap, protocol_runs
+
+    rng = np.random.default_rng(0)
+    M = (rng.standard_normal((120, 6)) @ rng.standard_normal((6, 300))
+         + 0.3 * rng.standard_normal((120, 300))).astype(np.float32)
+    splits = query_splits(M.shape[0], 40, 20, [0, 1])
+    gap = budget_rule_gap(M, splits, [0, 1], [40], [1, 10])
+    assert gap[["budget", "k"]].values.tolist() == [[40, 1], [40, 10]]
+    assert (gap["min"] >= 0).all()  # the authors' re-ranked items are a subset of the free-anchor ones
+    assert (gap["cells"] == 2 * 2 * 4).all()  # 2 splits x 2 seeds x the 4 k_i of the split grid
+    assert (gap["max"] > 0).any()  # on this matrix anchors do take slots under the authors' rule
+    # the free-anchor cells are ANNCUR exactly as the protocol runs it (AnnCur + anncur_with_budget)
+    runs = protocol_runs(M, splits, [0, 1], [40], methods=["anncur"], k_values=[1, 10], device="cpu")
+    test = runs[(runs["part"] == "test") & (runs["method"] == METHODS["anncur"])]
+    np.testing.assert_allclose(test.groupby("k")["recall"].mean().to_numpy(), gap["recall_free_anchors"], atol=1e-12)
+
+    results = json.loads((findings.RESULTS_DIR / "03_adacur_rounds.full.results.json").read_text(encoding="utf-8"))
+    before = findings.lines("03_adacur_rounds", results["results"])
+    assert not any("budget rule" in line for line in before)  # a run that did not measure it says nothing
+    results["results"]["budget_rules"] = gap.to_dict(orient="records")
+    line = next(line for line in findings.lines("03_adacur_rounds", results["results"])
+                if line.startswith("ANNCUR's budget rule"))
+    r = gap.iloc[1]
+    assert (f"Top-10 at B_CE = 40: {100 * r['mean']:+.2f} points on average ({r['recall_free_anchors']:.3f} vs "
+            f"{r['recall_authors_code']:.3f}; from {100 * r['min']:+.2f} to {100 * r['max']:+.2f} over 16 split × seed "
+            f"× k_i cells)") in line

@@ -169,16 +169,21 @@ def test_cur_grid_recovers_an_exactly_low_rank_matrix():
     # rank 5 < k_q, k_i: the skeleton decomposition is exact to float64 rounding, so the approximate
     # scores rank every item exactly and any budget >= k finds the whole top-k.
     M = planted(100, 300, rank=5)
-    grid = cur_grid(M, [8, 20, 40], [6, 10, 30], n_test=30, seed=3, budget=40, k=10)
-    assert list(grid.columns) == ["k_q", "k_i", "diagonal", "error", "error_centered", "cond", "recall"]
-    assert grid[["k_q", "k_i"]].values.tolist() == [[q, i] for q in (8, 20, 40) for i in (6, 10, 30)]
+    grid = cur_grid(M, [8, 20, 40], [6, 10, 30], n_test=30, seed=3, budget=40, m=10, k=10,
+                    pinv_rules=["plain", "cutoff"])
+    assert list(grid.columns) == ["pinv", "k_q", "k_i", "diagonal", "error", "error_centered", "cond", "recall_at_m",
+                                  "recall_at_budget"]
+    assert grid[["pinv", "k_q", "k_i"]].values.tolist() == [[r, q, i] for r in ("plain", "cutoff") for q in (8, 20, 40)
+                                                             for i in (6, 10, 30)]
     assert (grid["error"] < 1e-9).all()
     assert (grid["error_centered"] < 1e-9).all()
-    assert (grid["recall"] == 1.0).all()
+    assert (grid["recall_at_budget"] == 1.0).all() and (grid["recall_at_m"] == 1.0).all()  # m = k: exact ranking
     # below the rank the approximation cannot be exact
     low = cur_grid(M, [3, 20], [3, 20], n_test=30, seed=3)
     assert (low.loc[(low["k_q"] < 5) | (low["k_i"] < 5), "error"] > 0.05).all()
-    assert "recall" not in low.columns  # no budget, no recall
+    assert not {"recall_at_m", "recall_at_budget"} & set(low.columns)  # no budget or m, no recall
+    with pytest.raises(ParameterError, match=r"'pinv_rules' parameter of cur_grid must be a non-empty list"):
+        cur_grid(M, [8], [6], n_test=30, pinv_rules=["exact"])
 
 
 def test_cur_grid_is_deterministic_given_the_seed():
@@ -191,13 +196,14 @@ def test_cur_grid_is_deterministic_given_the_seed():
 
 
 @pytest.mark.parametrize("noise", [0.3, 0.0])
-def test_cur_grid_equals_annCur_and_anncur_with_budget(noise):
+@pytest.mark.parametrize("rule", ["cutoff", "plain"])
+def test_cur_grid_equals_annCur_and_anncur_with_budget(noise, rule):
     # Reference path: the documented permutations, AnnCur.fit/transform and anncur_with_budget.
     # noise = 0: float32 rounding of an exactly rank-12 matrix leaves singular values near eps32 · σ₁,
     # which only the float32 pinv cut-off (AnnCur's, from the stored dtype) drops.
     M = planted(90, 200, rank=12, noise=noise, seed=2).astype(np.float32)
-    k_qs, k_is, n_test, seed, budget, k = [10, 25, 40], [5, 25, 60], 30, 11, 80, 10
-    grid = cur_grid(M, k_qs, k_is, n_test=n_test, seed=seed, budget=budget, k=k)
+    k_qs, k_is, n_test, seed, budget, m, k = [10, 25, 40], [5, 25, 60], 30, 11, 80, 100, 10
+    grid = cur_grid(M, k_qs, k_is, n_test=n_test, seed=seed, budget=budget, m=m, k=k, pinv_rules=[rule])
 
     rng = np.random.default_rng(seed)
     order = rng.permutation(M.shape[0])
@@ -205,21 +211,30 @@ def test_cur_grid_equals_annCur_and_anncur_with_budget(noise):
     items = rng.permutation(M.shape[1])
     M_test = M[test]
     for row in grid.itertuples():
-        cur = AnnCur(row.k_i, anchor_items=items[: row.k_i]).fit(M[pool[: row.k_q]])
+        cur = AnnCur(row.k_i, anchor_items=items[: row.k_i], pinv=rule).fit(M[pool[: row.k_q]])
         M_hat = cur.transform(M_test[:, cur.anchor_items_])
-        assert row.error == pytest.approx(approximation_error(M_test, M_hat), rel=1e-8)
+        if rule == "plain" and noise == 0:  # noise-level singular values inverted: both paths only agree to ~1e-9
+            assert row.error == pytest.approx(approximation_error(M_test, M_hat), abs=1e-8)
+        else:
+            assert row.error == pytest.approx(approximation_error(M_test, M_hat), rel=1e-8)
         _, retrieved = anncur_with_budget(cur, M_test, budget)
-        assert row.recall == pytest.approx(topk_recall(M_test, retrieved, k), abs=1e-12)
+        assert row.recall_at_budget == pytest.approx(topk_recall(M_test, retrieved, k), abs=1e-12)
+        # The paper's Top-k-Recall@m is the authors' budget rule with k_i + m calls: the top m by ŝ over all items.
+        cur.budget_rule = "authors' code"
+        _, top_m = anncur_with_budget(cur, M_test, row.k_i + m)
+        assert top_m.shape == (n_test, m)
+        assert row.recall_at_m == pytest.approx(topk_recall(M_test, top_m, k), abs=1e-12)
         intersection = M[pool[: row.k_q]][:, items[: row.k_i]].astype(np.float64)
         assert row.cond == pytest.approx(np.linalg.cond(intersection), rel=1e-8)
 
 
 def test_cur_grid_recall_is_nan_where_anchors_exceed_the_budget():
     M = planted(60, 100, rank=4, noise=0.1)
-    grid = cur_grid(M, [10], [5, 20, 50], n_test=20, budget=20, k=5)
-    assert grid["recall"].isna().tolist() == [False, False, True]
+    grid = cur_grid(M, [10], [5, 20, 50], n_test=20, budget=20, m=20, k=5)
+    assert grid["recall_at_budget"].isna().tolist() == [False, False, True]
+    assert grid["recall_at_m"].notna().all()  # the paper's m does not count the anchor calls
     # k_i = budget: all calls are anchors, nothing re-ranked
-    assert 0 <= grid["recall"].iloc[1] <= 1
+    assert 0 <= grid["recall_at_budget"].iloc[1] <= 1
 
 
 def test_error_spikes_on_the_diagonal_k_q_equals_k_i():
@@ -231,7 +246,7 @@ def test_error_spikes_on_the_diagonal_k_q_equals_k_i():
     assert (spikes["ratio"] > 3).all()
     for k_q, row in grid.groupby("k_q"):  # the square intersection is by far the worst conditioned
         assert row.loc[row["diagonal"], "cond"].item() > 5 * row.loc[~row["diagonal"], "cond"].max()
-    recall = diagonal_spike(grid, "recall")
+    recall = diagonal_spike(grid, "recall_at_budget")
     assert (recall["ratio"] < 1).all()
 
 
@@ -328,7 +343,7 @@ def test_rank_figures_build_from_the_results():
                                        skew={n: score_skew(m) for n, m in Ms.items()}, bins=50)
     assert [len(t.x) for t in hist.data if t.type == "scatter"] == [50, 50]  # binned, not 7200 raw scores
     grid = pd.concat([cur_grid(m, [10, 20], [10, 20, 30], n_test=20, budget=40).assign(ce=n) for n, m in Ms.items()])
-    for value in ("error", "error_centered", "recall", "cond"):
+    for value in ("error", "error_centered", "recall_at_budget", "cond"):
         fig = plots.cur_heatmaps(grid, value)
         assert len(fig.data) == 2
         assert len(fig.layout.shapes) == 4  # k_q = k_i cells (10 and 20) outlined in both panels
@@ -496,7 +511,8 @@ def _hand_grid() -> pd.DataFrame:
         "k_q": [1, 2, 1] * 2, "k_i": [2, 1, 1] * 2, "diagonal": [False, False, True] * 2,
         "error": [0.5, 0.4, 9.0, 0.4, 0.5, 9.0],
         "error_centered": [0.75, 0.5, 9.0, 0.5, 0.25, 9.0],
-        "recall": [0.5, np.nan, 0.0, 0.6, np.nan, 0.0],
+        "recall_at_m": [0.5, 0.75, 0.1, 0.75, 0.5, 0.1],
+        "recall_at_budget": [0.5, np.nan, 0.0, 0.6, np.nan, 0.0],
         "cond": [1.0, 1.0, 1e6, 1.0, 1.0, 1e6],
         "ce": ["cls"] * 3 + ["emb"] * 3,
     })
@@ -504,26 +520,35 @@ def _hand_grid() -> pd.DataFrame:
 
 def test_emb_wins_and_offdiagonal_summary_on_a_hand_grid():
     grid = _hand_grid()
-    assert emb_wins(grid, "cls", "emb") == {"error": 1, "error_centered": 2, "recall": 1, "cells": 2,
-                                            "cells_with_recall": 1}
-    assert emb_wins(grid, "emb", "cls") == {"error": 1, "error_centered": 0, "recall": 0, "cells": 2,
-                                            "cells_with_recall": 1}
+    assert emb_wins(grid, "cls", "emb") == {"error": 1, "error_centered": 2, "recall_at_m": 1, "recall_at_budget": 1,
+                                            "cells": 2, "cells_with_recall_at_budget": 1}
+    assert emb_wins(grid, "emb", "cls") == {"error": 1, "error_centered": 0, "recall_at_m": 1, "recall_at_budget": 0,
+                                            "cells": 2, "cells_with_recall_at_budget": 1}
     summary = offdiagonal_summary(grid)  # the diagonal's 9.0 is left out
     assert summary.loc["cls", ("error", "max")] == 0.5 and summary.loc["emb", ("error", "median")] == 0.45
-    assert summary.loc["cls", ("recall", "median")] == 0.5 and summary.loc["emb", ("error_centered", "min")] == 0.25
+    assert summary.loc["cls", ("recall_at_budget", "median")] == 0.5
+    assert summary.loc["emb", ("error_centered", "min")] == 0.25
+    # with a pinv column, each rule is its own group and emb_wins reads one rule
+    two = pd.concat([grid.assign(pinv="cutoff"), grid.assign(pinv="plain", error=grid["error"] * 10)])
+    assert emb_wins(two, "cls", "emb", pinv="plain") == emb_wins(grid, "cls", "emb")
+    assert offdiagonal_summary(two).loc[("plain", "cls"), ("error", "max")] == 5.0
 
 
 def test_diagonal_spikes_and_summary_on_a_hand_grid():
     grid = pd.DataFrame({"k_q": [2, 2, 2], "k_i": [1, 2, 3], "error_centered": [1.0, 10.0, 2.0],
-                         "recall": [0.5, 0.1, 0.4], "cond": [1.0, 100.0, 4.0], "ce": ["a"] * 3})
+                         "recall_at_m": [0.5, 0.1, 0.4], "cond": [1.0, 100.0, 4.0], "ce": ["a"] * 3})
     spikes = diagonal_spikes(grid)
     assert spikes[["ce", "value", "k_q", "diagonal", "ratio"]].to_dict(orient="records") == [
         {"ce": "a", "value": "error_centered", "k_q": 2, "diagonal": 10.0, "ratio": 5.0},  # / max(1, 2)
-        {"ce": "a", "value": "recall", "k_q": 2, "diagonal": 0.1, "ratio": 0.25},  # / min(0.5, 0.4)
+        {"ce": "a", "value": "recall_at_m", "k_q": 2, "diagonal": 0.1, "ratio": 0.25},  # / min(0.5, 0.4)
         {"ce": "a", "value": "cond", "k_q": 2, "diagonal": 100.0, "ratio": 25.0},  # / max(1, 4)
     ]
     summary = spike_summary(spikes)
-    assert summary.loc[("a", "cond")].tolist() == [25.0, 25.0, 25.0]
+    assert summary.loc[("cutoff", "a", "cond")].tolist() == [25.0, 25.0, 25.0]
+    two = diagonal_spikes(pd.concat([grid.assign(pinv="plain"), grid.assign(pinv="cutoff", error_centered=1.0)]))
+    assert two[two["value"] == "error_centered"][["pinv", "ratio"]].values.tolist() == [["plain", 5.0], ["cutoff", 1.0]]
+    with pytest.raises(ParameterError, match="one pinv rule"):
+        diagonal_spike(pd.concat([grid.assign(pinv="plain"), grid.assign(pinv="cutoff")]), "cond")
     assert list(summary.columns) == ["min", "median", "max"]
     with pytest.raises(ParameterError, match=r"'grid' parameter of diagonal_spikes must be a DataFrame from cur_grids"):
         diagonal_spikes(grid.drop(columns="ce"))
@@ -538,7 +563,7 @@ def _hand_verdict_inputs(r_np=(10, 4)):
     ranks = pd.DataFrame({NUMPY_RANK: list(r_np), energy_label(0.9, centered=True): [5, 2],
                           energy_label(0.99, centered=True): [8, 3]}, index=["cls", "emb"])
     skews = pd.DataFrame({"median skewness": [2.0, 0.5]}, index=["cls", "emb"])
-    spikes = pd.DataFrame({"ce": ["cls", "cls", "emb", "emb"], "value": ["error_centered"] * 3 + ["recall"],
+    spikes = pd.DataFrame({"ce": ["cls", "cls", "emb", "emb"], "value": ["error_centered"] * 3 + ["recall_at_m"],
                            "ratio": [4.0, 6.0, 2.0, 0.1]})
     return ranks, skews, _hand_grid(), spikes
 
@@ -554,17 +579,20 @@ def test_rank_verdict_on_hand_computed_values():
         "energy_rank_ratio_cls_over_emb": 8 / 3,
         "lower_energy_rank": "emb",
         "median_skewness": {"cls": 2.0, "emb": 0.5},
-        "median_offdiag": {"cls": {"error": 0.45, "error_centered": 0.625, "recall": 0.5},
-                           "emb": {"error": 0.45, "error_centered": 0.375, "recall": 0.6}},
+        "median_offdiag": {"cls": {"error": 0.45, "error_centered": 0.625, "recall_at_m": 0.625, "recall_at_budget": 0.5},
+                           "emb": {"error": 0.45, "error_centered": 0.375, "recall_at_m": 0.625,
+                                   "recall_at_budget": 0.6}},
         "median_diagonal_spike_error_centered": {"cls": 5.0, "emb": 2.0},
         "better_error_centered": "emb",
-        "better_recall": "emb",
+        "better_recall_at_m": "tie",
+        "better_recall_at_budget": "emb",
         "better_error": "tie",  # both medians 0.45
         "lower_numpy_rank": "emb",
         # emb lower in both cells: p = 2 · (1/2)² = 0.5; recall has one cell; error splits 1:1
         "sign_tests": {"error": {"lower": 1, "higher": 1, "n": 2, "p": 1.0},
                        "error_centered": {"lower": 2, "higher": 0, "n": 2, "p": 0.5},
-                       "recall": {"lower": 1, "higher": 0, "n": 1, "p": 1.0}},
+                       "recall_at_m": {"lower": 1, "higher": 1, "n": 2, "p": 1.0},
+                       "recall_at_budget": {"lower": 1, "higher": 0, "n": 1, "p": 1.0}},
     }
     assert rank_verdict(*_hand_verdict_inputs(r_np=(10, 6)), "cls", "emb")["emb_much_lower_numpy_rank"] is False
     with pytest.raises(ParameterError, match="'emb_ce' parameter of rank_verdict"):
@@ -601,23 +629,27 @@ def test_available_ces_adds_optional_stores_that_exist(tmp_path):
 def _findings_results(emb_better: bool, r_np=(3, 4)) -> dict:
     """A hand-made notebook-02 results dict: 8 off-diagonal cells in which one CE is better everywhere."""
     cells = [(q, i) for q in (1, 2, 3) for i in (1, 2, 3) if q != i] + [(4, 1), (4, 2)]
-    good, bad = {"error": 0.3, "error_centered": 0.4, "recall": 0.8}, {"error": 0.5, "error_centered": 0.9, "recall": 0.5}
+    good = {"error": 0.3, "error_centered": 0.4, "recall_at_m": 0.9, "recall_at_budget": 0.8}
+    bad = {"error": 0.5, "error_centered": 0.9, "recall_at_m": 0.6, "recall_at_budget": 0.5}
     grid = []
     for ce in ("cls", "emb"):
         vals = good if (ce == "emb") == emb_better else bad
-        grid += [{"k_q": q, "k_i": i, "diagonal": False, **vals, "cond": 1.0, "ce": ce} for q, i in cells]
-        grid += [{"k_q": 1, "k_i": 1, "diagonal": True, "error": 9.0, "error_centered": 9.0, "recall": 0.0,
-                  "cond": 1e6, "ce": ce}]
+        grid += [{"pinv": "cutoff", "k_q": q, "k_i": i, "diagonal": False, **vals, "cond": 1.0, "ce": ce}
+                 for q, i in cells]
+        grid += [{"pinv": "cutoff", "k_q": 1, "k_i": 1, "diagonal": True, "error": 9.0, "error_centered": 9.0,
+                  "recall_at_m": 0.1, "recall_at_budget": 0.0, "cond": 1e6, "ce": ce}]
     ranks = {"cls": {NUMPY_RANK: r_np[0], NUMPY_RANK_CENTERED: 9, energy_label(0.9, centered=True): 5,
                      energy_label(0.99, centered=True): 8},
              "emb": {NUMPY_RANK: r_np[1], NUMPY_RANK_CENTERED: 9, energy_label(0.9, centered=True): 2,
                      energy_label(0.99, centered=True): 3}}
-    return {"params": {"k": 10, "budget": 50}, "ces": ["cls", "emb"], "shape": [40, 50], "ranks": ranks,
+    return {"params": {"k": 10, "budget": 50, "m": 50}, "ces": ["cls", "emb"], "shape": [40, 50], "ranks": ranks,
             "layouts": {"cls": {"kind": "cls", "pooling": "mean", "scale": None},
                         "emb": {"kind": "emb", "pooling": "mean", "scale": 20.0}},
             "skew": {"cls": {"median skewness": 2.0}, "emb": {"median skewness": 0.5}}, "grid": grid,
-            "diagonal_spikes": [{"ce": "cls", "value": "error_centered", "ratio": 5.0},
-                                {"ce": "emb", "value": "error_centered", "ratio": 2.0}]}
+            "diagonal_spikes": [{"pinv": "cutoff", "ce": "cls", "value": "error_centered", "ratio": 5.0},
+                                {"pinv": "cutoff", "ce": "emb", "value": "error_centered", "ratio": 2.0},
+                                {"pinv": "plain", "ce": "cls", "value": "error_centered", "ratio": 50.0},
+                                {"pinv": "plain", "ce": "emb", "value": "error_centered", "ratio": 20.0}]}
 
 
 def _past_layouts(lines: list[str]) -> list[str]:
@@ -637,27 +669,36 @@ def test_findings_state_what_the_numbers_say():
     assert lines[2] == "Median per-query skewness: cls 2.00, emb 0.50: cls's scores are the more right-skewed."
     # 8 of 8 cells: p = 2 / 2⁸
     assert "by error_centered, emb beats cls (emb better in 8 of 8 off-diagonal cells, sign test p = 0.0078)" in lines[3]
-    assert "Top-10-Recall@50 0.500 vs 0.800" in lines[3] and "by Top-10-Recall@50, emb beats cls" in lines[3]
-    assert lines[4] == ("At k_q = k_i (ANNCUR §B.2) error_centered is 5.0× (cls) and 2.0× (emb) the worse neighbour's "
-                        "(median over the diagonal cells).")
-    assert ("numpy's default tolerance on the raw spectrum (lower: cls) does not agree" in lines[5]
-            and "99% energy rank of the row-centered spectrum (lower: emb) agrees" in lines[5])
+    assert lines[3].startswith("CUR with xenbench's cut-off (singular values below")
+    assert ("the paper's Top-10-Recall@50 (50 items retrieved by ŝ, anchor calls not counted) 0.600 vs 0.900" in lines[3]
+            and "Top-10-Recall at B_CE = 50 CE calls (anchor calls included, anchors re-ranked free) 0.500 vs 0.800"
+            in lines[3])
+    assert "by Top-10-Recall@50, emb beats cls" in lines[3] and "by recall at B_CE = 50, emb beats cls" in lines[3]
+    assert ("numpy's default tolerance on the raw spectrum (lower: cls) does not agree" in lines[4]
+            and "99% energy rank of the row-centered spectrum (lower: emb) agrees" in lines[4])
+    assert lines[5] == ("At k_q = k_i (ANNCUR §B.2), error_centered over the worse neighbour's (median over the diagonal "
+                        "cells) with the plain pinv (NumPy's default cut-off 1e-15, as the ANNCUR authors' code): "
+                        "50.0× (cls), 20.0× (emb); with xenbench's cut-off (singular values below "
+                        "max(k_q, k_i)·eps(float32)·σ₁ dropped): 5.0× (cls), 2.0× (emb).")
+    assert lines[6] == ("Both recalls with m = B_CE = 50: the paper's Top-10-Recall@50 is +10.0 points above "
+                        "Top-10-Recall at B_CE = 50 calls on average over the k_q ≠ k_i cells (most +10.0 at k_q = 1, "
+                        "k_i = 2, cls): the budget charges the k_i anchor calls, the paper's m does not.")
     # The numbers flip, so does the text.
     flipped = _past_layouts(findings(_findings_results(emb_better=False, r_np=(10, 4))))
     assert "by error_centered, cls beats emb (emb better in 0 of 8" in flipped[3]
     assert "holds by numpy's default tolerance on the raw spectrum (ratio 2.50)" in flipped[1]
     assert "numpy's default tolerance on the raw spectrum: emb < cls (cls 10, emb 4)" in flipped[0]
-    assert "99% energy rank of the row-centered spectrum (lower: emb) does not agree" in flipped[5]
+    assert "99% energy rank of the row-centered spectrum (lower: emb) does not agree" in flipped[4]
 
 
 def test_findings_say_within_noise_when_the_cells_split():
     res = _findings_results(emb_better=True)
     for row in res["grid"]:  # emb better in half the cells only
         if row["ce"] == "emb" and row["k_q"] == 2:
-            row.update(error_centered=0.95, recall=0.4)
+            row.update(error_centered=0.95, recall_at_m=0.5, recall_at_budget=0.4)
     lines = _past_layouts(findings(res))
     assert "by error_centered, emb and cls are within noise" in lines[3]
-    assert "cannot be checked" in lines[5]
+    assert "cannot be checked" in lines[4]
 
 
 def test_findings_compare_every_emb_ce_with_the_cls_ce():

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 # The layers (ARCHITECTURE.md), and each module by its short name: ``xb.ccsa`` is ``xenbench.methods.ccsa``.
 _SUBMODULES: dict[str, str] = {
     "data": "data", "models": "models", "methods": "methods", "studies": "studies", "viz": "viz",
-    "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity",
+    "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity", "provenance": "provenance",
     "notebook": "notebook", "sweep": "sweep", "cli": "cli",
     "store": "data.store", "wordnet": "data.wordnet",
     "crossencoder": "models.crossencoder", "retrievers": "models.retrievers", "scoring": "models.scoring",
@@ -25,7 +25,7 @@ _SUBMODULES: dict[str, str] = {
     "adacur": "methods.adacur", "axn": "methods.axn", "ccsa": "methods.ccsa", "cur": "methods.cur", "mf": "methods.mf",
     "pefa": "methods.pefa", "protocol": "methods.protocol", "trace": "methods.trace",
     "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",
-    "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats",
+    "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats", "witnesses": "studies.witnesses",
     "plots": "viz.plots", "widgets": "viz.widgets",
 }
 

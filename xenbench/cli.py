@@ -271,14 +271,26 @@ def _sweep(args: argparse.Namespace) -> None:
     print(f"{table['point'].nunique()} points with results, {len(table)} rows")
 
 
-def _findings(args: argparse.Namespace) -> None:
+def _findings(args: argparse.Namespace) -> int:
     from xenbench.studies import findings
     from xenbench.notebook import REPO_ROOT
 
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
     readme = REPO_ROOT / "README.md"
+    if args.verify:
+        from xenbench.studies import witnesses
+
+        found = witnesses.verify(results_dir, log=lambda line: print(line, file=sys.stderr))
+        bad = witnesses.describe(found)
+        for line in bad:
+            print(f"xenbench: error: {line}", file=sys.stderr)
+        print(f"{len(found) - len(bad)} of {len(found)} witnesses of {results_dir} hold with today's code"
+              + (f"; {len(bad)} do not: re-run those notebooks" if bad else ""))
+        return 1 if bad else 0
     if args.write:
-        changed = findings.update_readme(readme, results_dir)
+        for path in findings.refuse_uncommittable(results_dir, allow_no_provenance=args.allow_no_provenance):
+            print(f"xenbench: warning: {path}: has no provenance (admitted by --allow-no-provenance)", file=sys.stderr)
+        changed = findings.update_readme(readme, results_dir, allow_no_provenance=args.allow_no_provenance)
         print(f"{readme}: findings {'rewritten' if changed else 'already up to date'}")
     elif args.check:
         if findings.update_readme(readme, results_dir, write=False):
@@ -287,6 +299,7 @@ def _findings(args: argparse.Namespace) -> None:
         print(f"{readme}: findings agree with {results_dir}")
     else:
         print(findings.readme_section(results_dir))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = f.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the README's generated findings section")
     mode.add_argument("--check", action="store_true", help="exit 2 if the README's section is stale")
+    mode.add_argument("--verify", action="store_true",
+                      help="recompute each notebook's witness cells of the committed results with today's code; exit 1 "
+                           "naming every cell that no longer matches (xenbench.studies.witnesses)")
+    f.add_argument("--allow-no-provenance", action="store_true",
+                   help="with --write: admit results files written before provenance was recorded (never a dirty "
+                        "tree's); each is named on stderr")
     f.set_defaults(func=_findings)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
@@ -433,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         args.param = params
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        args.func(args)
+        rc = args.func(args)
     except XenbenchError as err:
         print(f"xenbench: error: {err}", file=sys.stderr)
         return 2
@@ -441,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"xenbench: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

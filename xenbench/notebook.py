@@ -60,6 +60,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from xenbench import provenance
 from xenbench._io import REPO_ROOT, pid_alive, write_text_atomic
 from xenbench._validation import PY_INT, check_int
 from xenbench.errors import DataError, ParameterError
@@ -658,6 +659,7 @@ def check(namespace: dict[str, Any], notebook: str | os.PathLike[str]) -> dict[s
         values = {**values, **{name: chosen[name] for name in spec.params if values[name] == cell[name]}}
         namespace.update(values)
     check_sizes(spec, values)
+    _show_header(values)
     return values
 
 
@@ -713,7 +715,29 @@ def _resources() -> dict[str, float]:
     return {"seconds": round(time.monotonic() - _IMPORTED, 1), "peak_rss_mb": round(peak_mb, 1)}
 
 
-def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir: Path | None = None) -> Path:
+# The parameters :func:`check` resolved in this kernel: the ``params`` of the provenance :func:`save_results` records.
+_RUN_PARAMS: dict[str, Any] | None = None
+
+
+def _show_header(values: Mapping[str, Any]) -> None:
+    """Remember the resolved parameters for :func:`save_results` and, in a kernel, show where the run comes from
+    (commit, versions, machine; :func:`xenbench.provenance.summary`) as the report's first output."""
+    global _RUN_PARAMS
+    _RUN_PARAMS = dict(values)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    from IPython.display import Markdown, display
+
+    prov = {"git": provenance.run_git_state(), **provenance.environment()}  # inputs come later: the results file
+    display(Markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n")))
+
+
+def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir: Path | None = None,
+                 params: Mapping[str, Any] | None = None) -> Path:
     """Write a notebook's key numbers to ``<out_dir>/<name>.<profile>.results.json`` (atomically).
 
     Parameters
@@ -726,14 +750,18 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         JSON-able mapping; numpy scalars/arrays and pandas objects are converted.
     out_dir
         Default :func:`reports_dir`.
+    params
+        The run's resolved parameters for its provenance; default: those :func:`check` resolved in this process.
 
     Returns
     -------
     Path
         The file written, ``<name>.<profile>.results.json`` (``<name>.<profile>.lab.results.json`` outside
-        :func:`run_notebook`), holding ``{"notebook", "profile", "written_at", "resources", "results"}``;
-        ``resources`` is this process's (the kernel's) ``seconds`` since ``import xenbench`` and ``peak_rss_mb``,
-        its peak resident memory: what a run on a larger corpus cost.
+        :func:`run_notebook`), holding ``{"notebook", "profile", "written_at", "resources", "provenance",
+        "results"}``; ``resources`` is this process's (the kernel's) ``seconds`` since ``import xenbench`` and
+        ``peak_rss_mb``, its peak resident memory: what a run on a larger corpus cost. ``provenance``
+        (:func:`xenbench.provenance.collect`) says what produced the numbers: commit and dirty flag, parameters,
+        package versions, machine, and the SHA-256 of every store, dataset and model the process read.
     """
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ParameterError("name", "a notebook name such as '00_data'", name, "save_results")
@@ -743,11 +771,13 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         raise ParameterError("results", "a mapping of names to JSON-able values", results, "save_results")
     folder = Path(out_dir) if out_dir is not None else reports_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    prov = provenance.collect(params if params is not None else _RUN_PARAMS)  # first: hashing is part of the cost
     doc = {
         "notebook": name,
         "profile": profile,
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "resources": _resources(),
+        "provenance": prov,
         "results": dict(results),
     }
     text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"

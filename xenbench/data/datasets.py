@@ -44,6 +44,7 @@ import numpy as np
 from xenbench._io import REPO_ROOT, write_text_atomic
 from xenbench._validation import PY_INT, check_int, is_float, is_int
 from xenbench.errors import DataError, ParameterError
+from xenbench.provenance import record_input
 from xenbench.sampling import sample_rows
 
 __all__ = [
@@ -561,6 +562,7 @@ def load_beir(folder: str | os.PathLike[str], *, name: str | None = None) -> Dat
         On a missing file/folder or any malformed line (file, line and problem in the message).
     """
     root = _require_dir(Path(folder))
+    record_input("dataset", root)  # its digest goes into the run's provenance
     items = _read_beir_corpus(_require_file(root / "corpus.jsonl"))
     queries = _read_beir_queries(_require_file(root / "queries.jsonl"))
     qrels_dir = _require_dir(root / "qrels")
@@ -756,6 +758,8 @@ def load_zeshel(
         raise DataError(doc_path, f"no such file (unknown world {world!r}; worlds found: {worlds})")
     documents = _read_zeshel_documents(doc_path)
     mention_paths = [_require_file(base / "mentions" / f"{split}.json") for split in splits]
+    for path in [doc_path, *mention_paths]:  # the files read (not the whole root): their digests go into provenance
+        record_input("dataset", path)
 
     queries: list[Query] = []
     gold: dict[str, list[str]] = {}

@@ -55,6 +55,7 @@ import numpy as np
 from xenbench._io import pid_alive, write_text_atomic
 from xenbench._validation import check_int, is_int
 from xenbench.errors import DataError, ParameterError
+from xenbench.provenance import record_input
 
 __all__ = ["ScoreStore", "STORE_FORMAT", "ids_fingerprint", "writer_lock"]
 
@@ -313,6 +314,8 @@ class ScoreStore:
         store.check_manifest()
         if store.writable:
             store._remove_leftovers()
+        else:
+            record_input("score store", path)  # its digest goes into the run's provenance
         return store
 
     def check_manifest(self) -> None:

@@ -1349,8 +1349,10 @@ def anncur_with_budget(cur: AnnCur, M: np.ndarray | BudgetCounter, budget: int) 
     """ANNCUR at a CE budget: k_i anchor calls, then k_r = B_CE − k_i re-ranking calls.
 
     The test queries are scored on the fixed anchors I_anc (k_i calls), every item gets ŝ = e_qᵀ E_I,
-    and the non-anchor items with the highest ŝ are scored until B_CE calls are spent; the anchors'
-    scores are re-used for free in the final exact re-ranking ([ANNCUR] §3.2, budgeted setting).
+    and the items of ``cur.rerank_candidates`` (its ``budget_rule``) are ranked by exact score: by default the
+    non-anchor items with the highest ŝ are scored until B_CE calls are spent and the anchors' scores are re-used
+    for free ([ANNCUR] §3.2, budgeted setting; [ADACUR] §2.2 footnote 1); under "authors' code" the k_r items with
+    the highest ŝ over all items are ranked (:data:`xenbench.methods.cur.BUDGET_RULES`).
 
     Parameters
     ----------
@@ -1363,9 +1365,9 @@ def anncur_with_budget(cur: AnnCur, M: np.ndarray | BudgetCounter, budget: int) 
 
     Returns
     -------
-    D : ndarray of shape (nq, B_CE), float32
+    D : ndarray of shape (nq, B_CE) ("free anchors") or (nq, B_CE − k_i) ("authors' code"), float32
         Exact scores, descending.
-    I : ndarray of shape (nq, B_CE), int64
+    I : ndarray of the shape of D, int64
     """
     check_is_fitted(cur, "item_embeddings_", "cur.fit(R_anc)", what="anncur_with_budget needs a fitted AnnCur")
     anchors = cur.anchor_items_
@@ -1374,8 +1376,5 @@ def anncur_with_budget(cur: AnnCur, M: np.ndarray | BudgetCounter, budget: int) 
     nq = counter.n_queries
     anchor_items = np.broadcast_to(anchors, (nq, anchors.size))
     C_test = counter.score(anchor_items).astype(np.float64)  # e_q = f(q, I_anc)
-    keys = cur.transform(C_test)
-    keys[:, anchors] = -np.inf  # already scored: free to re-rank, never re-retrieved
-    extra = topk_indices(keys, budget - anchors.size) if budget > anchors.size else np.zeros((nq, 0), np.int64)
-    extra_scores = counter.score(extra).astype(np.float64)
-    return rank_by_exact(np.concatenate([anchor_items, extra], axis=1), np.concatenate([C_test, extra_scores], axis=1))
+    items = cur.rerank_candidates(cur.transform(C_test), budget)  # the index's budget rule picks what is re-ranked
+    return rank_by_exact(items, counter.score(items).astype(np.float64))  # an anchor's pair is charged only once

@@ -23,7 +23,8 @@ from xenbench._validation import check_array, check_int, check_is_fitted, check_
 from xenbench.errors import NotFittedError, ParameterError
 from xenbench.metrics import topk_indices
 
-__all__ = ["AnnCur", "NotFittedError", "approximation_error", "oracle_cur", "pinv_rtol"]
+__all__ = ["AnnCur", "BUDGET_RULES", "NotFittedError", "PINV_RULES", "approximation_error", "oracle_cur",
+           "pinv_cutoff", "pinv_rtol", "rerank_candidates"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,86 @@ def pinv_rtol(shape: tuple[int, ...], dtype: np.dtype | type = np.float64) -> fl
     True
     """
     return float(max(shape[-2:]) * np.finfo(np.dtype(dtype)).eps)
+
+
+#: The two rules for U = pinv(R_anc[:, I_anc]), by the relative cut-off below which singular values count as zero:
+#:
+#: ``"cutoff"`` (xenbench's default): ``max(k_q, k_i) * eps(stored dtype)`` (:func:`pinv_rtol`). Singular values below
+#: it are rounding noise of the stored (float32) scores; inverting them amplifies that noise by up to 1/eps(float64).
+#: It removes most of the k_q = k_i spike of [ANNCUR] §B.2 (a square random intersection has tiny singular values).
+#: ``"plain"``: NumPy's default ``np.linalg.pinv`` (relative cut-off 1e-15), as the ANNCUR authors' code computes U
+#: (``np.linalg.pinv(intersect_mat)`` in iesl/anncur ``eval/matrix_approx_zeshel.py``); it keeps the noise-level
+#: singular values and shows the §B.2 spike as the paper does.
+PINV_RULES: tuple[str, ...] = ("cutoff", "plain")
+_PLAIN_RCOND = 1e-15  # numpy.linalg.pinv's default rcond
+
+#: Which items ANNCUR re-ranks at a CE budget B_CE with k_i anchor calls (k_r = B_CE − k_i re-ranking calls):
+#:
+#: ``"free anchors"`` (default; [ADACUR] §2.2, footnote 1): the k_r *non-anchor* items with the highest ŝ are scored,
+#: and the k_i anchors, already scored, join the final exact re-ranking for free (B_CE items ranked).
+#: ``"authors' code"``: the k_r items with the highest ŝ over *all* items are re-ranked, as the ANNCUR authors' code
+#: does ([ANNCUR] Fig. 6's Top-k-Recall@k_r); an anchor among them takes a slot (costing no new call), and an anchor
+#: outside them is not returned. Recall under "free anchors" is never lower.
+BUDGET_RULES: tuple[str, ...] = ("free anchors", "authors' code")
+
+
+def pinv_cutoff(shape: tuple[int, ...], dtype: np.dtype | type, pinv: str = "cutoff") -> float:
+    """Relative singular-value cut-off of the pinv rule ``pinv`` (:data:`PINV_RULES`) for a matrix of ``shape`` whose
+    scores were stored as ``dtype``: singular values ``<= cutoff * σ_max`` are treated as zero.
+
+    Examples
+    --------
+    >>> pinv_cutoff((3, 10), np.float32, "plain"), pinv_cutoff((3, 10), np.float32) == pinv_rtol((3, 10), np.float32)
+    (1e-15, True)
+    """
+    if pinv == "cutoff":
+        return pinv_rtol(shape, dtype)
+    if pinv == "plain":
+        return _PLAIN_RCOND
+    raise ParameterError("pinv", f"one of {list(PINV_RULES)}", pinv, "pinv_cutoff")
+
+
+def rerank_candidates(S_hat: np.ndarray, anchors: np.ndarray, budget: int,
+                      budget_rule: str = "free anchors") -> np.ndarray:
+    """The items whose exact scores ANNCUR ranks at a CE budget, under ``budget_rule`` (:data:`BUDGET_RULES`).
+
+    Parameters
+    ----------
+    S_hat : ndarray of shape (nq, n_items)
+        Approximate scores ŝ.
+    anchors : int ndarray of shape (k_i,)
+        I_anc (already scored: k_i calls per query).
+    budget : int
+        B_CE, in [k_i, n_items]; k_r = B_CE − k_i re-ranking calls.
+    budget_rule : str
+        ``"free anchors"``: the anchors, then the k_r non-anchor items with the highest ŝ (B_CE items);
+        ``"authors' code"``: the k_r items with the highest ŝ over all items (k_r items, anchors included if they
+        rank there).
+
+    Returns
+    -------
+    items : int64 ndarray of shape (nq, B_CE) or (nq, k_r)
+        Distinct items per row (ties in ŝ to the lower item index, :func:`xenbench.metrics.topk_indices`).
+
+    Examples
+    --------
+    >>> S_hat = np.array([[5.0, 4.0, 3.0, 2.0, 1.0]])  # the anchor, item 0, has the highest ŝ
+    >>> rerank_candidates(S_hat, np.array([0]), 3).tolist(), rerank_candidates(S_hat, np.array([0]), 3, "authors' code").tolist()
+    ([[0, 1, 2]], [[0, 1]])
+    """
+    owner = "rerank_candidates"
+    if budget_rule not in BUDGET_RULES:
+        raise ParameterError("budget_rule", f"one of {list(BUDGET_RULES)}", budget_rule, owner)
+    S_hat = np.asarray(S_hat, dtype=np.float64)
+    anchors = np.asarray(anchors, dtype=np.int64)
+    nq, n_items = S_hat.shape
+    k_r = check_int(budget, "budget", anchors.size, n_items, owner, "n_items") - anchors.size
+    if budget_rule == "authors' code":
+        return topk_indices(S_hat, k_r) if k_r else np.zeros((nq, 0), np.int64)
+    keys = S_hat.copy()
+    keys[:, anchors] = -np.inf  # already scored: free to re-rank, never re-retrieved
+    extra = topk_indices(keys, k_r) if k_r else np.zeros((nq, 0), np.int64)
+    return np.concatenate([np.broadcast_to(anchors, (nq, anchors.size)), extra], axis=1)
 
 
 def _check_R_anc(R_anc: object, owner: str) -> np.ndarray:
@@ -82,6 +163,11 @@ class AnnCur:
         item indices (e.g. top items of a dual encoder, ANNCUR_DE in [ADACUR] §3).
     seed : int, default 0
         Seed of the random anchor draw.
+    pinv : {"cutoff", "plain"}, default "cutoff"
+        How U = pinv(R_anc[:, I_anc]) treats tiny singular values (:data:`PINV_RULES`): xenbench's cut-off at the
+        stored scores' precision, or NumPy's plain pinv as the ANNCUR authors' code.
+    budget_rule : {"free anchors", "authors' code"}, default "free anchors"
+        Which items are re-ranked at a CE budget (:data:`BUDGET_RULES`, :meth:`rerank_candidates`).
 
     Attributes
     ----------
@@ -110,10 +196,13 @@ class AnnCur:
     True
     """
 
-    def __init__(self, n_anchor_items: int, *, anchor_items: str | np.ndarray = "random", seed: int = 0) -> None:
+    def __init__(self, n_anchor_items: int, *, anchor_items: str | np.ndarray = "random", seed: int = 0,
+                 pinv: str = "cutoff", budget_rule: str = "free anchors") -> None:
         self.n_anchor_items = n_anchor_items
         self.anchor_items = anchor_items
         self.seed = seed
+        self.pinv = pinv
+        self.budget_rule = budget_rule
 
     # -- parameters --------------------------------------------------------------------------
     def _validated_anchor_items(self, n_items: int) -> np.ndarray:
@@ -141,7 +230,12 @@ class AnnCur:
         -------
         self : AnnCur
         """
-        R_anc = _check_R_anc(R_anc, type(self).__name__)
+        owner = type(self).__name__
+        R_anc = _check_R_anc(R_anc, owner)
+        if self.pinv not in PINV_RULES:
+            raise ParameterError("pinv", f"one of {list(PINV_RULES)}", self.pinv, owner)
+        if self.budget_rule not in BUDGET_RULES:
+            raise ParameterError("budget_rule", f"one of {list(BUDGET_RULES)}", self.budget_rule, owner)
         self.score_dtype_ = R_anc.dtype  # stored precision: sets the pinv cut-off (pinv_rtol)
         R_anc = R_anc.astype(np.float64)
         anchors = self._validated_anchor_items(R_anc.shape[1])
@@ -151,7 +245,7 @@ class AnnCur:
                            "(ANNCUR §B.2); expect a large approximation error", k_q)
         intersection = R_anc[:, anchors]  # R_anc[:, I_anc], shape (k_q, k_i)
         self.anchor_items_ = anchors
-        self.U_ = np.linalg.pinv(intersection, rtol=pinv_rtol(intersection.shape, self.score_dtype_))  # (k_i, k_q)
+        self.U_ = np.linalg.pinv(intersection, rtol=pinv_cutoff(intersection.shape, self.score_dtype_, self.pinv))
         self.item_embeddings_ = self.U_ @ R_anc  # E_I, (k_i, n_items)
         self.n_items_ = R_anc.shape[1]
         return self
@@ -179,6 +273,23 @@ class AnnCur:
             raise ParameterError("C_test", f"a float array of shape (nq, k_i={k_i})",
                                  f"{C_test.dtype} array of shape {C_test.shape}", f"{type(self).__name__}.transform")
         return C_test.astype(np.float64) @ self.item_embeddings_
+
+    def rerank_candidates(self, S_hat: np.ndarray, budget: int) -> np.ndarray:
+        """Items to rank by exact score at CE budget ``budget``, under ``budget_rule`` (:func:`rerank_candidates`).
+
+        Parameters
+        ----------
+        S_hat : ndarray of shape (nq, n_items)
+            :meth:`transform` of the test queries.
+        budget : int
+            B_CE, in [k_i, n_items].
+
+        Returns
+        -------
+        items : int64 ndarray of shape (nq, B_CE) ("free anchors") or (nq, B_CE − k_i) ("authors' code")
+        """
+        self._check_fitted()
+        return rerank_candidates(S_hat, self.anchor_items_, budget, self.budget_rule)
 
     def search(self, C_test: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items by approximate score (faiss contract).

@@ -38,6 +38,7 @@ from xenbench import integrity
 from xenbench._device import resolve_device
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
+from xenbench.provenance import record_input
 
 CONFIG_NAME = "xenbench_ce.json"
 WEIGHTS_NAME = "trained.safetensors"
@@ -330,6 +331,7 @@ def load_cross_encoder(path: str | Path, *, kind: str | None = None, base: str |
 def _load(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder:
     if not path.exists():
         raise DataError(path, "no such file or folder: expected a xenbench CE folder, a HF folder or a .ckpt file")
+    record_input("model", path)  # its digest goes into the run's provenance
     if path.is_file() and path.suffix == ".ckpt":
         return _load_lightning(path, kind, base)
     if (path / CONFIG_NAME).is_file():

@@ -22,6 +22,7 @@ from xenbench.models.crossencoder import bundled_backbone, quiet_loading
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
+from xenbench.provenance import record_input
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class DualEncoder:
 
         self.device = resolve_device(device, owner="DualEncoder")  # before loading anything: a bad device fails fast
         self.path = bundled_backbone() if str(model) == "bundled" else Path(model)
+        record_input("model", self.path)  # its digest goes into the run's provenance
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         with quiet_loading():  # the unused-pooler load report is expected
             self.model = AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval()

@@ -2,11 +2,12 @@
 
 ``stats`` (notebook 01: score statistics), ``rank`` (02: [CLS]-CE vs [EMB]-CE rank), ``experiments`` (03-05:
 budgets, rounds, λ selection), ``corpus`` and ``splits`` (the DE-embedded corpora and splits of 05/06), and
-``findings`` (each notebook's conclusions, generated from its results JSON).
+``findings`` (each notebook's conclusions, generated from its results JSON) and ``witnesses`` (a few cells of each
+committed result, re-derived with today's code).
 """
 from __future__ import annotations
 
 from xenbench._lazy import submodules
 
 __getattr__, __dir__ = submodules(
-    __name__, {m: m for m in ("corpus", "experiments", "findings", "rank", "splits", "stats")})
+    __name__, {m: m for m in ("corpus", "experiments", "findings", "rank", "splits", "stats", "witnesses")})

@@ -102,6 +102,7 @@ __all__ = [
     "Variant",
     "all_retriever_scores",
     "at_lambda",
+    "budget_rule_gap",
     "chosen_on_dev",
     "ce_seconds_per_call",
     "de_embeddings",
@@ -1157,3 +1158,54 @@ def seed_spread(test_at_chosen: pd.DataFrame) -> pd.DataFrame:
     """Per (method, budget, k, split): min and max test recall over anchor seeds (the seed variance alone)."""
     g = test_at_chosen.groupby(_GROUP + ["split_seed"])["recall"]
     return g.agg(["min", "max", "mean"]).reset_index()
+
+
+def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int],
+                    k_values: Sequence[int] = (1, 10, 100), *,
+                    split_fractions: Sequence[float] = SPLIT_FRACTIONS) -> pd.DataFrame:
+    """How much ANNCUR's budget rule moves its test recall: "free anchors" minus "authors' code"
+    (:data:`xenbench.methods.cur.BUDGET_RULES`), at the same split, anchor seed, B_CE, k and k_i.
+
+    Every cell is ANNCUR as :func:`protocol_runs` runs it (R_anc = M[split.anchor], ``AnnCur(k_i, seed=anchor seed)``,
+    k_i over the same grid of B_CE), scored on the split's test rows; both rules re-rank from the same ŝ, so the cells
+    differ only by the rule. The authors' re-ranked items are a subset of the free-anchor ones, so no cell is negative.
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores.
+    splits : sequence of xenbench.methods.protocol.Split
+        Query splits (anchor and test rows are used).
+    anchor_seeds, budgets, k_values, split_fractions
+        As in :func:`protocol_runs` (pairs with k > B_CE are skipped).
+
+    Returns
+    -------
+    DataFrame
+        Per (budget, k): ``mean``, ``min`` and ``max`` of the difference in Top-k-Recall over the (split, seed, k_i)
+        cells, ``cells``, and the mean recall under each rule (``recall_free_anchors``, ``recall_authors_code``).
+    """
+    from xenbench.methods.cur import BUDGET_RULES, rerank_candidates
+
+    M = np.asarray(M)
+    rows = []
+    for sp in splits:
+        M_test = M[sp.test].astype(np.float64)
+        exact = {k: topk_indices(M_test, k) for k in k_values if k <= M.shape[1]}
+        for seed in anchor_seeds:
+            for budget in budgets:
+                for k_i in _split_grid(budget, split_fractions, 1, budget, sp.anchor.size):
+                    cur = AnnCur(k_i, seed=int(seed)).fit(M[sp.anchor])
+                    S_hat = cur.transform(M_test[:, cur.anchor_items_])
+                    recall = {}
+                    for rule in BUDGET_RULES:
+                        scored = np.zeros(M_test.shape, dtype=bool)
+                        np.put_along_axis(scored, rerank_candidates(S_hat, cur.anchor_items_, budget, rule), True, 1)
+                        recall[rule] = {k: float(np.take_along_axis(scored, T, 1).mean()) for k, T in exact.items()}
+                    rows += [{"budget": int(budget), "k": int(k), "free": recall["free anchors"][k],
+                              "authors": recall["authors' code"][k]} for k in exact if k <= budget]
+    cells = pd.DataFrame(rows)
+    gap = cells.assign(gap=cells["free"] - cells["authors"]).groupby(["budget", "k"])
+    return gap["gap"].agg(mean="mean", min="min", max="max", cells="size").join(
+        gap[["free", "authors"]].mean().rename(columns={"free": "recall_free_anchors",
+                                                        "authors": "recall_authors_code"})).reset_index()

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from xenbench._validation import NP_REAL_TYPES, check_array, check_float, check_int, check_seed, is_float, is_int
-from xenbench.methods.cur import pinv_rtol
+from xenbench.methods.cur import PINV_RULES, pinv_cutoff, rerank_candidates
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
 from xenbench.sampling import sample_rows
@@ -256,16 +256,9 @@ def energy_rank(s: np.ndarray, thresholds: Sequence[float] = (0.9, 0.99)) -> dic
 # ------------------------------------------------------------------------------------------------
 # ANNCUR over a (k_q × k_i) grid
 # ------------------------------------------------------------------------------------------------
-def _recall_at_budget(M_hat: np.ndarray, T: np.ndarray, anchors: np.ndarray, budget: int, k: int) -> float:
-    """Top-k-Recall of anncur_with_budget: anchors (scored, free to re-rank) + top B_CE − k_i others by ŝ."""
-    nq = M_hat.shape[0]
-    found = T[:, anchors].sum(axis=1)
-    if budget > anchors.size:
-        keys = M_hat.copy()
-        keys[:, anchors] = -np.inf  # never re-retrieve an anchor
-        extra = topk_indices(keys, budget - anchors.size)
-        found = found + np.take_along_axis(T, extra, axis=1).sum(axis=1)
-    return float(found.sum() / (nq * k))
+def _found(T: np.ndarray, items: np.ndarray, k: int) -> float:
+    """Top-k-Recall of ranking ``items`` (nq, n) by exact score: the share of each exact top-k (``T``) among them."""
+    return float(np.take_along_axis(T, items, axis=1).sum() / (T.shape[0] * k))
 
 
 def cur_grid(
@@ -276,9 +269,11 @@ def cur_grid(
     n_test: int,
     seed: int = 0,
     budget: int | None = None,
+    m: int | None = None,
     k: int = 10,
+    pinv_rules: Sequence[str] = ("cutoff",),
 ) -> pd.DataFrame:
-    """ANNCUR's approximation error and Top-k-Recall@B_CE for every (k_q, k_i) ([ANNCUR] Fig. 6, 8).
+    """ANNCUR's approximation error and Top-k-Recall for every (k_q, k_i) and pinv rule ([ANNCUR] Fig. 6, 8).
 
     One seeded permutation of the queries fixes the ``n_test`` held-out test queries (the same for
     every cell) and the order in which the other queries become anchor queries: Q_anc = the first k_q
@@ -287,18 +282,23 @@ def cur_grid(
     comparable; two matrices of the same shape get the same anchors and test queries for the same
     seed, so two CEs are compared "for the same choice of anchor queries and anchor items" (§3.3).
 
-    Every cell computes what :class:`~xenbench.methods.cur.AnnCur` fitted on R_anc = M[Q_anc] with anchor
-    items I_anc computes (U = pinv(R_anc[:, I_anc]) with the same cut-off, ŝ = f(q, I_anc) · U · R_anc
-    for the test queries), and, with a budget, the Top-k-Recall of
-    :func:`~xenbench.methods.adacur.anncur_with_budget` (k_i anchor calls, then the B_CE − k_i non-anchor items
-    with the highest ŝ; anchors re-ranked for free). It does so from one SVD of R_anc[:, I_anc] per
-    cell, which also gives the condition number, and without a BudgetCounter; the tests check that
-    it agrees with the AnnCur / anncur_with_budget path.
+    Every cell computes what :class:`~xenbench.methods.cur.AnnCur` ``(k_i, pinv=rule)`` fitted on R_anc = M[Q_anc]
+    with anchor items I_anc computes (U = pinv(R_anc[:, I_anc]) with the rule's cut-off,
+    :data:`~xenbench.methods.cur.PINV_RULES`; ŝ = f(q, I_anc) · U · R_anc for the test queries), and two recalls:
+
+    * the paper's **Top-k-Recall@m** ([ANNCUR] Fig. 6, and the authors' code): the m items with the highest ŝ over
+      all items are retrieved and re-ranked exactly; the k_i anchor calls are not counted in m;
+    * **Top-k-Recall at a budget of B_CE CE calls**, of :func:`~xenbench.methods.adacur.anncur_with_budget`: k_i
+      anchor calls, then the B_CE − k_i non-anchor items with the highest ŝ, anchors re-ranked for free (the
+      "free anchors" rule, :data:`~xenbench.methods.cur.BUDGET_RULES`).
+
+    It does so from one SVD of R_anc[:, I_anc] per cell, which also gives the condition number, and without a
+    BudgetCounter; the tests check that it agrees with the AnnCur / anncur_with_budget path.
 
     Parameters
     ----------
     M : ndarray of shape (n_queries, n_items)
-        Exact CE scores of a domain (converted to float64).
+        Exact CE scores of a domain (converted to float64; its dtype sets the "cutoff" rule's precision).
     k_q_values : sequence of int
         Numbers of anchor queries k_q, each in [1, n_queries − n_test], distinct.
     k_i_values : sequence of int
@@ -308,37 +308,41 @@ def cur_grid(
     seed : int, default 0
         Seed of both permutations.
     budget : int, optional
-        B_CE, CE calls per test query for the recall column; cells with k_i > B_CE get NaN recall.
-        None: no recall column.
+        B_CE, CE calls per test query for ``recall_at_budget``; cells with k_i > B_CE get NaN. None: no such column.
+    m : int, optional
+        Items retrieved for ``recall_at_m``, in [1, n_items]. None: no such column.
     k : int, default 10
-        Size of the exact top-k of Top-k-Recall@B_CE.
+        Size of the exact top-k of both recalls.
+    pinv_rules : sequence of str, default ("cutoff",)
+        Pinv rules of :data:`~xenbench.methods.cur.PINV_RULES`, distinct; every cell is computed under each.
 
     Returns
     -------
     grid : DataFrame
-        One row per (k_q, k_i), in the order of the arguments, with columns
+        One row per (pinv rule, k_q, k_i), in the order of the arguments, with columns
 
-        ``k_q``, ``k_i``: the cell;
+        ``pinv``: the rule; ``k_q``, ``k_i``: the cell;
         ``diagonal``: k_q == k_i (R_anc[:, I_anc] square, §B.2);
         ``error``: ‖M_test − M̃_test‖_F / ‖M_test‖_F (§B.1, Fig. 8);
         ``error_centered``: ‖M_test − M̃_test‖_F / ‖M_test − row means‖_F, the same error relative
         to the per-query variation of the scores (a large per-query offset, which ranks nothing,
         makes ``error`` look small);
         ``cond``: condition number σ_max / σ_min of R_anc[:, I_anc] (inf if singular);
-        ``recall``: Top-k-Recall@B_CE on the test queries, in [0, 1] (only with a budget).
+        ``recall_at_m``: the paper's Top-k-Recall@m on the test queries, in [0, 1] (only with ``m``);
+        ``recall_at_budget``: Top-k-Recall at B_CE CE calls, in [0, 1] (only with ``budget``).
 
     Raises
     ------
     ParameterError
-        Out-of-range or repeated k values, ``n_test``, ``budget``, ``k`` or ``seed``.
+        Out-of-range or repeated k values, ``n_test``, ``budget``, ``m``, ``k``, ``seed`` or an unknown pinv rule.
 
     Examples
     --------
     >>> rng = np.random.default_rng(0)
     >>> M = rng.standard_normal((60, 3)) @ rng.standard_normal((3, 80))  # rank 3
-    >>> g = cur_grid(M, [5, 10], [4, 8], n_test=20, budget=20, k=5)
-    >>> bool((g["error"] < 1e-8).all()), g["recall"].tolist()
-    (True, [1.0, 1.0, 1.0, 1.0])
+    >>> g = cur_grid(M, [5, 10], [4, 8], n_test=20, budget=20, m=10, k=5)
+    >>> bool((g["error"] < 1e-8).all()), g["recall_at_budget"].tolist(), g["recall_at_m"].tolist()
+    (True, [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0])
     """
     owner = "cur_grid"
     stored = _check_matrix(M, owner)
@@ -355,6 +359,12 @@ def cur_grid(
     k = check_int(k, "k", 1, n_items, owner, f"n_items={n_items}")
     if budget is not None:
         budget = check_int(budget, "budget", 1, n_items, owner, f"n_items={n_items}")
+    if m is not None:
+        m = check_int(m, "m", 1, n_items, owner, f"n_items={n_items}")
+    rules = list(pinv_rules) if isinstance(pinv_rules, (list, tuple)) else []
+    if not rules or len(set(rules)) != len(rules) or any(r not in PINV_RULES for r in rules):
+        raise ParameterError("pinv_rules", f"a non-empty list of distinct rules of {list(PINV_RULES)}", pinv_rules,
+                             owner)
 
     rng = np.random.default_rng(seed)
     query_order = rng.permutation(n_queries)
@@ -367,34 +377,36 @@ def cur_grid(
     norm_centered = np.linalg.norm(M_test - M_test.mean(axis=1, keepdims=True))
     if norm == 0:
         raise ParameterError("M", "test queries with a non-zero Frobenius norm", "all-zero test rows", owner)
-
-    if budget is not None:
-        T = np.zeros(M_test.shape, dtype=bool)  # exact top-k of every test query
-        np.put_along_axis(T, topk_indices(M_test, k), True, axis=1)
+    T = np.zeros(M_test.shape, dtype=bool)  # exact top-k of every test query
+    np.put_along_axis(T, topk_indices(M_test, k), True, axis=1)
 
     rows = []
-    for k_q in k_qs:
-        R_anc = M[pool[:k_q]]  # (k_q, n_items)
-        for k_i in k_is:
-            anchors = item_order[:k_i]
-            intersection = R_anc[:, anchors]  # R_anc[:, I_anc], (k_q, k_i)
-            # One SVD gives both U = pinv(R_anc[:, I_anc]) (same cut-off as AnnCur.fit) and the
-            # condition number; tests check that this path equals AnnCur + anncur_with_budget.
-            u, sv, vt = np.linalg.svd(intersection, full_matrices=False)
-            keep = sv > pinv_rtol(intersection.shape, score_dtype) * sv[0]  # cut-off from the stored precision
-            C_test = M_test[:, anchors]  # e_q = f(q, I_anc), (n_test, k_i)
-            weights = ((C_test @ vt[keep].T) / sv[keep]) @ u[:, keep].T  # C_test · U, (n_test, k_q)
-            M_hat = weights @ R_anc  # ŝ for all items, (n_test, n_items)
-            diff = np.linalg.norm(M_test - M_hat)
-            row = {
-                "k_q": k_q, "k_i": k_i, "diagonal": k_q == k_i,
-                "error": float(diff / norm),
-                "error_centered": float(diff / norm_centered) if norm_centered > 0 else float("inf"),
-                "cond": float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf"),
-            }
-            if budget is not None:
-                row["recall"] = _recall_at_budget(M_hat, T, anchors, budget, k) if k_i <= budget else float("nan")
-            rows.append(row)
+    for rule in rules:
+        for k_q in k_qs:
+            R_anc = M[pool[:k_q]]  # (k_q, n_items)
+            for k_i in k_is:
+                anchors = item_order[:k_i]
+                intersection = R_anc[:, anchors]  # R_anc[:, I_anc], (k_q, k_i)
+                # One SVD gives both U = pinv(R_anc[:, I_anc]) (the cut-off of AnnCur(pinv=rule).fit) and the
+                # condition number; tests check that this path equals AnnCur + anncur_with_budget.
+                u, sv, vt = np.linalg.svd(intersection, full_matrices=False)
+                keep = sv > pinv_cutoff(intersection.shape, score_dtype, rule) * sv[0]
+                C_test = M_test[:, anchors]  # e_q = f(q, I_anc), (n_test, k_i)
+                weights = ((C_test @ vt[keep].T) / sv[keep]) @ u[:, keep].T  # C_test · U, (n_test, k_q)
+                M_hat = weights @ R_anc  # ŝ for all items, (n_test, n_items)
+                diff = np.linalg.norm(M_test - M_hat)
+                row = {
+                    "pinv": rule, "k_q": k_q, "k_i": k_i, "diagonal": k_q == k_i,
+                    "error": float(diff / norm),
+                    "error_centered": float(diff / norm_centered) if norm_centered > 0 else float("inf"),
+                    "cond": float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf"),
+                }
+                if m is not None:
+                    row["recall_at_m"] = _found(T, topk_indices(M_hat, m), k)
+                if budget is not None:
+                    row["recall_at_budget"] = (_found(T, rerank_candidates(M_hat, anchors, budget), k)
+                                               if k_i <= budget else float("nan"))
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -405,13 +417,13 @@ def diagonal_spike(grid: pd.DataFrame, value: str = "error") -> pd.DataFrame:
     that is also one of the k_i values, this reports the value on the diagonal, at the nearest
     smaller and larger k_i of the grid, and the ratio of the diagonal value to the better-behaved
     of its two neighbours (for ``error``/``error_centered``/``cond``: the larger neighbour, so a
-    ratio > 1 means the diagonal is worse than both; for ``recall``: the smaller neighbour, ratio < 1
+    ratio > 1 means the diagonal is worse than both; for a recall column: the smaller neighbour, ratio < 1
     means worse than both).
 
     Parameters
     ----------
     grid : DataFrame
-        Output of :func:`cur_grid` (columns ``k_q``, ``k_i`` and ``value``).
+        Output of :func:`cur_grid` for one pinv rule (columns ``k_q``, ``k_i`` and ``value``).
     value : str, default "error"
         Column to compare.
 
@@ -427,7 +439,10 @@ def diagonal_spike(grid: pd.DataFrame, value: str = "error") -> pd.DataFrame:
     if value not in grid.columns:
         raise ParameterError("value", f"a column of grid, one of {sorted(set(grid.columns) - {'k_q', 'k_i'})}",
                              value, "diagonal_spike")
-    higher_is_better = value == "recall"
+    if "pinv" in grid.columns and grid["pinv"].nunique() > 1:
+        raise ParameterError("grid", "the cells of one pinv rule (select grid[grid['pinv'] == rule])",
+                             f"rules {list(grid['pinv'].unique())}", "diagonal_spike")
+    higher_is_better = value.startswith("recall")
     out = []
     for k_q, part in grid.groupby("k_q", sort=True):
         part = part.sort_values("k_i")
@@ -745,57 +760,74 @@ def cur_grids(matrices: Mapping[str, np.ndarray], k_q_values: Sequence[int], k_i
                      ignore_index=True)
 
 
-def diagonal_spikes(grid: pd.DataFrame, values: Sequence[str] = ("error_centered", "recall", "cond")) -> pd.DataFrame:
-    """:func:`diagonal_spike` of every CE of a :func:`cur_grids` table for every value column.
+def _rules(grid: pd.DataFrame) -> list[str]:
+    return list(grid["pinv"].unique()) if "pinv" in grid.columns else ["cutoff"]
+
+
+def _of_rule(grid: pd.DataFrame, rule: str) -> pd.DataFrame:
+    return grid[grid["pinv"] == rule] if "pinv" in grid.columns else grid
+
+
+def diagonal_spikes(grid: pd.DataFrame,
+                    values: Sequence[str] = ("error_centered", "recall_at_m", "recall_at_budget", "cond")) -> pd.DataFrame:
+    """:func:`diagonal_spike` of every CE and pinv rule of a :func:`cur_grids` table for every value column.
 
     Parameters
     ----------
     grid : DataFrame
         Output of :func:`cur_grids` (with a ``ce`` column).
-    values : sequence of str, default ("error_centered", "recall", "cond")
-        Columns to compare.
+    values : sequence of str, default ("error_centered", "recall_at_m", "recall_at_budget", "cond")
+        Columns to compare (those absent from ``grid`` are skipped).
 
     Returns
     -------
     spikes : DataFrame
-        The columns of :func:`diagonal_spike` plus ``ce`` and ``value``; CEs in order of appearance,
-        then values.
+        The columns of :func:`diagonal_spike` plus ``ce``, ``pinv`` and ``value``; rules, then CEs in order of
+        appearance, then values.
     """
     if not isinstance(grid, pd.DataFrame) or "ce" not in grid.columns:
         raise ParameterError("grid", "a DataFrame from cur_grids (with a 'ce' column)", type(grid).__name__,
                              "diagonal_spikes")
-    return pd.concat([diagonal_spike(grid[grid["ce"] == ce], value).assign(ce=ce, value=value)
-                      for ce in grid["ce"].unique() for value in values], ignore_index=True)
+    return pd.concat([diagonal_spike(part[part["ce"] == ce], value).assign(ce=ce, pinv=rule, value=value)
+                      for rule in _rules(grid) for part in [_of_rule(grid, rule)] for ce in grid["ce"].unique()
+                      for value in values if value in grid.columns], ignore_index=True)
 
 
 def spike_summary(spikes: pd.DataFrame) -> pd.DataFrame:
-    """Min, median and max of the diagonal/neighbour ratio per (ce, value) of :func:`diagonal_spikes`."""
-    return spikes.groupby(["ce", "value"])["ratio"].agg(["min", "median", "max"])
+    """Min, median and max of the diagonal/neighbour ratio per (pinv, ce, value) of :func:`diagonal_spikes`."""
+    by = ["pinv", "ce", "value"] if "pinv" in spikes.columns else ["ce", "value"]
+    return spikes.groupby(by)["ratio"].agg(["min", "median", "max"])
 
 
-_CUR_VALUES = ["error", "error_centered", "recall"]
+#: The CUR quality columns of :func:`cur_grid` compared between CEs: lower is better for the errors, higher for the
+#: recalls (the paper's Top-k-Recall@m and recall at a budget of B_CE CE calls).
+_CUR_VALUES = ["error", "error_centered", "recall_at_m", "recall_at_budget"]
+
+
+def _values(grid: pd.DataFrame) -> list[str]:
+    return [v for v in _CUR_VALUES if v in grid.columns]
 
 
 def offdiagonal_summary(grid: pd.DataFrame) -> pd.DataFrame:
-    """Min, median and max of error, error_centered and recall over the k_q ≠ k_i cells, per CE.
+    """Min, median and max of the errors and recalls over the k_q ≠ k_i cells, per pinv rule and CE.
 
     Parameters
     ----------
     grid : DataFrame
-        Output of :func:`cur_grids` (columns ``ce``, ``diagonal``, ``error``, ``error_centered``,
-        ``recall``).
+        Output of :func:`cur_grids` (columns ``ce``, ``diagonal``, ``error``, ``error_centered``, and the recalls).
 
     Returns
     -------
     summary : DataFrame
-        Index: the CEs (sorted); columns: (value, statistic).
+        Index: (pinv, CE), sorted; columns: (value, statistic).
     """
     off = grid[~grid["diagonal"]]
-    return off.groupby("ce")[_CUR_VALUES].agg(["min", "median", "max"])
+    by = ["pinv", "ce"] if "pinv" in grid.columns else ["ce"]
+    return off.groupby(by)[_values(grid)].agg(["min", "median", "max"])
 
 
-def emb_wins(grid: pd.DataFrame, cls_ce: str, emb_ce: str) -> dict[str, int]:
-    """In how many k_q ≠ k_i cells of a :func:`cur_grids` table ``emb_ce`` beats ``cls_ce``.
+def emb_wins(grid: pd.DataFrame, cls_ce: str, emb_ce: str, *, pinv: str = "cutoff") -> dict[str, int]:
+    """In how many k_q ≠ k_i cells of a :func:`cur_grids` table ``emb_ce`` beats ``cls_ce``, under one pinv rule.
 
     Parameters
     ----------
@@ -803,23 +835,26 @@ def emb_wins(grid: pd.DataFrame, cls_ce: str, emb_ce: str) -> dict[str, int]:
         Output of :func:`cur_grids`.
     cls_ce, emb_ce : str
         The two CEs (values of the ``ce`` column).
+    pinv : str, default "cutoff"
+        The pinv rule whose cells are compared (:data:`~xenbench.methods.cur.PINV_RULES`).
 
     Returns
     -------
     wins : dict
-        ``error`` and ``error_centered``: cells where ``emb_ce`` has the strictly lower value;
-        ``recall``: cells where it has the strictly higher recall (cells without recall skipped);
-        ``cells``: off-diagonal cells; ``cells_with_recall``: those with a recall for both CEs.
+        ``error`` and ``error_centered``: cells where ``emb_ce`` has the strictly lower value; ``recall_at_m`` and
+        ``recall_at_budget``: cells where it has the strictly higher recall (cells without one skipped);
+        ``cells``: off-diagonal cells; ``cells_with_recall_at_budget``: those with a recall at the budget for both.
     """
-    off = grid[~grid["diagonal"]]
-    wide = off.pivot_table(index=["k_q", "k_i"], columns="ce", values=_CUR_VALUES)
-    return {
-        "error": int((wide["error"][emb_ce] < wide["error"][cls_ce]).sum()),
-        "error_centered": int((wide["error_centered"][emb_ce] < wide["error_centered"][cls_ce]).sum()),
-        "recall": int((wide["recall"][emb_ce] > wide["recall"][cls_ce]).dropna().sum()),
-        "cells": len(wide),
-        "cells_with_recall": int(wide["recall"].notna().all(axis=1).sum()),
-    }
+    off = _of_rule(grid, pinv)
+    off = off[~off["diagonal"]]
+    values = _values(grid)
+    wide = off.pivot_table(index=["k_q", "k_i"], columns="ce", values=values)
+    wins = {v: int(((wide[v][emb_ce] > wide[v][cls_ce]) if v.startswith("recall")
+                    else (wide[v][emb_ce] < wide[v][cls_ce])).sum()) for v in values}
+    wins["cells"] = len(wide)
+    if "recall_at_budget" in values:
+        wins["cells_with_recall_at_budget"] = int(wide["recall_at_budget"].notna().all(axis=1).sum())
+    return wins
 
 
 def lowest(values: Mapping[str, float]) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xenbench import provenance
 from xenbench._io import REPO_ROOT, write_text_atomic
 from xenbench._lazy import submodules
 from xenbench.errors import DataError, ParameterError, XenbenchError
@@ -39,6 +40,8 @@ __all__ = [
     "load_results",
     "show",
     "readme_section",
+    "provenance_line",
+    "refuse_uncommittable",
     "update_readme",
 ]
 
@@ -143,31 +146,85 @@ def cost_line(doc: Mapping[str, Any]) -> str | None:
             f"resident memory.")
 
 
+def provenance_line(doc: Mapping[str, Any]) -> str:
+    """Which commit, versions and machine produced a results document (its ``provenance``), in one sentence."""
+    prov = doc.get("provenance")
+    if not isinstance(prov, Mapping) or not isinstance(prov.get("git"), Mapping):
+        return "No provenance: this file was written before runs recorded their commit, versions and inputs."
+    git, machine = prov["git"], prov.get("machine") or {}
+    state = {True: "a dirty tree", False: "a clean tree", None: "no git checkout"}[git.get("dirty")]
+    packages = ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items() if v)
+    return (f"Produced at commit `{str(git.get('commit') or 'unknown')[:12]}` ({state}) with xenbench "
+            f"{prov.get('xenbench')}, {packages}, on {machine.get('gpu') or machine.get('device')} "
+            f"({machine.get('cpu')}, {machine.get('cores')} cores), from {len(prov.get('inputs') or [])} hashed inputs.")
+
+
+def _committed_paths(folder: Path) -> list[Path]:
+    paths = [p for p in folder.glob("*.results.json") if p.name.split(".")[-3] in README_PROFILES]
+    return sorted(paths, key=lambda p: (p.name.split(".")[0], README_PROFILES.index(p.name.split(".")[-3])))
+
+
+def refuse_uncommittable(results_dir: str | os.PathLike[str] = RESULTS_DIR, *,
+                         allow_no_provenance: bool = False) -> list[Path]:
+    """Refuse a committed results file that cannot say what produced it (:func:`xenbench.provenance.refusal`).
+
+    Parameters
+    ----------
+    results_dir
+        Folder of the committed ``<name>.<profile>.results.json``.
+    allow_no_provenance
+        Admit files without any provenance (written before it was recorded); a run from a dirty tree or from
+        outside a git checkout is refused regardless.
+
+    Returns
+    -------
+    list of Path
+        The files admitted without provenance (empty unless ``allow_no_provenance``).
+
+    Raises
+    ------
+    DataError
+        Naming the first file refused and why.
+    """
+    legacy = []
+    for path in _committed_paths(Path(results_dir)):
+        doc = load_results(path)
+        problem = provenance.refusal(doc)
+        if problem is None:
+            continue
+        if allow_no_provenance and "provenance" not in doc:
+            legacy.append(path)
+            continue
+        raise DataError(path, f"refused: this results file {problem}")
+    return legacy
+
+
 def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
     """Markdown of the findings of every committed ``<name>.<profile>.results.json`` of :data:`README_PROFILES`, in
     notebook order, each with what its run cost (:func:`cost_line`)."""
-    folder = Path(results_dir)
     fns = registered()
     parts = []
-    paths = [p for p in folder.glob("*.results.json") if p.name.split(".")[-3] in README_PROFILES]
-    for path in sorted(paths, key=lambda p: (p.name.split(".")[0], README_PROFILES.index(p.name.split(".")[-3]))):
+    for path in _committed_paths(Path(results_dir)):
         doc = load_results(path)
         name = doc["notebook"]
         if name not in fns:
             raise DataError(path, f"no findings function is registered for notebook {name!r}")
         head = f"**{name}**" + (f", profile `{doc['profile']}`" if doc["profile"] != "full" else "")
-        body = _lines_of(path, doc) + [line for line in [cost_line(doc)] if line]
+        body = _lines_of(path, doc) + [line for line in [cost_line(doc)] if line] + [provenance_line(doc)]
         parts.append(f"{head} (`notebooks/results/{path.name}`):\n\n" + "\n".join(f"* {line}" for line in body))
     return "\n\n".join(parts)
 
 
 def update_readme(readme: str | os.PathLike[str], results_dir: str | os.PathLike[str] = RESULTS_DIR, *,
-                  write: bool = True) -> bool:
+                  write: bool = True, allow_no_provenance: bool = False) -> bool:
     """Replace the README's block between :data:`README_BEGIN` and :data:`README_END` by :func:`readme_section`.
 
     Returns whether the block changed (with ``write=False``: whether it is stale). The file is replaced
-    atomically.
+    atomically. Writing first refuses results files that cannot say what produced them
+    (:func:`refuse_uncommittable`, which ``allow_no_provenance`` is passed to).
     """
+    if write:
+        refuse_uncommittable(results_dir, allow_no_provenance=allow_no_provenance)
     path = Path(readme)
     text = path.read_text(encoding="utf-8")
     start, end = text.find(README_BEGIN), text.find(README_END)

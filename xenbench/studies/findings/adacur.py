@@ -82,6 +82,16 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         lines.append(f"Anchor-seed variance alone: the widest range over seeds within one split is {top['method']} "
                      f"Top-{int(top['k'])} at B_CE = {int(top['budget'])}, from {top['min']:.3f} to {top['max']:.3f} "
                      f"(split {int(top['split_seed'])}); a single-seed result can sit anywhere in such a range.")
+    gap = pd.DataFrame(results.get("budget_rules") or [])
+    if not gap.empty:  # runs that also ran ANNCUR under the authors' budget rule
+        lines.append("ANNCUR's budget rule: re-ranking the anchors for free and spending every slot on other items "
+                     "(ADACUR §2.2, footnote 1; xenbench's default) instead of re-ranking the top B_CE − k_i items by "
+                     "ŝ over all items, where anchors take slots (the ANNCUR authors' code), changes test recall at "
+                     "the same split, seed and k_i by " + "; ".join(
+                         f"Top-{int(r.k)} at B_CE = {int(r.budget)}: {100 * r.mean:+.2f} points on average "
+                         f"({r.recall_free_anchors:.3f} vs {r.recall_authors_code:.3f}; from {100 * r.min:+.2f} to "
+                         f"{100 * r.max:+.2f} over {int(r.cells)} split × seed × k_i cells)"
+                         for r in gap.sort_values(["budget", "k"]).itertuples()) + ".")
     ann = summary[(summary["method"] == "ANNCUR") & (summary["k"] == summary["k"].min())]
     for r in ann.itertuples():
         lines.append(f"ANNCUR (dev-chosen k_i) Top-{int(r.k)}-Recall at B_CE = {int(r.budget)}: {r.mean:.3f} "

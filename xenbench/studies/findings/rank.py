@@ -7,6 +7,11 @@ the raw spectrum, the same on the row-centered spectrum, energy ranks), the skew
 better over the off-diagonal grid cells, "beats" only where a paired sign test over those cells gives p < 0.05
 (the cells share test queries and nested anchors, so they are not independent: a rough guard, not an exact
 test).
+
+Two pinv rules (:data:`xenbench.methods.cur.PINV_RULES`): the CE comparison uses xenbench's cut-off
+(:data:`MAIN_RULE`); the §B.2 line reports the k_q = k_i spike under both, the authors' plain pinv and the cut-off.
+Two recalls, each named: the paper's Top-k-Recall@m (Fig. 6: m retrieved items, the anchor calls not counted) and
+Top-k-Recall at a total budget of B_CE CE calls (anchor calls included, anchors re-ranked for free).
 """
 from __future__ import annotations
 
@@ -34,6 +39,10 @@ from xenbench.studies.rank import (
 MUCH_LOWER = 2.0
 #: Significance level of the paired sign test that decides "beats" vs "within noise".
 ALPHA = 0.05
+#: The pinv rule of the CE comparison (ranks → CUR quality); the §B.2 line reports every rule of the grid.
+MAIN_RULE = "cutoff"
+_PINV_NAMES = {"plain": "the plain pinv (NumPy's default cut-off 1e-15, as the ANNCUR authors' code)",
+               "cutoff": "xenbench's cut-off (singular values below max(k_q, k_i)·eps(float32)·σ₁ dropped)"}
 
 _RULE_NAMES = {
     NUMPY_RANK: "numpy's default tolerance on the raw spectrum",
@@ -54,9 +63,10 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
     skew_table : DataFrame
         :func:`xenbench.studies.rank.skew_table`.
     grid : DataFrame
-        :func:`xenbench.studies.rank.cur_grids` (recall column needed).
+        :func:`xenbench.studies.rank.cur_grids` (both recall columns needed); only the cells of :data:`MAIN_RULE`
+        are used.
     spikes : DataFrame
-        :func:`xenbench.studies.rank.diagonal_spikes` (with value ``error_centered``).
+        :func:`xenbench.studies.rank.diagonal_spikes` (with value ``error_centered``); :data:`MAIN_RULE` only.
     cls_ce, emb_ce : str
         The [CLS]-CE and the [EMB]-CE compared (:func:`xenbench.studies.rank.ce_roles`).
 
@@ -68,9 +78,9 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
         ``energy_rank_ratio_cls_over_emb``, ``lower_energy_rank`` (CE or "tie"), ``median_skewness``,
         ``median_offdiag`` ({ce: {error, error_centered, recall}} medians over k_q ≠ k_i),
         ``median_diagonal_spike_error_centered`` ({ce: median ratio}), ``better_error_centered``,
-        ``better_recall``, ``better_error`` (CE with the better median, or "tie"), ``lower_numpy_rank``, and
-        ``sign_tests`` ({value: :func:`~xenbench.studies.rank.paired_sign_test` of emb vs cls over the off-diagonal
-        cells, "lower" = emb better; for recall, higher is better so the test is on −recall}).
+        ``better_recall_at_m``, ``better_recall_at_budget``, ``better_error`` (CE with the better median, or "tie"),
+        ``lower_numpy_rank``, and ``sign_tests`` ({value: :func:`~xenbench.studies.rank.paired_sign_test` of emb vs cls
+        over the off-diagonal cells, "lower" = emb better; for a recall, higher is better so the test is on −recall}).
     """
     owner = "rank_verdict"
     r_all = _rank_column(ranks_table, NUMPY_RANK, owner)
@@ -81,11 +91,15 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
     r_np = {ce: r_all[ce] for ce in pair}
     r99 = _rank_column(ranks_table, energy_label(0.99, centered=True), owner)
     r99c = {ce: r99[ce] for ce in pair}
+    if "pinv" in grid.columns:
+        grid = grid[grid["pinv"] == MAIN_RULE]
+    if "pinv" in spikes.columns:
+        spikes = spikes[spikes["pinv"] == MAIN_RULE]
     off = grid[~grid["diagonal"] & grid["ce"].isin(pair)]
     med = off.groupby("ce")[_CUR_VALUES].median()
     wide = off.pivot_table(index=["k_q", "k_i"], columns="ce", values=_CUR_VALUES, dropna=False)
-    sign = {v: paired_sign_test(wide[v][emb_ce] * (-1 if v == "recall" else 1),
-                                wide[v][cls_ce] * (-1 if v == "recall" else 1)) for v in _CUR_VALUES}
+    sign = {v: paired_sign_test(wide[v][emb_ce] * (-1 if v.startswith("recall") else 1),
+                                wide[v][cls_ce] * (-1 if v.startswith("recall") else 1)) for v in _CUR_VALUES}
     sp = spikes[(spikes["value"] == "error_centered") & spikes["ce"].isin(pair)]
     return {
         "cls_ce": cls_ce, "emb_ce": emb_ce,
@@ -99,7 +113,8 @@ def rank_verdict(ranks_table: pd.DataFrame, skew_table: pd.DataFrame, grid: pd.D
         "median_offdiag": {ce: {k: float(v) for k, v in row.items()} for ce, row in med.to_dict(orient="index").items()},
         "median_diagonal_spike_error_centered": {str(k): float(v) for k, v in sp.groupby("ce")["ratio"].median().items()},
         "better_error_centered": lowest({ce: med.loc[ce, "error_centered"] for ce in pair}),
-        "better_recall": lowest({ce: -med.loc[ce, "recall"] for ce in pair}),
+        "better_recall_at_m": lowest({ce: -med.loc[ce, "recall_at_m"] for ce in pair}),
+        "better_recall_at_budget": lowest({ce: -med.loc[ce, "recall_at_budget"] for ce in pair}),
         "better_error": lowest({ce: med.loc[ce, "error"] for ce in pair}),
         "lower_numpy_rank": lowest(r_np),
         "sign_tests": sign,
@@ -192,7 +207,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     ces, ranks, skew, grid, spikes = _frames(results)
     shape = results.get("shape")
     params = results.get("params", {})
-    k, budget = params.get("k"), params.get("budget")
+    k, budget, m = params.get("k"), params.get("budget"), params.get("m")
     orderings = rank_orderings(ranks, tuple(_RULE_NAMES))
     cls_ce, emb_ces = ce_roles(results["layouts"])
     out = []
@@ -219,19 +234,18 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         out.append(f"Median per-query skewness: {cls_ce} {sk[cls_ce]:.2f}, {emb_ce} {sk[emb_ce]:.2f}"
                    + (f": {more}'s scores are the more right-skewed." if more != "tie" else ": equal."))
         med = v["median_offdiag"]
-        recall = f"Top-{k}-Recall@{budget}" if k and budget else "recall"
-        out.append(f"CUR over the k_q ≠ k_i cells (medians, {cls_ce} vs {emb_ce}): error_centered "
-                   f"{med[cls_ce]['error_centered']:.3f} vs {med[emb_ce]['error_centered']:.3f}, {recall} "
-                   f"{med[cls_ce]['recall']:.3f} vs {med[emb_ce]['recall']:.3f}, ANNCUR's error "
-                   f"{med[cls_ce]['error']:.3f} vs {med[emb_ce]['error']:.3f}; "
-                   + "; ".join([_comparison(v, "error_centered", "error_centered"), _comparison(v, "recall", recall)])
-                   + ".")
-        sp = v["median_diagonal_spike_error_centered"]
-        if cls_ce in sp and emb_ce in sp:
-            out.append(f"At k_q = k_i (ANNCUR §B.2) error_centered is {sp[cls_ce]:.1f}× ({cls_ce}) and "
-                       f"{sp[emb_ce]:.1f}× ({emb_ce}) the worse neighbour's (median over the diagonal cells).")
-        better = {value: _winner(v, value) for value in ("error_centered", "recall")}
-        cur_better = better["error_centered"] if better["error_centered"] == better["recall"] else None
+        at_m = f"the paper's Top-{k}-Recall@{m} ({m} items retrieved by ŝ, anchor calls not counted)"
+        at_b = f"Top-{k}-Recall at B_CE = {budget} CE calls (anchor calls included, anchors re-ranked free)"
+        out.append(f"CUR with {_PINV_NAMES[MAIN_RULE]} over the k_q ≠ k_i cells (medians, {cls_ce} vs {emb_ce}): "
+                   f"error_centered {med[cls_ce]['error_centered']:.3f} vs {med[emb_ce]['error_centered']:.3f}, "
+                   f"{at_m} {med[cls_ce]['recall_at_m']:.3f} vs {med[emb_ce]['recall_at_m']:.3f}, "
+                   f"{at_b} {med[cls_ce]['recall_at_budget']:.3f} vs {med[emb_ce]['recall_at_budget']:.3f}, "
+                   f"ANNCUR's error {med[cls_ce]['error']:.3f} vs {med[emb_ce]['error']:.3f}; "
+                   + "; ".join([_comparison(v, "error_centered", "error_centered"),
+                                _comparison(v, "recall_at_m", f"Top-{k}-Recall@{m}"),
+                                _comparison(v, "recall_at_budget", f"recall at B_CE = {budget}")]) + ".")
+        better = {value: _winner(v, value) for value in ("error_centered", "recall_at_m", "recall_at_budget")}
+        cur_better = better["error_centered"] if len(set(better.values())) == 1 else None
         agree = []
         for rule in _RULE_NAMES:
             low = lowest({ce: _rank_column(ranks, rule, "findings")[ce] for ce in (cls_ce, emb_ce)})
@@ -243,7 +257,41 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                 verdict = "agrees" if low == cur_better else "does not agree"
             agree.append(f"{_RULE_NAMES[rule]} (lower: {low}) {verdict}")
         out.append(f"Does the lower rank predict the better CUR ({emb_ce} vs {cls_ce})? " + "; ".join(agree) + ".")
+    out += _spike_lines(spikes, [cls_ce, *emb_ces])
+    out += _recall_definitions(grid, k, m, budget)
     return out
+
+
+def _spike_lines(spikes: pd.DataFrame, ces: list[str]) -> list[str]:
+    """The §B.2 spike of error_centered under every pinv rule of the run (median over the diagonal cells)."""
+    sp = spikes[spikes["value"] == "error_centered"]
+    if "pinv" not in sp.columns:
+        sp = sp.assign(pinv=MAIN_RULE)
+    parts = []
+    for rule in [r for r in ("plain", "cutoff") if r in set(sp["pinv"])]:
+        med = sp[sp["pinv"] == rule].groupby("ce")["ratio"].median()
+        parts.append(f"with {_PINV_NAMES[rule]}: " + ", ".join(f"{med[ce]:.1f}× ({ce})" for ce in ces if ce in med))
+    if not parts:
+        return []
+    return ["At k_q = k_i (ANNCUR §B.2), error_centered over the worse neighbour's (median over the diagonal cells) "
+            + "; ".join(parts) + "."]
+
+
+def _recall_definitions(grid: pd.DataFrame, k: Any, m: Any, budget: Any) -> list[str]:
+    """How far the paper's Top-k-Recall@m lies above recall at B_CE calls off the diagonal (cut-off rule): the two
+    definitions differ by the k_i anchor calls, which only the budget charges."""
+    if not {"recall_at_m", "recall_at_budget"} <= set(grid.columns) or m != budget:
+        return []
+    g = grid[grid["pinv"] == MAIN_RULE] if "pinv" in grid.columns else grid
+    off = g[~g["diagonal"]].dropna(subset=["recall_at_budget"])
+    if off.empty:
+        return []
+    gap = 100 * (off["recall_at_m"] - off["recall_at_budget"])
+    worst = off.loc[gap.idxmax()]
+    return [f"Both recalls with m = B_CE = {budget}: the paper's Top-{k}-Recall@{m} is {gap.mean():+.1f} points above "
+            f"Top-{k}-Recall at B_CE = {budget} calls on average over the k_q ≠ k_i cells (most "
+            f"{gap.max():+.1f} at k_q = {int(worst['k_q'])}, k_i = {int(worst['k_i'])}, {worst['ce']}): the budget "
+            f"charges the k_i anchor calls, the paper's m does not."]
 
 
 def _winner(v: Mapping[str, Any], value: str) -> str | None:

@@ -173,18 +173,19 @@ def cur_heatmaps(
         Columns ``k_q``, ``k_i``, ``value`` and, for several panels, ``facet`` (e.g. the concatenated
         grids of two CEs with a ``ce`` column).
     value : str
-        Column to show: ``error``, ``error_centered``, ``recall``, ``cond``.
+        Column to show: ``error``, ``error_centered``, ``recall_at_m``, ``recall_at_budget``, ``cond``.
     facet : str or None
         Column naming the panels.
     log_color : bool, optional
         Colour by log10 of the value (the diagonal spike is orders of magnitude above the other
-        errors and would wash them out). Default: True for every column but ``recall``.
+        errors and would wash them out). Default: True for every column but the recalls.
     zmin, zmax : float, optional
         Colour range (in the value's units). Default: the data's range; recall defaults to [0, 1].
     """
+    is_recall = value.startswith("recall")  # recall, recall_at_m, recall_at_budget: higher is better, in [0, 1]
     if log_color is None:
-        log_color = value != "recall"
-    if value == "recall":
+        log_color = not is_recall
+    if is_recall:
         zmin = 0.0 if zmin is None else zmin
         zmax = 1.0 if zmax is None else zmax
     facets = _facets(grid, facet)
@@ -219,7 +220,7 @@ def cur_heatmaps(
         z = table.to_numpy(dtype=np.float64)
         fig.add_heatmap(
             z=tr(z), x=ki, y=kq, zmin=float(tr(lo)), zmax=float(tr(hi)), colorscale="Viridis",
-            reversescale=value != "recall", text=[[_fmt(v) for v in row] for row in z], texttemplate="%{text}",
+            reversescale=not is_recall, text=[[_fmt(v) for v in row] for row in z], texttemplate="%{text}",
             customdata=z, hovertemplate="k_q=%{y}, k_i=%{x}: " + value + " = %{customdata:.4g}<extra>"
             + name + "</extra>", colorbar=colorbar, showscale=c == len(facets), row=1, col=c,
         )

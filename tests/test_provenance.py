@@ -1,0 +1,169 @@
+"""Provenance: every results file says which commit, parameters, libraries, machine and inputs produced it, and
+`xenbench findings --write` refuses a file that cannot say so."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xenbench import provenance
+from xenbench.cli import main
+from xenbench.data.store import ScoreStore
+from xenbench.errors import DataError
+from xenbench.integrity import file_sha256
+from xenbench.notebook import REPO_ROOT, save_results
+from xenbench.studies import findings
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("ignored/\n")
+    (repo / "a.py").write_text("x = 1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "first")
+    return repo
+
+
+def test_dirty_detection_on_a_git_repo(repo, tmp_path):
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    assert provenance.git_state(repo) == {"commit": head, "dirty": False}
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / "out.json").write_text("{}")  # ignored outputs (reports/) keep a tree clean
+    assert provenance.git_state(repo)["dirty"] is False
+    (repo / "a.py").write_text("x = 2\n")  # a tracked change
+    assert provenance.git_state(repo) == {"commit": head, "dirty": True}
+    _git(repo, "checkout", "-q", "a.py")
+    (repo / "new.py").write_text("")  # an untracked file that is not ignored could be imported
+    assert provenance.git_state(repo)["dirty"] is True
+    _git(repo, "add", "new.py")
+    _git(repo, "commit", "-q", "-m", "second")
+    assert provenance.git_state(repo) == {"commit": _git(repo, "rev-parse", "HEAD").strip(), "dirty": False}
+    not_a_repo = tmp_path / "plain"
+    not_a_repo.mkdir()
+    assert provenance.git_state(not_a_repo) == {"commit": None, "dirty": None}
+
+
+def test_content_hash_of_a_folder_sees_every_file(tmp_path):
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "x.bin").write_bytes(b"abc")
+    first = provenance.content_sha256(d)
+    # The folder digest is the SHA-256 of the sorted "relative path<TAB>file SHA-256" lines.
+    import hashlib
+
+    assert first == hashlib.sha256(f"sub/x.bin\t{hashlib.sha256(b'abc').hexdigest()}\n".encode()).hexdigest()
+    (d / "sub" / "x.bin").write_bytes(b"abd")
+    changed = provenance.content_sha256(d)
+    (d / "sub" / "x.bin").write_bytes(b"abc")
+    (d / "sub" / "x.bin").rename(d / "sub" / "y.bin")
+    renamed = provenance.content_sha256(d)
+    assert len({first, changed, renamed}) == 3
+    assert provenance.content_sha256(d / "sub" / "y.bin") == file_sha256(d / "sub" / "y.bin")
+
+
+def test_save_results_round_trip_records_commit_params_versions_and_inputs(tmp_path):
+    provenance.clear_inputs()
+    store = ScoreStore.create(tmp_path / "store", 2, 3)
+    store.write_chunk(0, np.ones((2, 3), dtype=np.float32))
+    ScoreStore.open(tmp_path / "store")  # read: recorded
+    params = {"k": 10, "ces": ["cls-ce"], "profile": "quick"}
+    path = save_results("02_rank_cls_vs_emb", "quick", {"x": 1.5}, out_dir=tmp_path, params=params)
+    doc = findings.load_results(path)
+    prov = doc["provenance"]
+    assert doc["results"] == {"x": 1.5}
+    assert prov["params"] == params
+    assert prov["git"] == provenance.git_state(REPO_ROOT)
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert prov["git"]["commit"] == head.stdout.strip()
+    import numpy
+    import torch
+
+    assert prov["packages"]["numpy"] == numpy.__version__
+    assert prov["packages"]["torch"] in (torch.__version__, torch.__version__.split("+")[0])
+    assert set(prov["packages"]) == set(provenance.PACKAGES)
+    assert prov["machine"]["device"] in ("cpu", "cuda", "mps") and prov["machine"]["cpu"]
+    assert prov["inputs"] == [{"kind": "score store", "path": str((tmp_path / "store").resolve()),
+                               "sha256": provenance.content_sha256(tmp_path / "store")}]
+    assert "a clean tree" in findings.provenance_line(doc) or "a dirty tree" in findings.provenance_line(doc)
+    provenance.clear_inputs()
+
+
+def _results_dir(tmp_path: Path, prov) -> Path:
+    folder = tmp_path / "results"
+    folder.mkdir(parents=True)
+    doc = {"notebook": "00_data", "profile": "full",
+           "results": {"baselines": [{"domain": "d", "method": "DE", "acc@1": 0.4}], "n_domains": 1}}
+    if prov is not None:
+        doc["provenance"] = prov
+    (folder / "00_data.full.results.json").write_text(json.dumps(doc), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("prov, reason", [
+    (None, "has no provenance"),
+    ({"git": {"commit": "abc", "dirty": True}}, "was written from a dirty tree"),
+    ({"git": {"commit": None, "dirty": None}}, "was not written from a git checkout"),
+])
+def test_findings_write_refuses_a_file_without_clean_provenance(tmp_path, capsys, prov, reason):
+    folder = _results_dir(tmp_path, prov)
+    with pytest.raises(DataError, match=rf"00_data\.full\.results\.json: refused: this results file {reason}"):
+        findings.refuse_uncommittable(folder)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{findings.README_BEGIN}\nold\n{findings.README_END}\n", encoding="utf-8")
+    with pytest.raises(DataError, match="refused"):
+        findings.update_readme(readme, folder)
+    assert "old" in readme.read_text(encoding="utf-8")  # nothing written
+    before = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert main(["findings", "--write", "--results-dir", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "00_data.full.results.json: refused" in err[0] and reason in err[0]
+    assert (REPO_ROOT / "README.md").read_text(encoding="utf-8") == before
+
+
+def test_no_provenance_admitted_only_when_asked_and_dirty_never(tmp_path):
+    legacy = _results_dir(tmp_path, None)
+    assert findings.refuse_uncommittable(legacy, allow_no_provenance=True) == [legacy / "00_data.full.results.json"]
+    dirty = _results_dir(tmp_path / "x", {"git": {"commit": "abc", "dirty": True}})
+    with pytest.raises(DataError, match="dirty tree"):
+        findings.refuse_uncommittable(dirty, allow_no_provenance=True)
+    clean = _results_dir(tmp_path / "y", {"git": {"commit": "abc", "dirty": False}})
+    assert findings.refuse_uncommittable(clean) == []
+
+
+def test_a_run_is_dirty_if_its_tree_changed_while_it_ran(repo):
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    assert provenance.run_git_state(repo) == {"commit": head, "dirty": False}  # the run starts clean
+    (repo / "a.py").write_text("x = 3\n")
+    _git(repo, "commit", "-q", "-am", "edited during the run")
+    # clean again, but at another commit than the code the run imported
+    assert provenance.git_state(repo)["dirty"] is False
+    assert provenance.run_git_state(repo) == {"commit": head, "dirty": True}
+
+
+def test_the_report_header_names_commit_versions_and_machine(monkeypatch):
+    # In a kernel, notebook.check shows the provenance as the report's first output and keeps the parameters.
+    import IPython
+    import IPython.display
+
+    import xenbench.notebook as xnb
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    xnb._show_header({"k": 10, "profile": "quick"})
+    text = shown[0].data
+    commit = provenance.git_state(REPO_ROOT)["commit"]
+    assert text.startswith(f"**Provenance.** xenbench {provenance.environment()['xenbench']} at commit {commit[:12]} (")
+    assert "numpy " in text and "torch " in text and "Device " in text
+    assert xnb._RUN_PARAMS == {"k": 10, "profile": "quick"}

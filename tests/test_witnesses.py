@@ -1,0 +1,80 @@
+"""Witnesses: committed results re-derived with today's code. A changed committed value fails `--verify` even when the
+README was regenerated from it (which `findings --check` cannot see)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pandas as pd
+import pytest
+
+from xenbench.cli import main
+from xenbench.studies import findings, witnesses
+from xenbench.studies.witnesses import Witness
+
+RANK = "02_rank_cls_vs_emb"
+RANK_FILE = findings.RESULTS_DIR / f"{RANK}.full.results.json"
+
+
+def test_witness_tolerance_and_line():
+    assert Witness("n", "c", 1.0, 1.0 + 1e-7, rel_tol=1e-6, abs_tol=0.0).ok
+    assert not Witness("n", "c", 1.0, 1.0 + 1e-5, rel_tol=1e-6, abs_tol=0.0).ok
+    assert Witness("n", "c", math.nan, math.nan).ok and not Witness("n", "c", math.nan, 0.5).ok
+    assert Witness("n", "c", 0.5, 0.25).line() == "n: c: committed 0.5, today 0.25 (tolerance 1e-09 absolute) MISMATCH"
+    assert Witness("n", "c", 3.0, 3.0, abs_tol=0.0).line() == "n: c: committed 3, today 3 (tolerance exact)"
+
+
+def test_every_notebook_declares_witnesses():
+    from xenbench.notebook import list_notebooks
+
+    assert set(witnesses.registered()) == set(list_notebooks())
+
+
+def test_notebook_02_witnesses_hold_on_the_committed_results():
+    found = witnesses.verify(notebooks=[RANK])
+    assert len(found) >= 10 and {w.notebook for w in found} == {RANK}
+    assert {"plain", "cutoff"} <= {w.cell.split()[2] for w in found}  # both pinv rules witnessed
+    assert witnesses.describe(found) == [], witnesses.describe(found)
+
+
+def test_a_changed_committed_value_fails_verify_even_with_a_regenerated_readme(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    doc = json.loads(RANK_FILE.read_text(encoding="utf-8"))
+    grid = pd.DataFrame(doc["results"]["grid"])
+    cell = (grid["ce"] == "cls-ce") & (grid["pinv"] == "cutoff") & (grid["k_q"] == 400) & (grid["k_i"] == 100)
+    assert cell.sum() == 1
+    committed = float(grid.loc[cell, "recall_at_budget"].iloc[0])
+    grid.loc[cell, "recall_at_budget"] = committed + 0.01
+    doc["results"]["grid"] = grid.to_dict(orient="records")
+    (results / RANK_FILE.name).write_text(json.dumps(doc), encoding="utf-8")
+
+    # The README regenerated from the changed file agrees with it: --check is satisfied ...
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{findings.README_BEGIN}\n{findings.README_END}\n", encoding="utf-8")
+    findings.update_readme(readme, results)
+    assert not findings.update_readme(readme, results, write=False)
+    # ... but the witness recomputed with today's code is not.
+    bad = [w for w in witnesses.verify(results, notebooks=[RANK]) if not w.ok]
+    assert [w.cell for w in bad] == ["grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"]
+    assert bad[0].committed == pytest.approx(committed + 0.01) and bad[0].today == pytest.approx(committed)
+
+    capsys.readouterr()
+    assert main(["findings", "--verify", "--results-dir", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert (f"xenbench: error: {RANK}: grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget: committed "
+            f"{committed + 0.01:.10g}, today {committed:.10g}") in err
+    shutil.copy(RANK_FILE, results / RANK_FILE.name)  # the committed file itself passes
+    assert main(["findings", "--verify", "--results-dir", str(results)]) == 0
+    assert "hold with today's code" in capsys.readouterr().out
+
+
+def test_a_results_file_without_the_witnessed_cells_is_one_clear_error(tmp_path, capsys):
+    doc = json.loads(RANK_FILE.read_text(encoding="utf-8"))
+    del doc["results"]["params"]
+    (tmp_path / RANK_FILE.name).write_text(json.dumps(doc), encoding="utf-8")
+    assert main(["findings", "--verify", "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("xenbench: error: ") and "lacks what its witnesses read" in err[-1]
+    assert RANK_FILE.name in err[-1]
