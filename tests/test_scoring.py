@@ -6,6 +6,7 @@ the same batching agree to 1e-6.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -429,6 +430,19 @@ def _ray_job():
     return build_cross_encoder(CEConfig(kind="cls"), seed=0), QUERIES, items
 
 
+@contextlib.contextmanager
+def _actor_threads():
+    """The local reference at a Ray CPU actor's thread count (Ray sets OMP_NUM_THREADS to its 1 CPU): on CPUs
+    whose GEMM splits its reductions by thread, the bits of a score depend on the thread count, not only on
+    the token ids, batches and precision."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     from xenbench._ray import ray_session  # the ray extra: make setup installs it
@@ -440,7 +454,8 @@ def ray_cluster():
 def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):
     ce, queries, items = _ray_job()
     kw = dict(batch_size=16, query_chunk=1, progress=False)
-    ref = score_to_store(ce, queries, items, tmp_path / "local", **kw).to_numpy()
+    with _actor_threads():
+        ref = score_to_store(ce, queries, items, tmp_path / "local", **kw).to_numpy()
     store = score_to_store(ce, queries, items, tmp_path / "ray", backend="ray", ray_options={"workers": 2}, **kw)
     assert np.array_equal(store.to_numpy(), ref)  # the same bits: same token ids, batches and precision
     workers = {store.chunk_info(k)["worker"] for k in range(store.n_chunks)}
@@ -464,7 +479,8 @@ def test_ray_backend_recovers_a_killed_worker(ray_cluster, tmp_path):
 
     ce, queries, items = _ray_job()
     kw = dict(batch_size=16, query_chunk=1, progress=False)
-    ref = score_matrix(ce, queries, items, **kw).scores
+    with _actor_threads():
+        ref = score_matrix(ce, queries, items, **kw).scores
     out, killed = tmp_path / "ray", []
 
     def kill_one(actors):
