@@ -8,7 +8,7 @@ from scipy import stats
 
 from xenbench.errors import ParameterError
 from xenbench.methods.protocol import (ALPHA, at_chosen, choose_on_dev, compare_runs, decide, holm, paired_test,
-                                      pool_by_query, query_splits, run_seed, summarize, t_interval, verdict)
+                                      pool_by_query, query_splits, run_interval, run_seed, summarize, t_interval, verdict)
 
 
 def test_query_splits_disjoint_seeded_and_distinct():
@@ -171,8 +171,13 @@ def test_a_deterministic_method_counts_one_run_per_split():
     assert both["n_runs"] == 3 and both["run_mean"] == 0.25
     # a split without seeds (seed=None) is one run
     assert compare_runs(*_cell(6, seed_col=False), seed=None)["n_runs"] == 3
-    with pytest.raises(ParameterError, match="'a' parameter of compare_runs"):
+    with pytest.raises(ParameterError, match="'a' parameter of pair_runs"):
         compare_runs(pd.concat([a, a]), pd.concat([a, a]))  # two runs with one seed in a split
+    # the same interval from the runs' mean recalls alone (what a results file keeps)
+    means = lambda df: df.assign(recall=[float(np.mean(v)) for v in df["per_query"]]).drop(columns=["per_query"])
+    again = run_interval(means(a), means(b))
+    assert again["n_runs"] == 12 and (again["run_lo"], again["run_hi"]) == (pytest.approx(out["run_lo"]),
+                                                                            pytest.approx(out["run_hi"]))
 
 
 def test_compare_runs_refuses_runs_on_different_rows():

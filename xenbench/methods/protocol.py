@@ -47,7 +47,8 @@ from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 
 __all__ = ["ALPHA", "VERDICTS", "Split", "query_splits", "run_seed", "choose_on_dev", "at_chosen", "summarize",
-           "paired_test", "pool_by_query", "holm", "t_interval", "compare_runs", "verdict", "decide"]
+           "paired_test", "pool_by_query", "holm", "t_interval", "pair_runs", "run_interval", "compare_runs", "verdict",
+           "decide"]
 
 #: Family-wise significance level of the verdict rule (:func:`verdict`).
 ALPHA: float = 0.05
@@ -328,12 +329,60 @@ def pool_by_query(rows: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> t
     return uniq, sums / counts
 
 
+def pair_runs(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split",
+              seed: str | None = "seed") -> list[tuple[pd.Series, pd.Series]]:
+    """The independent runs of a comparison: pairs (run of a, run of b) of one cell, matched within a split.
+
+    A method with one run in a split is deterministic given the split (or was run once): that run pairs with
+    every run of the other, so a pair of deterministic methods counts one run per split. Otherwise runs pair by
+    ``seed``. ``a`` and ``b`` hold one row per run (columns ``split`` and, unless None, ``seed``).
+    """
+    owner = "pair_runs"
+    _check_frame(a, "a", [split] + ([seed] if seed else []), owner)
+    _check_frame(b, "b", [split] + ([seed] if seed else []), owner)
+    matched = []
+    for key, ga in a.groupby(split, sort=True):
+        gb = b[b[split] == key]
+        if gb.empty:
+            continue
+        if len(ga) == 1 or len(gb) == 1:
+            matched += [(ra, rb) for _, ra in ga.iterrows() for _, rb in gb.iterrows()]
+        elif seed is None or ga[seed].duplicated().any() or gb[seed].duplicated().any():
+            raise ParameterError("a", f"one run per {split}, or one per ({split}, {seed}), of each method",
+                                 f"{len(ga)} and {len(gb)} runs in {split} {key}", owner)
+        else:
+            by_seed = {s: r for s, (_, r) in zip(gb[seed], gb.iterrows())}
+            matched += [(ra, by_seed[ra[seed]]) for _, ra in ga.iterrows() if ra[seed] in by_seed]
+    if not matched:
+        raise ParameterError("b", f"runs in at least one {split} of a", "no shared split", owner)
+    return matched
+
+
+def run_interval(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split", seed: str | None = "seed",
+                 value: str = "recall", confidence: float = 0.95) -> dict[str, float]:
+    """The interval across independent runs (:func:`pair_runs`) of the difference of a per-run ``value``.
+
+    With both methods measured on the same test rows in a run, the difference of their mean recalls is the
+    run's mean per-query difference, so this is the interval of :func:`compare_runs` from per-run means alone.
+
+    Returns
+    -------
+    dict
+        ``run_mean``, ``run_lo``, ``run_hi`` (:func:`t_interval`; NaN bounds below 2 runs) and ``n_runs``.
+    """
+    for name, df in (("a", a), ("b", b)):
+        _check_frame(df, name, [value], "run_interval")
+    d = np.array([float(ra[value]) - float(rb[value]) for ra, rb in pair_runs(a, b, split=split, seed=seed)])
+    mean, lo, hi = t_interval(d, confidence)
+    return {"run_mean": mean, "run_lo": lo, "run_hi": hi, "n_runs": int(d.size)}
+
+
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split", seed: str | None = "seed",
                  confidence: float = 0.95) -> dict[str, float]:
     """Challenger ``a`` against baseline ``b`` over their runs of one cell: the two halves of :func:`verdict`.
 
-    Runs pair within a split. A method with one run in a split is deterministic given the split (or was run
-    once) and pairs with every run of the other; otherwise runs pair by ``seed``. Each pair gives the
+    Runs pair within a split (:func:`pair_runs`: a method with one run in a split is deterministic given the
+    split and pairs with every run of the other; otherwise runs pair by ``seed``). Each pair gives the
     per-query differences d_q = a_q − b_q on its test rows.
 
     * The per-query paired test: each query's d_q averaged over the pairs in which it was a test query
@@ -364,28 +413,13 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split", seed
     _check_frame(a, "a", cols, owner)
     _check_frame(b, "b", cols, owner)
     rows, diffs, means = [], [], []
-    for key, ga in a.groupby(split, sort=True):
-        gb = b[b[split] == key]
-        if gb.empty:
-            continue
-        if len(ga) == 1 or len(gb) == 1:  # a deterministic method: its one run pairs with each run of the other
-            matched = [(ra, rb) for _, ra in ga.iterrows() for _, rb in gb.iterrows()]
-        elif seed is None or ga[seed].duplicated().any() or gb[seed].duplicated().any():
-            raise ParameterError("a", f"one run per {split}, or one per ({split}, {seed}), of each method",
-                                 f"{len(ga)} and {len(gb)} runs in {split} {key}", owner)
-        else:
-            by_seed = {s: r for s, (_, r) in zip(gb[seed], gb.iterrows())}
-            matched = [(ra, by_seed[ra[seed]]) for _, ra in ga.iterrows() if ra[seed] in by_seed]
-        for ra, rb in matched:
-            if not np.array_equal(ra["rows"], rb["rows"]):
-                raise ParameterError("b", "runs on the same test rows as a's in the same split", "different rows",
-                                     owner)
-            d = np.asarray(ra["per_query"], np.float64) - np.asarray(rb["per_query"], np.float64)
-            rows.append(np.asarray(ra["rows"]))
-            diffs.append(d)
-            means.append(float(d.mean()))
-    if not rows:
-        raise ParameterError("b", f"runs in at least one {split} of a", "no shared split", owner)
+    for ra, rb in pair_runs(a, b, split=split, seed=seed):
+        if not np.array_equal(ra["rows"], rb["rows"]):
+            raise ParameterError("b", "runs on the same test rows as a's in the same split", "different rows", owner)
+        d = np.asarray(ra["per_query"], np.float64) - np.asarray(rb["per_query"], np.float64)
+        rows.append(np.asarray(ra["rows"]))
+        diffs.append(d)
+        means.append(float(d.mean()))
     _, pooled = pool_by_query(rows, diffs)
     test = paired_test(pooled, np.zeros_like(pooled), confidence=confidence)
     run_mean, run_lo, run_hi = t_interval(np.asarray(means), confidence)
