@@ -200,7 +200,7 @@ def test_verdict_rule_a_deterministic_method_counts_one_run_per_split():
     seeds = {"AXN DE, tuned λ": 1, "DE re-rank": 1, "AXN, tuned λ": 5}
     text = findings.lines("04_axn_lambda", _axn_results([0.001], seeds, {"AXN DE, tuned λ": [0.04, 0.05, 0.06]}))
     assert "3 query splits × 5 seeds = 15 runs" in text[0]
-    assert "AXN DE, tuned λ, DE re-rank (deterministic given the split) count one run per split" in text[0]
+    assert '"AXN DE" and "DE re-rank" ran once per split (no draw of their own given the split)' in text[0]
     assert "(300 test queries, paired; 3 independent runs)" in text[2]
     # 3 runs of +4, +5, +6 points: 5 ± t(.975, 2) · 1 / √3 = [+2.5, +7.5]; as 15 copies it would be [+4.6, +5.4]
     assert "across runs [+2.5, +7.5]" in text[2]

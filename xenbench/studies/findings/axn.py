@@ -25,6 +25,12 @@ PAPER_MF_EPOCHS, PAPER_MF_ITEMS_PER_QUERY = 20, 100
 _WORDS = {"beats": "beats", "loses": "loses to", "level": "is level with"}
 
 
+def _names(methods: list[str]) -> str:
+    """"A", "B" and "C" (method names contain commas)."""
+    quoted = [f'"{m}"' for m in methods]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
 def _cell(row: pd.Series) -> str:
     return (f"B_CE = {int(row['budget'])}, k = {int(row['k'])}: {points(row['mean'])} points "
             f"[{points(row['lo'])}, {points(row['hi'])}], across runs [{points(row['run_lo'])}, {points(row['run_hi'])}]")
@@ -87,11 +93,13 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     proto = results["protocol"]
     runs = pd.DataFrame(results["runs"])
     n_runs = runs[["method", "split", "seed"]].drop_duplicates().groupby("method").size()
-    once = sorted(n_runs[n_runs < n_runs.max()].index)
+    # "AXN DE, tuned λ" and "AXN DE, λ = 0" are one method's two settings: name the method once
+    once = sorted({m.removesuffix(", tuned λ").removesuffix(", λ = 0") for m in n_runs[n_runs < n_runs.max()].index})
     out = [f"On **{results['ce']}** ({results['n_items']} items): λ chosen on dev queries; test recall over "
            f"{len(proto['split_seeds'])} query splits × {len(proto['first_round_seeds'])} seeds = {int(n_runs.max())} "
            f"runs of each method with random draws (first rounds, MF-IND's training)"
-           + (f"; {', '.join(once)} (deterministic given the split) count one run per split" if once else "") + "."]
+           + (f"; {_names(once)} ran once per split (no draw of their own given the split) and count one run per "
+              "split" if once else "") + "."]
     comp = _family(results) if results["comparisons"] else pd.DataFrame()
     out.append(verdict_rule(len(comp), "(pair, budget, k) cells", ALPHA,
                             "the randomness of the first rounds, of MF-IND's training and of the query splits"))
