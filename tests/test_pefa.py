@@ -277,6 +277,11 @@ def test_findings_follow_the_numbers():
     flipped = "\n".join(lines("05_pefa_lambda", _summary(-0.10, 0.0, 0.5)))
     assert "overall Recall@1 loses to the DE (-5.0" in flipped and "gain falls from -5.0 to -10.0 points" in flipped
     assert "beats the DE" not in flipped
+    # one query per subset and seed: no test anywhere, an empty family
+    tiny = paired_comparisons(_per_query(0.10, -0.04, 0.5, n=1).query("seed == 0"))
+    assert tiny.empty and {"verdict", "p_holm"} <= set(tiny.columns)
+    none = lines("05_pefa_lambda", {**_summary(0.10, -0.04, 0.2), "comparisons": []})
+    assert "family of 0 declared" in none[0] and "overall: fewer than 2 test queries, no test" in "\n".join(none)
     old = lines("05_pefa_lambda", {k: v for k, v in _summary(0.10, -0.04, 0.2).items() if k != "comparisons"})
     assert old[0].startswith("No verdicts: this results file holds no per-query comparisons")
     assert not any(w in "\n".join(old) for w in ("beats", "loses to", "level with"))

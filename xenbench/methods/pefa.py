@@ -465,7 +465,9 @@ def paired_comparisons(per_query: pd.DataFrame, *, confidence: float = 0.95) -> 
                          **compare_runs(a, b, split="seed", seed=None, confidence=confidence),
                          "same_as_all": ", ".join(same)})
         out += rows
-    return decide(pd.DataFrame(out))
+    columns = ["split", "method", "k", "subset", "mean", "se", "lo", "hi", "p", "p_wilcoxon", "n", "n_a_better",
+               "n_b_better", "run_mean", "run_lo", "run_hi", "n_runs", "same_as_all"]
+    return decide(pd.DataFrame(out, columns=columns if not out else None))
 
 
 def gain_by_seen_share(summary: pd.DataFrame, k: int, title: str | None = None):

@@ -30,7 +30,9 @@ def _verdict(row: pd.Series) -> str:
 
 
 def _family(results: Mapping[str, Any]) -> pd.DataFrame:
-    comp = pd.DataFrame(results["comparisons"])
+    empty = pd.DataFrame(columns=["split", "method", "k", "subset", "same_as_all", "p", "p_wilcoxon", "run_mean",
+                                  "run_lo", "run_hi", "n_a_better", "n_b_better"])
+    comp = pd.DataFrame(results["comparisons"]) if results["comparisons"] else empty
     comp = comp.drop(columns=[c for c in ("p_holm", "p_wilcoxon_holm", "verdict") if c in comp])
     return decide(comp, alpha=ALPHA)  # the rule over the saved family, whatever the file's own verdicts say
 
@@ -43,7 +45,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     coverage = pd.DataFrame(results["coverage"])
     regimes = list(dict.fromkeys(summary["split"]))
     n_splits = int(coverage.groupby("split")["seed"].nunique().max())
-    if not results.get("comparisons"):
+    if "comparisons" not in results:
         out = [f"No verdicts: this results file holds no per-query comparisons (it was saved before the one verdict "
                f"rule, `xenbench.methods.protocol.verdict`); re-run 05 for them. Gains below are means over "
                f"{n_splits} split seeds [min, max over seeds]."]
@@ -78,8 +80,10 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                         for _, r in rows.iterrows()))
                     continue
                 cells = comp[(comp["split"] == regime) & (comp["method"] == method) & (comp["subset"] == subset)]
-                if cells.empty and subset != "all":
-                    clauses.append(f"{label}: every test query, as overall")
+                same = comp[(comp["split"] == regime) & (comp["method"] == method)]["same_as_all"]
+                if cells.empty:
+                    clauses.append(f"{label}: every test query, as overall" if any(subset in str(x) for x in same)
+                                   else f"{label}: fewer than 2 test queries, no test")
                     continue
                 clauses.append(f"{label} " + "; ".join(f"Recall@{int(r['k'])} {_verdict(r)}"
                                                        for _, r in cells.sort_values("k").iterrows()))
