@@ -16,9 +16,10 @@ module is the small set of pieces that replaces that by:
    mean difference, its t-interval, the paired t-test and Wilcoxon signed-rank p-values (scipy.stats).
    :func:`pool_by_query` first averages a query's values over the runs in which it was a test query, so
    each query counts once. :func:`holm` adjusts the p-values of a family of declared comparisons.
-5. :func:`compare_runs` / :func:`decide` / :func:`verdict` — **the one verdict rule** of notebooks 03, 04 and 05
-   (stated in :func:`verdict`): a per-query paired test, Holm-adjusted over the notebook's declared family, *and*
-   the interval across independent runs.
+5. :func:`verdict` — **the one verdict rule** of notebooks 03, 04 and 05, stated there: a per-query paired test,
+   Holm-adjusted over the notebook's declared family, *and* the interval across independent runs. Its inputs:
+   :func:`pair_runs` (which runs are independent), :func:`compare_runs` (both halves from per-query values),
+   :func:`run_interval` (the second half from per-run means alone); :func:`decide` applies it to a family.
 6. :func:`run_seed` — the seed of one run, drawn from (split seed, seed) together, so every (split, seed) run
    makes its own random draws (ANNCUR's anchors, ADACUR's and AXN's first rounds, MF-IND's G and training).
 
