@@ -481,18 +481,30 @@ def test_paired_comparisons_holm_adjust_over_every_declared_cell():
     assert family["verdict"].tolist() == ["level"] * 2
 
 
-def _results(sign: float, run_lo: float = 0.03) -> dict:
-    cell = {"challenger": "ADACUR TopK No-Split", "baseline": "ANNCUR", "n_queries": 351, "n_runs": 15}
+def _results(sign: float, spread: float = 0.01) -> dict:
+    """03's results by hand: ADACUR TopK No-Split vs ANNCUR at (50, 1) gains sign · (5 ± spread) points over the 3
+    splits (one anchor seed each) and about 0 at (50, 10); ADACUR DE+TopK No-Split vs DE re-rank at (50, 1), saved the
+    old way: the deterministic pair repeated under 5 anchor seeds per split."""
+    cell = {"challenger": "ADACUR TopK No-Split", "baseline": "ANNCUR", "n_queries": 351}
     comp = [{**cell, "budget": 50, "k": 1, "mean": sign * 0.05, "lo": sign * 0.05 - 0.02, "hi": sign * 0.05 + 0.02,
-             "p": 0.001, "p_wilcoxon": 0.002, "run_lo": sign * run_lo, "run_hi": sign * 0.07},
-            {**cell, "budget": 50, "k": 10, "mean": 0.004, "lo": -0.01, "hi": 0.018, "p": 0.6, "p_wilcoxon": 0.5,
-             "run_lo": -0.01, "run_hi": 0.02, "verdict": "beats"}]  # a saved verdict is not trusted: recomputed
+             "p": 0.001, "p_wilcoxon": 0.002, "verdict": "level"},  # a saved verdict is not trusted: recomputed
+            {**cell, "budget": 50, "k": 10, "mean": 0.004, "lo": -0.01, "hi": 0.018, "p": 0.6, "p_wilcoxon": 0.5},
+            {"challenger": "ADACUR DE+TopK No-Split", "baseline": "DE re-rank", "n_queries": 351, "budget": 50, "k": 1,
+             "mean": 0.1, "lo": 0.08, "hi": 0.12, "p": 1e-6, "p_wilcoxon": 1e-6}]
+    runs = []
+    for split, d in enumerate((-spread, 0.0, spread)):
+        for k, gain in ((1, sign * (0.05 + d)), (10, 0.004 + d)):
+            runs += [{"split_seed": split, "anchor_seed": 0, "method": "ADACUR TopK No-Split", "budget": 50, "k": k,
+                      "recall": 0.5 + gain},
+                     {"split_seed": split, "anchor_seed": 0, "method": "ANNCUR", "budget": 50, "k": k, "recall": 0.5}]
+        runs += [{"split_seed": split, "anchor_seed": seed, "method": m, "budget": 50, "k": 1, "recall": r}
+                 for seed in range(5) for m, r in (("ADACUR DE+TopK No-Split", 0.6 + d), ("DE re-rank", 0.5))]
     summary = [{"method": "ANNCUR", "budget": 50, "k": 1, "mean": 0.375, "lo": 0.355, "hi": 0.395, "n_runs": 15},
                {"method": "DE re-rank", "budget": 50, "k": 1, "mean": 0.3, "lo": 0.29, "hi": 0.31, "n_runs": 3}]
-    spread = [{"method": "ANNCUR", "budget": 50, "k": 1, "split_seed": 0, "min": 0.355, "max": 0.395, "mean": 0.37}]
+    spread_rows = [{"method": "ANNCUR", "budget": 50, "k": 1, "split_seed": 0, "min": 0.355, "max": 0.395, "mean": 0.37}]
     return {"protocol": {"ce": "cls-ce", "n_items": 100, "n_splits": 3, "n_anchor_seeds": 5, "n_dev_queries": 150,
                          "n_test_queries": 351},
-            "comparisons": comp, "summary": summary, "seed_spread": spread}
+            "comparisons": comp, "summary": summary, "seed_spread": spread_rows, "test_at_dev_choice": runs}
 
 
 def test_findings_say_what_the_numbers_say():
@@ -501,17 +513,22 @@ def test_findings_say_what_the_numbers_say():
     text = "\n".join(findings(_results(+1.0)))
     assert "3 query splits × 5 anchor seeds = 15 runs" in text and "150 dev queries" in text
     assert "DE re-rank (deterministic given the split) count one run per split" in text
-    assert "family of 2 declared (pair, budget, k) cells" in text
-    assert "ADACUR TopK No-Split vs ANNCUR" in text and "beats it at 1 (B_CE = 50, k = 1: +5.0 points" in text
-    # Holm over the 2 cells: .001 -> .002 (t), .002 -> .004 (Wilcoxon)
-    assert "Holm-adjusted p = 0.002 (t) and 0.004 (Wilcoxon); across runs +3.0 to +7.0)" in text
+    assert "family of 3 declared (pair, budget, k) cells" in text
+    assert "ADACUR TopK No-Split vs ANNCUR** (2 (budget, k) cells; 351 test queries, 3 independent runs)" in text
+    assert "beats it at 1 (B_CE = 50, k = 1: +5.0 points" in text
+    # Holm over the 3 cells: .001 -> .003 (t, 2nd smallest), .002 -> .004 (Wilcoxon); runs +4, +5, +6 points:
+    # t-interval 5 ± t(.975, 2) · 1/√3 = [+2.5, +7.5]
+    assert "Holm-adjusted p = 0.002 (t) and 0.004 (Wilcoxon); across runs +2.5 to +7.5)" in text
     assert "level at 1 (B_CE = 50/k = 10 (+0.4; Holm-adjusted p = 0.6" in text and "loses to it" not in text
+    # the deterministic pair saved under 5 anchor seeds per split counts 3 runs, not 15
+    assert "ADACUR DE+TopK No-Split vs DE re-rank** (1 (budget, k) cells; 351 test queries, 3 independent runs)" in text
     assert "from 0.355 to 0.395" in text and "0.375 (95% interval across 15 runs 0.355 to 0.395)" in text
     flipped = "\n".join(findings(_results(-1.0)))
-    assert "loses to it at 1 (B_CE = 50, k = 1: -5.0 points" in flipped and "beats it" not in flipped
-    # the same significant per-query test with a run interval that reaches 0: level
-    vetoed = "\n".join(findings(_results(+1.0, run_lo=-0.01)))
-    assert "beats it" not in vetoed and "level at 2" in vetoed
+    assert "loses to it at 1 (B_CE = 50, k = 1: -5.0 points" in flipped
+    # the same significant per-query test with runs of 0, +5 and +10 points: the interval reaches below 0, level
+    vetoed = "\n".join(findings(_results(+1.0, spread=0.05)))
+    assert "ADACUR TopK No-Split vs ANNCUR** (2 (budget, k) cells; 351 test queries, 3 independent runs): level at 2" \
+        in vetoed
     with pytest.raises(ParameterError, match="protocol"):
         findings({"comparisons": []})
 

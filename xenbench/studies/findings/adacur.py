@@ -3,11 +3,12 @@
 Every statement is computed from the notebook's saved results:
 
 * ``protocol``: how many query splits and anchor seeds, dev and test sizes;
-* ``comparisons``: the pre-declared paired comparisons of :func:`xenbench.studies.experiments.paired_comparisons`
-  (test rows, k_i chosen on dev rows); a pair "beats" / "loses to" its baseline at a (budget, k) only by the one
-  rule :func:`xenbench.methods.protocol.verdict`, applied here to the saved numbers over the saved family
-  (per-query paired t and Wilcoxon p, Holm-adjusted over every declared cell, < α, and the interval across
-  independent runs excludes 0), else they are "level";
+* ``comparisons`` and ``test_at_dev_choice``: the pre-declared paired comparisons of
+  :func:`xenbench.studies.experiments.paired_comparisons` (test rows, k_i chosen on dev rows) and each run's test
+  recall; a pair "beats" / "loses to" its baseline at a (budget, k) only by the one rule
+  :func:`xenbench.methods.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
+  Holm-adjusted over every declared cell, < α, and the interval across independent runs, recomputed from the
+  per-run recalls with a deterministic method counted once per split, excludes 0), else they are "level";
 * ``summary``: test recall per (method, budget, k), mean over runs with its interval across runs;
 * ``seed_spread``: the range of a method's test recall over anchor seeds within one split.
 """
@@ -19,7 +20,8 @@ from typing import Any
 import pandas as pd
 
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import ALPHA, decide
+from xenbench.methods.protocol import ALPHA, decide, run_interval
+from xenbench.studies.experiments import COMPARABLE
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import verdict_rule
 
@@ -62,6 +64,29 @@ def describe_pair(d: pd.DataFrame) -> str:
     return text + "; ".join(parts) + "."
 
 
+#: Labels of the methods that make no random draw given the split (:attr:`xenbench.studies.experiments.Comparable.deterministic`).
+DETERMINISTIC = {m.label for m in COMPARABLE.values() if m.deterministic}
+
+
+def _family(results: Mapping[str, Any]) -> pd.DataFrame:
+    """The saved comparisons (the declared family) with the verdict of the one rule recomputed here: the per-query
+    p-values as saved, the interval across runs from the saved per-run test recalls (``test_at_dev_choice``) with a
+    deterministic method's one run per split (the first anchor seed's; results saved before the rule repeated it
+    under every anchor seed)."""
+    comp = _frame(results, "comparisons", ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p",
+                                           "p_wilcoxon", "n_queries"])
+    per_run = _frame(results, "test_at_dev_choice", ["split_seed", "anchor_seed", "method", "budget", "k", "recall"])
+    first = per_run.groupby("split_seed")["anchor_seed"].transform("min")
+    per_run = per_run[~per_run["method"].isin(DETERMINISTIC) | (per_run["anchor_seed"] == first)]
+    rows = []
+    for r in comp.drop(columns=[c for c in ("run_mean", "run_lo", "run_hi", "n_runs", "p_holm", "p_wilcoxon_holm",
+                                            "verdict") if c in comp]).to_dict("records"):
+        cell = per_run[(per_run["budget"] == r["budget"]) & (per_run["k"] == r["k"])]
+        rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
+                                     split="split_seed", seed="anchor_seed"))
+    return decide(pd.DataFrame(rows), alpha=float((results.get("protocol") or {}).get("alpha", ALPHA)))
+
+
 @register("03_adacur_rounds")
 def findings(results: Mapping[str, Any]) -> list[str]:
     """Markdown lines (without the leading ``* ``) stating notebook 03's conclusions."""
@@ -70,14 +95,10 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     if not set(need) <= set(proto):
         raise ParameterError("results['protocol']", f"a mapping with keys {need}", sorted(proto),
                              "findings 03_adacur_rounds")
-    comp = _frame(results, "comparisons", ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p",
-                                           "p_wilcoxon", "n_queries", "run_lo", "run_hi", "n_runs"])
-    # the verdicts are recomputed here by the one rule from the saved numbers, whatever the file says
-    comp = decide(comp.drop(columns=[c for c in ("p_holm", "p_wilcoxon_holm", "verdict") if c in comp]),
-                  alpha=float(proto.get("alpha", ALPHA)))
+    comp = _family(results)
     summary = _frame(results, "summary", ["method", "budget", "k", "mean", "lo", "hi", "n_runs"])
     runs = summary.groupby("method")["n_runs"].max()
-    once = sorted(runs[runs < runs.max()].index)
+    once = sorted(set(summary["method"]) & DETERMINISTIC)
     lines = [f"Protocol ({proto['ce']}, {proto['n_items']} items): {proto['n_splits']} query splits × "
              f"{proto['n_anchor_seeds']} anchor seeds = {int(runs.max())} runs of each method with random draws"
              + (f"; {', '.join(once)} (deterministic given the split) count one run per split" if once else "")
