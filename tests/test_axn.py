@@ -172,12 +172,14 @@ def protocol_run():
 
 
 def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_run):
+    from xenbench import protocol
     from xenbench.methods.axn import prior_scale
 
     M, V, U_de, splits, runs, dev = protocol_run
     n = runs.groupby("method")[["split", "seed"]].apply(lambda g: len(set(zip(g["split"], g["seed"]))))
     assert n["AXN, tuned λ"] == n["ADACUR TopK No-Split"] == 9  # 3 splits × 3 first-round seeds
-    assert n["AXN DE, tuned λ"] == n["AXN DE, MF-IND, tuned λ"] == n["DE re-rank"] == 3  # deterministic: per split
+    assert n["AXN DE, tuned λ"] == n["DE re-rank"] == 3  # deterministic given the split: one run per split
+    assert n["AXN DE, MF-IND, tuned λ"] == 9  # MF-IND is trained per run: its seed is part of the run
     s = splits[1]
     for (budget, k), g in runs[(runs["method"] == "AXN, tuned λ") & (runs["split"] == 1) & (runs["seed"] == 2)].groupby(["budget", "k"]):
         # the λ used on test is the best dev λ of that run (ties to the smaller λ) ...
@@ -187,7 +189,7 @@ def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_r
         assert g["lam"].item() == best
         # ... and its test recall is AXN at that λ on the split's test rows, keyed by global query id
         beta = prior_scale(M[s.anchor], U_de[s.anchor] @ V.T)
-        res = Axn(budget, n_rounds=2, lam=best, seed=2).fit(V).run(
+        res = Axn(budget, n_rounds=2, lam=best, seed=protocol.run_seed(1, 2)).fit(V).run(
             M[s.test], u_param=beta * U_de[s.test] if best > 0 else None, query_ids=s.test)
         assert g["recall"].item() == pytest.approx(topk_recall(M[s.test], res.I, k))
         np.testing.assert_array_equal(g["rows"].item(), s.test)
@@ -221,28 +223,63 @@ def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run)
     assert (comp["p_holm"] >= comp["p"]).all()
 
 
-def _results(mean: float, p_holm: float, lams: str = "0.2, 0.8") -> dict:
+def _results(mean: float, p: float, lams: str = "0.2, 0.8", spread: float = 0.01, mf_runs: int = 1) -> dict:
+    """Two declared cells of AXN DE vs DE re-rank, per-query p-value ``p`` (t and Wilcoxon), over 3 splits whose
+    run differences are mean ± spread; MF-IND fitted ``mf_runs`` times per split."""
     cells = [{"challenger": "AXN DE, tuned λ", "baseline": "DE re-rank", "budget": b, "k": 1, "mean": mean,
-              "lo": mean - 0.01, "hi": mean + 0.01, "p": p_holm / 2, "p_holm": p_holm, "n": 40} for b in (50, 100)]
+              "lo": mean - 0.01, "hi": mean + 0.01, "p": p, "p_wilcoxon": p, "n": 40,
+              "p_holm": 0.9, "verdict": "level"} for b in (50, 100)]  # saved verdicts are not trusted: recomputed
+    runs = []
+    for split, d in enumerate((mean - spread, mean, mean + spread)):
+        for b in (50, 100):
+            runs += [{"split": split, "seed": 0, "method": "AXN DE, tuned λ", "budget": b, "k": 1, "recall": 0.5 + d},
+                     {"split": split, "seed": 0, "method": "DE re-rank", "budget": b, "k": 1, "recall": 0.5}]
+            runs += [{"split": split, "seed": s, "method": "AXN DE, MF-IND, tuned λ", "budget": b, "k": 1,
+                      "recall": 0.5} for s in range(mf_runs)]
+            runs += [{"split": split, "seed": s, "method": "AXN, tuned λ", "budget": b, "k": 1, "recall": 0.5}
+                     for s in range(5)]
     summary = [{"method": "AXN DE, tuned λ", "budget": 50, "k": 1, "lams": lams},
                {"method": "DE re-rank", "budget": 50, "k": 1, "lams": ""}]
-    return {"ce": "cls-ce", "n_items": 900, "comparisons": cells, "summary": summary,
-            "protocol": {"split_seeds": [0, 1, 2], "first_round_seeds": [0, 1, 2, 3, 4], "n_declared_cells": 2}}
+    return {"ce": "cls-ce", "n_items": 900, "comparisons": cells, "summary": summary, "runs": runs,
+            "n_queries": {"training": 500, "dev": 150, "test": 351}, "params": {"mf_lr": 0.005},
+            "protocol": {"split_seeds": [0, 1, 2], "first_round_seeds": [0, 1, 2, 3, 4], "n_declared_cells": 2,
+                         "mf_items_per_query": 100, "mf_epochs": 20}}
 
 
 def test_findings_follow_the_numbers():
     from xenbench.studies.findings.axn import findings
 
     win = findings(_results(0.05, 0.001))
-    assert "3 query splits × 5 first-round seeds" in win[0] and "cls-ce" in win[0]
-    assert "AXN DE, tuned λ beats DE re-rank in all 2 (budget, k) cells" in win[1]
-    assert "+5.0 points [+4.0, +6.0]" in win[1]
+    assert "3 query splits × 5 seeds = 15 runs" in win[0] and "cls-ce" in win[0]
+    assert '"AXN DE", "AXN DE, MF-IND" and "DE re-rank" ran once per split' in win[0]
+    assert "family of 2 declared (pair, budget, k) cells" in win[1] and "cover the test queries only" in win[1]
+    assert "100 random items of each of the 500 training queries, 20 epochs, AdamW lr 0.005" in win[2]
+    assert "fitted once per split with a fixed seed, so its intervals do not include" in win[2]
+    assert "AXN DE, tuned λ beats DE re-rank in all 2 (budget, k) cells" in win[3] and "3 independent runs" in win[3]
+    # runs +4, +5, +6 points: t-interval 5 ± t(.975, 2)·1/√3 = 5 ± 2.5 points
+    assert "+5.0 points [+4.0, +6.0], across runs [+2.5, +7.5]" in win[3]
     lose = findings(_results(-0.05, 0.001))
-    assert "AXN DE, tuned λ is behind DE re-rank in all 2" in lose[1] and "-5.0 points" in lose[1]
-    noise = findings(_results(0.05, 0.2))  # same gain, but the Holm-adjusted p is not below 0.05
-    assert "within noise in all 2" in noise[1] and "beats" not in noise[1]
+    assert "AXN DE, tuned λ loses to DE re-rank in all 2" in lose[3] and "-5.0 points" in lose[3]
+    noise = findings(_results(0.05, 0.04))  # same gain, p = .04 alone but .08 after Holm over the 2 cells
+    assert "is level with DE re-rank in all 2" in noise[3] and "beats" not in noise[3]
+    wide = findings(_results(0.05, 0.001, spread=0.05))  # runs 0, +5, +10: the interval across runs reaches below 0
+    assert "is level with DE re-rank in all 2" in wide[3]
+    per_run = findings(_results(0.05, 0.001, mf_runs=5))
+    assert "fitted 15 times, once per run" in per_run[2] and "include its training's randomness" in per_run[2]
+    assert '"AXN DE" and "DE re-rank" ran once per split' in per_run[0]
     assert win[-1] == "AXN DE: λ chosen on dev from 0.2 to 0.8 over runs, budgets and k."
     assert findings(_results(0.05, 0.001, lams="0.4"))[-1] == "AXN DE: λ chosen on dev 0.4 over runs, budgets and k."
+
+
+def test_the_lambda_zero_pair_is_a_labelled_sanity_check(protocol_run):
+    from xenbench.methods.axn import SANITY_CHECKS, paired_comparisons
+
+    *_, runs, _ = protocol_run
+    comp = paired_comparisons(runs)
+    sanity = comp[comp["sanity_check"]]
+    assert set(zip(sanity["challenger"], sanity["baseline"])) == set(SANITY_CHECKS) == {("AXN, tuned λ", "AXN, λ = 0")}
+    assert {"p_holm", "p_wilcoxon_holm", "run_lo", "run_hi", "verdict"} <= set(comp.columns)
+    assert len(comp) == len(comp.drop_duplicates(["challenger", "baseline", "budget", "k"]))  # the whole family
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,7 +359,7 @@ def test_explicit_cpu_equals_the_default_device(devices, factors):
 def test_the_device_reaches_every_search_and_mf_fit(devices):
     # "cpu:0" is the CPU under another name: a search on a hard-coded "cpu" would show up as torch.device("cpu")
     runs = _axn_runs(device="cpu:0")
-    assert len(devices["search"]) > 10 and len(devices["mf"]) == 2  # one MF-IND fit per split
+    assert len(devices["search"]) > 10 and len(devices["mf"]) == 4  # one MF-IND fit per run (2 splits × 2 seeds)
     assert set(devices["search"]) == set(devices["mf"]) == {torch.device("cpu:0")}
     plain = _axn_runs(device="cpu")
     for name in ("lambda_sweep", "protocol_runs", "protocol_dev"):

@@ -196,3 +196,50 @@ def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it()
     assert (f"Top-10 at B_CE = 40: {100 * r['mean']:+.2f} points on average ({r['recall_free_anchors']:.3f} vs "
             f"{r['recall_authors_code']:.3f}; from {100 * r['min']:+.2f} to {100 * r['max']:+.2f} over 16 split × seed "
             f"× k_i cells)") in line
+
+
+# --- the one verdict rule of 03, 04 and 05 (xenbench.methods.protocol.verdict), through the findings -------------
+
+
+def _axn_results(p: list[float], seeds_of: dict[str, int], gains: dict[str, list[float]]) -> dict:
+    """04's results by hand: cells (budget 50, k = 1, 10, 100, 200 ...) of AXN DE vs DE re-rank with per-query p-values
+    ``p``; ``gains[method]`` is the recall gain of each split's run over 0.5 (DE re-rank), ``seeds_of`` the seeds each
+    method ran per split."""
+    ks = [1, 10, 100, 200][: len(p)]
+    comp = [{"challenger": "AXN DE, tuned λ", "baseline": "DE re-rank", "budget": 50, "k": k, "mean": 0.05,
+             "lo": 0.04, "hi": 0.06, "p": pk, "p_wilcoxon": pk, "n": 300} for k, pk in zip(ks, p)]
+    runs = [{"split": s, "seed": seed, "method": m, "budget": 50, "k": k,
+             "recall": 0.5 + (gains[m][s] if m in gains else 0.0)}
+            for m, n_seeds in seeds_of.items() for s in range(3) for seed in range(n_seeds) for k in ks]
+    return {"ce": "cls-ce", "n_items": 900, "comparisons": comp, "runs": runs,
+            "summary": [{"method": "DE re-rank", "budget": 50, "k": 1, "lams": ""}],
+            "n_queries": {"training": 500, "dev": 150, "test": 351},
+            "protocol": {"split_seeds": [0, 1, 2], "first_round_seeds": [0, 1, 2, 3, 4]}}
+
+
+def test_verdict_rule_a_cell_that_wins_alone_ties_after_holm_over_the_family():
+    seeds = {"AXN DE, tuned λ": 1, "DE re-rank": 1, "AXN, tuned λ": 5}
+    gains = {"AXN DE, tuned λ": [0.04, 0.05, 0.06]}
+    alone = findings.lines("04_axn_lambda", _axn_results([0.02], seeds, gains))
+    assert "family of 1 declared" in alone[1] and "beats DE re-rank in all 1" in alone[2]
+    # the same cell (p = .02) declared with three more cells whose p-values are .5: Holm makes it 4 · .02 = .08
+    family = findings.lines("04_axn_lambda", _axn_results([0.02, 0.5, 0.5, 0.5], seeds, gains))
+    assert "family of 4 declared" in family[1] and "is level with DE re-rank in all 4" in family[2]
+
+
+def test_verdict_rule_a_deterministic_method_counts_one_run_per_split():
+    # the random AXN ran 5 seeds per split, AXN DE and DE re-rank one run per split: the pair has 3 runs, not 15
+    seeds = {"AXN DE, tuned λ": 1, "DE re-rank": 1, "AXN, tuned λ": 5}
+    text = findings.lines("04_axn_lambda", _axn_results([0.001], seeds, {"AXN DE, tuned λ": [0.04, 0.05, 0.06]}))
+    assert "3 query splits × 5 seeds = 15 runs" in text[0]
+    assert '"AXN DE" and "DE re-rank" ran once per split (no draw of their own given the split)' in text[0]
+    assert "(300 test queries, paired; 3 independent runs)" in text[2]
+    # 3 runs of +4, +5, +6 points: 5 ± t(.975, 2) · 1 / √3 = [+2.5, +7.5]; as 15 copies it would be [+4.6, +5.4]
+    assert "across runs [+2.5, +7.5]" in text[2]
+
+
+def test_verdict_rule_needs_the_interval_across_runs_as_well():
+    # the per-query test is overwhelming (p = 1e-9), but the three splits disagree in sign: level
+    seeds = {"AXN DE, tuned λ": 1, "DE re-rank": 1}
+    text = findings.lines("04_axn_lambda", _axn_results([1e-9], seeds, {"AXN DE, tuned λ": [0.10, 0.08, -0.06]}))
+    assert "is level with DE re-rank in all 1" in text[2] and "beats" not in text[2].split(":", 1)[1]

@@ -135,3 +135,16 @@ def test_cuda_gives_the_cpu_embeddings(problem, kind):
     np.testing.assert_allclose(cuda.history_, cpu.history_, rtol=1e-3)
     if kind == "ind":
         np.testing.assert_allclose(u_cuda, u_cpu, rtol=1e-3, atol=1e-3)
+
+
+def test_the_seed_is_part_of_the_fit(problem):
+    # the protocol of notebook 04 fits MF-IND once per run with the run's seed: a seed must change the fit (the
+    # initialization and pair order), and the same seed must give the same fit
+    Q, V, G = problem
+    rows, cols = observed_pairs(40, 120, 30, seed=0)
+    fit = lambda seed: MatrixFactorization("ind", epochs=2, seed=seed, progress=False).fit(Q, V, rows, cols,
+                                                                                          G[rows, cols])
+    a, b, again = fit(1), fit(2), fit(1)
+    np.testing.assert_array_equal(a.item_embeddings_, again.item_embeddings_)
+    assert not np.allclose(a.item_embeddings_, b.item_embeddings_)
+    assert not np.array_equal(observed_pairs(40, 120, 30, seed=1)[1], cols)  # G's items follow the seed too

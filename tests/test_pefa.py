@@ -7,13 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from scipy import stats
 
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import label_recall
+from xenbench.methods.protocol import holm
 from xenbench.studies.experiments import select_lambda
 from xenbench.methods.pefa import (PefaXL, PefaXS, across_seeds, choose_on_dev, evaluate_per_query, gain_by_seen_share,
-                           label_coverage, lambda_sweep, relevance_matrix, seen_golds, subset_gains)
+                           label_coverage, lambda_sweep, paired_comparisons, relevance_matrix, seen_golds,
+                           subset_gains)
 from xenbench.viz.plots import recall_vs_lambda_lines
 
 N_ITEMS, M_TRAIN, D = 120, 80, 16
@@ -208,21 +211,48 @@ def test_choose_on_dev_and_across_seeds():
     assert (row["gain_min"], row["gain_max"], row["n_seeds"]) == (-0.03, 0.2, 3)
 
 
-def _summary(gain_seen: float, gain_unseen: float, share_random: float) -> dict:
-    """Results of notebook 05 by hand: 2 seeds, one method, k = 1; by_item has only seen golds."""
-    rows, cov = [], []
-    for seed in (0, 1):
+def _per_query(gain_seen: float, gain_unseen: float, share_random: float, n: int = 40) -> pd.DataFrame:
+    """Per-query recalls of one method (PEFA-XS, k = 1) and the DE over 3 split seeds of the same n queries: seen
+    queries gain ``gain_seen``, unseen ones ``gain_unseen``, ± 0.01 alternating over queries and − 0.002, 0, + 0.002
+    over the seeds (means exact); by_item has only seen golds."""
+    frames = []
+    for seed in (0, 1, 2):
         for split, share in (("random", share_random), ("by_item", 1.0)):
-            cov.append({"split": split, "seed": seed, "train": 100, "dev": 40, "test": 40, "seen_dev": share,
-                        "seen_test": share})
-            subsets = [("seen", share, gain_seen), ("unseen", 1 - share, gain_unseen)]
-            subsets = [s for s in subsets if s[1] > 0]
-            subsets.insert(0, ("all", 1.0, sum(sh * g for _, sh, g in subsets)))
-            rows += [{"split": split, "seed": seed, "method": "PEFA-XS", "k": 1, "lam": 0.5, "n_neighbors": 0,
-                      "subset": sub, "n": round(40 * sh), "share": sh, "recall": 0.5, "de_recall": 0.5 - g,
-                      "gain": g, "gain_se": 0.01, "p_value": 0.01} for sub, sh, g in subsets]
-    gains = pd.DataFrame(rows)
-    return {"coverage": cov, "gains": rows, "summary": across_seeds(gains).to_dict("records")}
+            seen = np.arange(n) < round(n * share)
+            gain = np.where(seen, gain_seen, gain_unseen) + 0.01 * (-1.0) ** np.arange(n) + 0.002 * (seed - 1)
+            frames.append(pd.DataFrame({"split": split, "seed": seed, "method": "PEFA-XS", "k": 1, "lam": 0.5,
+                                        "n_neighbors": 0, "query": np.arange(n), "row": np.arange(n), "seen": seen,
+                                        "recall": 0.5 + gain, "de_recall": 0.5}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _summary(gain_seen: float, gain_unseen: float, share_random: float) -> dict:
+    """Results of notebook 05 by hand (see _per_query)."""
+    per_query = _per_query(gain_seen, gain_unseen, share_random)
+    gains = pd.concat([subset_gains(g).assign(split=split, seed=seed)
+                       for (split, seed), g in per_query.groupby(["split", "seed"])], ignore_index=True)
+    cov = [{"split": split, "seed": seed, "train": 100, "dev": 40, "test": 40, "seen_dev": share, "seen_test": share}
+           for seed in (0, 1, 2) for split, share in (("random", share_random), ("by_item", 1.0))]
+    return {"coverage": cov, "gains": gains.to_dict("records"), "summary": across_seeds(gains).to_dict("records"),
+            "comparisons": paired_comparisons(per_query).to_dict("records")}
+
+
+def test_paired_comparisons_are_the_family_of_distinct_tests():
+    per_query = _per_query(0.10, -0.04, 0.2)
+    comp = paired_comparisons(per_query)
+    # random: all, seen, unseen; by_item: all only (its seen subset is every query: the same test, counted once)
+    assert list(zip(comp["split"], comp["subset"])) == [("random", "all"), ("random", "seen"), ("random", "unseen"),
+                                                        ("by_item", "all")]
+    assert comp["same_as_all"].tolist() == ["", "", "", "seen"] and set(comp["n_runs"]) == {3}
+    seen = comp[(comp["split"] == "random") & (comp["subset"] == "seen")].iloc[0]
+    # the seen queries gain 0.098, 0.100, 0.102 in the 3 seeds: t-interval 0.1 ± t(.975, 2) · 0.002 / √3
+    half = stats.t.ppf(0.975, 2) * 0.002 / np.sqrt(3)
+    assert seen["run_mean"] == pytest.approx(0.1) and seen["n"] == 8
+    assert (seen["run_lo"], seen["run_hi"]) == (pytest.approx(0.1 - half), pytest.approx(0.1 + half))
+    np.testing.assert_allclose(comp["p_holm"], holm(comp["p"].to_numpy()))  # Holm over the whole family
+    assert comp["verdict"].tolist() == ["level", "beats", "loses", "beats"]
+    with pytest.raises(ParameterError, match="per_query"):
+        paired_comparisons(per_query.drop(columns="row"))
 
 
 def test_findings_follow_the_numbers():
@@ -230,19 +260,31 @@ def test_findings_follow_the_numbers():
 
     text = lines("05_pefa_lambda", _summary(0.10, -0.04, 0.2))
     joined = "\n".join(text)
+    assert "family of 4 declared (split regime, method, k, subset of test queries) tests" in text[0]
+    assert "95% t-interval across those independent splits" in text[1] and "3 split seeds" in text[1]
     assert "**random split**: 20.0% of test queries" in joined and "**by_item split**: 100.0%" in joined
     random_line = next(t for t in text if t.startswith("random split, PEFA-XS"))
-    # overall 0.2 · 10 − 0.8 · 4 = −1.2 points: loses (SE 1 point); seen +10 beats; unseen −4 loses.
-    assert "overall Recall@1 is level with the DE (-1.2 ± 1.0, 0/2 seeds > 0)" in random_line
-    assert "on seen golds Recall@1 beats the DE (+10.0" in random_line
-    assert "on unseen golds Recall@1 loses to the DE (-4.0" in random_line
+    # overall 0.2 · 10 − 0.8 · 4 = −1.2 points: its run interval excludes 0, but the per-query test does not pass (the
+    # seen and unseen queries pull apart): level. Seen +10 beats; unseen −4 loses.
+    assert "overall Recall@1 is level with the DE (-1.2 [-1.7, -0.7], p_Holm 0.2)" in random_line
+    assert "on seen golds Recall@1 beats the DE (+10.0 [+9.5, +10.5]" in random_line
+    assert "on unseen golds Recall@1 loses to the DE (-4.0 [" in random_line
     by_item = next(t for t in text if t.startswith("by_item split, PEFA-XS"))
     assert "overall Recall@1 beats the DE (+10.0" in by_item and "on unseen golds: no test queries" in by_item
+    assert "on seen golds: every test query, as overall" in by_item
     assert any("PEFA-XS's Recall@1 gain rises from -1.2 to +10.0 points" in t for t in text)
     # Flip the numbers: PEFA now hurts seen golds, so the in-domain split's gain falls.
     flipped = "\n".join(lines("05_pefa_lambda", _summary(-0.10, 0.0, 0.5)))
-    assert "overall Recall@1 loses to the DE (-10.0" in flipped and "gain falls from -5.0 to -10.0 points" in flipped
-    assert "beats" not in flipped
+    assert "overall Recall@1 loses to the DE (-5.0" in flipped and "gain falls from -5.0 to -10.0 points" in flipped
+    assert "beats the DE" not in flipped
+    # one query per subset and seed: no test anywhere, an empty family
+    tiny = paired_comparisons(_per_query(0.10, -0.04, 0.5, n=1).query("seed == 0"))
+    assert tiny.empty and {"verdict", "p_holm"} <= set(tiny.columns)
+    none = lines("05_pefa_lambda", {**_summary(0.10, -0.04, 0.2), "comparisons": []})
+    assert "family of 0 declared" in none[0] and "overall: fewer than 2 test queries, no test" in "\n".join(none)
+    old = lines("05_pefa_lambda", {k: v for k, v in _summary(0.10, -0.04, 0.2).items() if k != "comparisons"})
+    assert old[0].startswith("No verdicts: this results file holds no per-query comparisons")
+    assert not any(w in "\n".join(old) for w in ("beats", "loses to", "level with"))
 
 
 def test_gain_by_seen_share_figure():

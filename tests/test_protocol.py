@@ -7,7 +7,8 @@ import pytest
 from scipy import stats
 
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import at_chosen, choose_on_dev, holm, paired_test, pool_by_query, query_splits, summarize
+from xenbench.methods.protocol import (ALPHA, at_chosen, choose_on_dev, compare_runs, decide, holm, paired_test,
+                                      pool_by_query, query_splits, run_interval, run_seed, summarize, t_interval, verdict)
 
 
 def test_query_splits_disjoint_seeded_and_distinct():
@@ -91,3 +92,104 @@ def test_summarize_interval_from_run_spread():
 def test_pool_by_query_averages_over_runs():
     rows, means = pool_by_query([np.array([1, 3]), np.array([3, 5])], [np.array([1.0, 0.0]), np.array([1.0, 0.5])])
     assert rows.tolist() == [1, 3, 5] and means.tolist() == [1.0, 0.5, 0.5]
+
+
+# --- the one verdict rule ---------------------------------------------------------------------------
+
+
+def test_verdict_needs_the_holm_adjusted_test_and_the_run_interval():
+    assert verdict([0.001, 0.01], 0.01, 0.05) == "beats"
+    assert verdict([0.001, 0.01], -0.05, -0.01) == "loses"
+    # the AND: a significant per-query test whose run interval straddles 0 is level, and so is the reverse
+    assert verdict([0.001, 0.01], -0.01, 0.05) == "level"
+    assert verdict([0.001, 0.06], 0.01, 0.05) == "level"  # every test of the comparison must pass
+    assert verdict(0.2, 0.01, 0.05) == "level"
+    assert verdict(0.001, float("nan"), float("nan")) == "level"  # one run: no interval, no verdict
+    assert verdict(float("nan"), 0.01, 0.05) == "level"
+    with pytest.raises(ParameterError, match="'alpha' parameter of verdict"):
+        verdict(0.01, 0.0, 1.0, alpha=5.0)
+
+
+def _cell(diff_queries: int, n: int = 30, runs: int = 3, seed_col: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Challenger a and baseline b over ``runs`` splits of the same ``n`` rows: a_q = 1 on the first
+    ``diff_queries`` rows, every other value 0."""
+    rows = np.arange(n)
+    hit = (rows < diff_queries).astype(np.float64)
+    make = lambda v: pd.DataFrame([{"split": s, **({"seed": 0} if seed_col else {}), "rows": rows, "per_query": v}
+                                   for s in range(runs)])
+    return make(hit), make(np.zeros(n))
+
+
+def test_a_cell_that_wins_alone_ties_after_holm_over_its_family():
+    # d_q = 1 on 6 of 30 queries (0 elsewhere): paired t p = .012 and Wilcoxon p = .031 by hand; the runs agree
+    # exactly, so their interval is [0.2, 0.2] and excludes 0.
+    one = compare_runs(*_cell(6))
+    assert one["mean"] == pytest.approx(0.2) and (one["run_lo"], one["run_hi"]) == (pytest.approx(0.2),) * 2
+    assert one["p"] == pytest.approx(stats.ttest_1samp(np.r_[np.ones(6), np.zeros(24)], 0).pvalue)
+    assert one["p_wilcoxon"] == pytest.approx(stats.wilcoxon(np.ones(6)).pvalue)
+    alone = decide(pd.DataFrame([one]))
+    assert alone["verdict"].tolist() == ["beats"] and alone["p_holm"].iloc[0] == pytest.approx(one["p"])
+    # the same cell in a declared family with two more cells: Holm multiplies the smallest p by 3
+    family = decide(pd.DataFrame([one, compare_runs(*_cell(0)), compare_runs(*_cell(1))]))
+    assert family["p_holm"].iloc[0] == pytest.approx(3 * one["p"])
+    assert family["p_wilcoxon_holm"].iloc[0] == pytest.approx(3 * one["p_wilcoxon"]) and 3 * one["p_wilcoxon"] > ALPHA
+    assert family["verdict"].tolist() == ["level"] * 3
+    # a strong cell survives the same family
+    strong = decide(pd.DataFrame([compare_runs(*_cell(20)), compare_runs(*_cell(0)), compare_runs(*_cell(1))]))
+    assert strong["verdict"].tolist() == ["beats", "level", "level"]
+
+
+def test_the_run_interval_can_veto_a_significant_per_query_test():
+    # 3 splits; the challenger wins on 20 of 30 queries in two runs and loses on 20 in the third: pooled over
+    # queries (each query's mean over the runs) it gains +1/3 on 20 queries, p tiny; across runs the
+    # interval of (+2/3, +2/3, -2/3) is wide and straddles 0.
+    a, b = _cell(20)
+    a["per_query"] = [a["per_query"][0], a["per_query"][1], np.zeros(30)]
+    b["per_query"] = [b["per_query"][0], b["per_query"][1], (np.arange(30) < 20).astype(float)]
+    out = compare_runs(a, b)
+    assert out["mean"] == pytest.approx(2 / 9) and out["p"] < 1e-6 and out["p_wilcoxon"] < 1e-3
+    want = t_interval(np.array([2 / 3, 2 / 3, -2 / 3]), 0.95)
+    assert (out["run_lo"], out["run_hi"]) == (pytest.approx(want[1]), pytest.approx(want[2])) and out["n_runs"] == 3
+    assert decide(pd.DataFrame([out]))["verdict"].tolist() == ["level"]
+
+
+def test_a_deterministic_method_counts_one_run_per_split():
+    rng = np.random.default_rng(0)
+    rows = np.arange(40)
+    # the challenger is random: 4 seeds per split; the baseline is deterministic: one run per split
+    a = pd.DataFrame([{"split": s, "seed": r, "rows": rows, "per_query": rng.random(40)}
+                      for s in range(3) for r in range(4)])
+    b = pd.DataFrame([{"split": s, "seed": 0, "rows": rows, "per_query": rng.integers(0, 2, 40) / 2} for s in range(3)])
+    out = compare_runs(a, b)
+    assert out["n_runs"] == 12  # each of a's runs, paired with its split's one run of b
+    diffs = [a.per_query[i] - b.per_query[a.split[i]] for i in range(12)]
+    want = t_interval(np.array([d.mean() for d in diffs]), 0.95)
+    assert (out["run_lo"], out["run_hi"]) == (pytest.approx(want[1]), pytest.approx(want[2]))
+    assert out["mean"] == pytest.approx(np.mean(diffs))  # every query is in every run: the pooled mean
+    # both deterministic: one run per split, 3 runs, not 3 x (number of seeds)
+    both = compare_runs(b.assign(per_query=[v + 0.25 for v in b.per_query]), b)
+    assert both["n_runs"] == 3 and both["run_mean"] == 0.25
+    # a split without seeds (seed=None) is one run
+    assert compare_runs(*_cell(6, seed_col=False), seed=None)["n_runs"] == 3
+    with pytest.raises(ParameterError, match="'a' parameter of pair_runs"):
+        compare_runs(pd.concat([a, a]), pd.concat([a, a]))  # two runs with one seed in a split
+    # the same interval from the runs' mean recalls alone (what a results file keeps)
+    means = lambda df: df.assign(recall=[float(np.mean(v)) for v in df["per_query"]]).drop(columns=["per_query"])
+    again = run_interval(means(a), means(b))
+    assert again["n_runs"] == 12 and (again["run_lo"], again["run_hi"]) == (pytest.approx(out["run_lo"]),
+                                                                            pytest.approx(out["run_hi"]))
+
+
+def test_compare_runs_refuses_runs_on_different_rows():
+    a, b = _cell(6)
+    b["rows"] = [np.arange(1, 31)] * len(b)
+    with pytest.raises(ParameterError, match="same test rows"):
+        compare_runs(a, b)
+
+
+def test_run_seed_depends_on_split_and_seed():
+    seeds = {run_seed(s, r) for s in range(5) for r in range(5)}
+    assert len(seeds) == 25  # every (split, seed) draws its own
+    assert run_seed(2, 3) == run_seed(2, 3) == int(np.random.SeedSequence([2, 3]).generate_state(1, np.uint32)[0])
+    with pytest.raises(ParameterError, match="'seed' parameter of run_seed"):
+        run_seed(0, -1)

@@ -37,7 +37,7 @@ from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFi
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
 from xenbench.methods.trace import RoundTrace, trace_from_result
 
-__all__ = ["PAIRS", "Axn", "lambda_sweep", "paired_comparisons", "prior_scale", "protocol_runs", "protocol_summary",
+__all__ = ["PAIRS", "SANITY_CHECKS", "Axn", "lambda_sweep", "paired_comparisons", "prior_scale", "protocol_runs", "protocol_summary",
            "round_trace"]
 
 
@@ -304,13 +304,18 @@ def round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_
 # ==============================================================================================
 # the notebook-04 protocol: λ chosen on dev, test over first-round seeds × query splits, paired tests
 # ==============================================================================================
-#: Pre-declared comparisons of notebook 04, (challenger, baseline); fixed before any result is seen.
+#: Pre-declared comparisons of notebook 04, (challenger, baseline); fixed before any result is seen. All of them, every
+#: (budget, k) cell, form the family of the verdict rule (:func:`xenbench.methods.protocol.verdict`).
 PAIRS: tuple[tuple[str, str], ...] = (
     ("AXN DE, tuned λ", "DE re-rank"),                          # tuned AXN vs retrieve-and-rerank
-    ("AXN, tuned λ", "AXN, λ = 0"),                             # does u_param (Eq. 7) help?
+    ("AXN, tuned λ", "AXN, λ = 0"),                             # sanity check: does u_param (Eq. 7) help at all?
     ("AXN DE, MF-IND, tuned λ", "ADACUR TopK No-Split"),        # AXN MF-IND vs ADACUR TopK No-Split
     ("AXN DE, MF-IND, tuned λ", "AXN DE, tuned λ"),             # does fitting V to the CE help?
 )
+#: Pairs of :data:`PAIRS` that are sanity checks, not claims: λ = 0 is one end of the grid that the tuned λ was
+#: chosen from on dev, so tuned AXN is expected to be at least as good; the comparison checks the protocol, and its
+#: size says how far the regression of Eq. 4 alone is from usable. It stays in the declared family.
+SANITY_CHECKS: tuple[tuple[str, str], ...] = (("AXN, tuned λ", "AXN, λ = 0"),)
 
 
 def _per_query_recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int,
@@ -323,21 +328,25 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
                   lambdas: Sequence[float], budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100),
                   n_rounds: int = 5, mf_items_per_query: int = 100, mf_epochs: int = 0, mf_lr: float = 0.005,
                   progress: bool = True, device: str | torch.device = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Notebook 04's protocol: every split × first-round seed is one run; λ is chosen on its dev rows.
+    """Notebook 04's protocol: every split × seed is one run; λ is chosen on dev rows, reported on test rows.
 
     Per split (:class:`xenbench.methods.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
-    on the anchor (training) queries, u_param = β · U; with ``mf_epochs > 0`` MF-IND is fitted on
-    ``mf_items_per_query`` random scores of each anchor query ([AXN] §2.1). Then for each method:
+    on the anchor (training) queries, u_param = β · U. Every random draw of a run takes the run's own seed,
+    :func:`xenbench.methods.protocol.run_seed` of (split seed, seed). Methods:
 
-    * "AXN" (random first round, keyed by (seed, global query row)), once per seed in ``seeds``;
-    * "AXN DE" (the DE's top B_CE / R items first) and "AXN DE, MF-IND": deterministic given the split
-      (TopK rounds, DE first round), so run once per split (``seed`` = the first seed);
+    * "AXN" (random first round, keyed by (run seed, global query row)), once per seed in ``seeds``; λ is
+      chosen once per split on its dev rows with the first seed's first round (halves the cost) and used by
+      every seed;
+    * "AXN DE" (the DE's top B_CE / R items first, then greedy rounds): deterministic given the split, so run
+      once per split (``seed`` = the first seed);
+    * "AXN DE, MF-IND" (with ``mf_epochs > 0``): per run, MF-IND ([AXN] §2.1) is fitted on G =
+      ``mf_items_per_query`` random items of each anchor query, with the run seed choosing G's items, the MLP
+      initialization and the pair order, so its runs carry its training's randomness; λ is chosen on dev
+      for each fitted model.
 
-    λ is chosen once per split on its dev rows per (method, budget, k) (:func:`xenbench.methods.protocol.choose_on_dev`,
-    ties to the smaller λ; for "AXN" with the first seed's first round, which halves the cost of the
-    protocol) and every seed's run uses it on the test rows ("…, tuned λ") and at
-    λ = 0 ("…, λ = 0"). Baselines on the same test rows: ADACUR TopK No-Split (R_anc = M[anchor],
-    random first round, per seed) and DE re-rank (per split).
+    λ is chosen per (method, budget, k) by :func:`xenbench.methods.protocol.choose_on_dev` (ties to the smaller λ);
+    each run reports the test rows at that λ ("…, tuned λ") and at λ = 0 ("…, λ = 0"). Baselines on the same
+    test rows: ADACUR TopK No-Split (R_anc = M[anchor], random first round, per seed) and DE re-rank (per split).
 
     Parameters
     ----------
@@ -348,11 +357,12 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     V, U : ndarray of shape (n_items, d), (n_queries, d)
         DE item and query embeddings.
     seeds : sequence of int
-        First-round seeds (>= 1).
+        Seeds within a split (>= 1).
     lambdas, budgets, k_values, n_rounds
         As in :func:`lambda_sweep`.
     mf_items_per_query, mf_epochs, mf_lr
-        MF-IND's sparse matrix G and training (:class:`xenbench.methods.mf.MatrixFactorization`); 0 epochs: no MF-IND.
+        MF-IND's sparse matrix G (k_d items per training query) and training
+        (:class:`xenbench.methods.mf.MatrixFactorization`); 0 epochs: no MF-IND.
     device : str or torch.device, default "auto"
         Torch device of every AXN and ADACUR search and of MF-IND's training: CUDA when available, else CPU.
 
@@ -361,16 +371,17 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     runs : DataFrame
         One row per (split, seed, method, budget, k) on the test rows: ``lam`` (NaN for baselines),
         ``recall``, ``recall_se`` (over queries), ``n_test_queries``, ``rows`` and ``per_query`` (arrays).
+        Deterministic methods have rows for the first seed only.
     dev : DataFrame
-        The dev λ sweeps, one per split and method (:func:`lambda_sweep` frames with ``split`` and
-        ``seed`` columns).
+        The dev λ sweeps, one per split and method (and per seed for MF-IND): :func:`lambda_sweep` frames with
+        ``split`` and ``seed`` columns.
     """
     from tqdm.auto import tqdm
 
     from xenbench.methods.adacur import rerank_baseline
     from xenbench.metrics import BudgetCounter
     from xenbench.methods.mf import MatrixFactorization, observed_pairs
-    from xenbench.methods.protocol import choose_on_dev
+    from xenbench.methods.protocol import choose_on_dev, run_seed
 
     owner = "protocol_runs"
     seeds = [int(s) for s in seeds]
@@ -385,7 +396,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     de_order = np.argsort(-de, axis=1, kind="stable")
     k_values = [int(k) for k in k_values]
     runs, dev_frames = [], []
-    n_steps = len(splits) * (len(seeds) + 2 + (1 if mf_epochs else 0))
+    n_steps = len(splits) * (len(seeds) * (2 if mf_epochs else 1) + 2)
     bar = tqdm(total=n_steps, desc="04 protocol (split × method × seed)", disable=not progress)
 
     def add(split, seed, method, budget, lam, test, recalls):
@@ -398,37 +409,48 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     for split in splits:
         anchor, dev, test = split.anchor, split.dev, split.test
         M_test = M[test]
-        beta = prior_scale(M[anchor], de[anchor])
-        variants = [("AXN", V, beta * U, None, seeds), ("AXN DE", V, beta * U, de_order, seeds[:1])]
+        u_de = prior_scale(M[anchor], de[anchor]) * U
+
+        def tune(name, V_m, u_m, cand, seed):
+            """λ per (budget, k) with the best recall on the split's dev rows (run seed of ``seed``)."""
+            sweep = lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
+                                 candidates=None if cand is None else cand[dev], method=name,
+                                 seed=run_seed(int(split.seed), seed), query_ids=dev, device=device)
+            dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
+            return choose_on_dev(sweep, ["budget", "k"], "lam")
+
+        def report(name, V_m, u_m, cand, seed, chosen):
+            """The run's test rows at the chosen λ per (budget, k), and at λ = 0."""
+            for budget in budgets:
+                at_b = chosen[chosen["budget"] == budget]
+                for lam in sorted(set(at_b["lam"]) | {0.0}):
+                    axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=run_seed(int(split.seed), seed),
+                              options=options).fit(V_m)
+                    res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
+                                  candidates=None if cand is None else cand[test], query_ids=test)
+                    rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
+                    tuned = set(at_b.loc[at_b["lam"] == lam, "k"])
+                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned})
+                    if lam == 0.0:
+                        add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
+            bar.update(1)
+
+        chosen = tune("AXN", V, u_de, None, seeds[0])  # random first round: chosen once per split, on seed 0's draws
+        for seed in seeds:
+            report("AXN", V, u_de, None, seed, chosen)
+        report("AXN DE", V, u_de, de_order, seeds[0], tune("AXN DE", V, u_de, de_order, seeds[0]))  # deterministic
         if mf_epochs:
-            rows_g, cols_g = observed_pairs(anchor.size, M.shape[1], mf_items_per_query, seed=int(split.seed))
-            mf = MatrixFactorization("ind", epochs=mf_epochs, lr=mf_lr, seed=int(split.seed), device=device).fit(
-                U[anchor], V, rows_g, cols_g, M[anchor][rows_g, cols_g])
-            variants.append(("AXN DE, MF-IND", mf.item_embeddings_, mf.transform_queries(U), de_order, seeds[:1]))
-        for name, V_m, u_m, cand, method_seeds in variants:
-            for seed in method_seeds:
-                if seed == method_seeds[0]:  # λ is chosen once per split, on its dev rows (first seed's draws)
-                    sweep = lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
-                                         candidates=None if cand is None else cand[dev], method=name, seed=seed,
-                                         query_ids=dev, device=device)
-                    dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
-                    chosen = choose_on_dev(sweep, ["budget", "k"], "lam")
-                for budget in budgets:
-                    at_b = chosen[chosen["budget"] == budget]
-                    for lam in sorted(set(at_b["lam"]) | {0.0}):
-                        axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed,
-                                  options=options).fit(V_m)
-                        res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
-                                      candidates=None if cand is None else cand[test], query_ids=test)
-                        rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
-                        tuned = set(at_b.loc[at_b["lam"] == lam, "k"])
-                        add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned})
-                        if lam == 0.0:
-                            add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
-                bar.update(1)
+            for seed in seeds:  # MF-IND is trained per run: G's items, initialization and pair order follow its seed
+                rs = run_seed(int(split.seed), seed)
+                rows_g, cols_g = observed_pairs(anchor.size, M.shape[1], mf_items_per_query, seed=rs)
+                mf = MatrixFactorization("ind", epochs=mf_epochs, lr=mf_lr, seed=rs, progress=False,
+                                         device=device).fit(U[anchor], V, rows_g, cols_g, M[anchor][rows_g, cols_g])
+                V_mf, u_mf = mf.item_embeddings_, mf.transform_queries(U)
+                report("AXN DE, MF-IND", V_mf, u_mf, de_order, seed, tune("AXN DE, MF-IND", V_mf, u_mf, de_order, seed))
         for seed in seeds:
             for budget in budgets:
-                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler=TopK(), seed=seed, options=options)
+                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler=TopK(),
+                             seed=run_seed(int(split.seed), seed), options=options)
                 res = ada.fit(M[anchor]).run(M_test, query_ids=test)
                 add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
                     _per_query_recalls(M_test, res.I, res.calls, budget, k_values))
@@ -458,32 +480,27 @@ def protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
 
 def paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PAIRS, *,
                        confidence: float = 0.95) -> pd.DataFrame:
-    """Per-query paired tests of the pre-declared ``pairs`` (challenger a, baseline b) per (budget, k).
+    """The pre-declared ``pairs`` (challenger a, baseline b) per (budget, k), under the one verdict rule.
 
-    Each method's per-query recall is first averaged over the runs in which the query was a test query
-    (:func:`xenbench.methods.protocol.pool_by_query`), so a query counts once; the test is then on the queries
-    both methods were run on (:func:`xenbench.methods.protocol.paired_test`: mean difference a − b, its
-    interval, paired t and Wilcoxon p-values). ``p_holm`` is the Holm-adjusted t-test p-value over all
-    rows of the table (every pair and cell was declared in advance, so the family is this table).
+    Per cell, :func:`xenbench.methods.protocol.compare_runs` over the runs (a deterministic method's one run per
+    split pairs with every run of the other): the per-query paired test on each query's difference averaged
+    over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``, ``n``
+    queries, ``n_a_better``, ``n_b_better``; its p-values cover the queries only) and the interval across the
+    independent runs (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). Every pair and cell was declared in
+    advance, so the family is this table: :func:`xenbench.methods.protocol.decide` adds ``p_holm``,
+    ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`.
     """
-    from xenbench.methods.protocol import holm, paired_test, pool_by_query
+    from xenbench.methods.protocol import compare_runs, decide
 
     out = []
     for a, b in pairs:
         for (budget, k), g in runs[runs["method"].isin([a, b])].groupby(["budget", "k"], sort=True):
-            pooled = {}
-            for m in (a, b):
-                gm = g[g["method"] == m]
-                if not gm.empty:
-                    pooled[m] = dict(zip(*pool_by_query(list(gm["rows"]), list(gm["per_query"]))))
-            if len(pooled) < 2:
+            ga, gb = g[g["method"] == a], g[g["method"] == b]
+            if ga.empty or gb.empty:
                 continue
-            common = sorted(set(pooled[a]) & set(pooled[b]))
-            if len(common) < 2:
-                continue
-            t = paired_test([pooled[a][q] for q in common], [pooled[b][q] for q in common], confidence=confidence)
-            out.append({"challenger": a, "baseline": b, "budget": int(budget), "k": int(k), **t})
-    df = pd.DataFrame(out)
-    if not df.empty:
-        df["p_holm"] = holm(df["p"].to_numpy())
-    return df
+            c = compare_runs(ga, gb, split="split", seed="seed", confidence=confidence)
+            out.append({"challenger": a, "baseline": b, "budget": int(budget), "k": int(k),
+                        "sanity_check": (a, b) in SANITY_CHECKS, **c})
+    if not out:
+        return pd.DataFrame(out)
+    return decide(pd.DataFrame(out))

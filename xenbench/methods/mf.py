@@ -89,7 +89,8 @@ class MatrixFactorization:
     kind : {"trns", "ind"}, default "ind"
         Transductive free embeddings or inductive gated MLPs on the DE's embeddings.
     epochs : int, default 20
-        Passes over the observed pairs.
+        Passes over the observed pairs (the paper trains MF-IND for 20 epochs with k_d = 100 items per training
+        query, and 10 only with k_d = 1000 on 10K–50K queries: [AXN] Table 2).
     lr : float, default 0.001
         AdamW learning rate (the paper: 0.001 for ZESHEL and HotpotQA, 0.005 for SciDocs).
     weight_decay : float, default 0.0
@@ -97,7 +98,9 @@ class MatrixFactorization:
     batch_size : int, default 1024
         Observed pairs per step.
     seed : int, default 0
-        Seeds the MLP initialization and the pair order.
+        Seeds the MLP initialization and the pair order: two seeds give two fits, so a protocol that fits once per
+        run with the run's seed (and draws G with it, :func:`observed_pairs`) carries this randomness into its
+        intervals across runs.
     progress : bool, default True
         Show a progress bar over epochs.
     device : str or torch.device, default "auto"

@@ -42,8 +42,9 @@ from xenbench._validation import check_array, check_choice, check_float, check_i
 from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import label_recall, mean_se, topk_indices
 
-__all__ = ["PefaXL", "PefaXS", "across_seeds", "choose_on_dev", "evaluate_per_query", "gain_by_seen_share",
-           "label_coverage", "lambda_sweep", "relevance_matrix", "seen_golds", "subset_gains", "tune_and_test"]
+__all__ = ["SUBSETS", "PefaXL", "PefaXS", "across_seeds", "choose_on_dev", "evaluate_per_query", "gain_by_seen_share",
+           "label_coverage", "lambda_sweep", "paired_comparisons", "relevance_matrix", "seen_golds", "subset_gains",
+           "tune_and_test"]
 
 INDEXES = ("flat", "hnsw")
 
@@ -313,23 +314,28 @@ def choose_on_dev(sweep_dev: pd.DataFrame) -> pd.DataFrame:
 
 
 def evaluate_per_query(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix, Q_eval: np.ndarray,
-                       Y_eval: sp.spmatrix, chosen: pd.DataFrame, *, index: str = "flat") -> pd.DataFrame:
+                       Y_eval: sp.spmatrix, chosen: pd.DataFrame, *, index: str = "flat",
+                       eval_rows: np.ndarray | None = None) -> pd.DataFrame:
     """Recall@k of every eval query (with a relevant item) for each ``chosen`` setting and for the DE alone.
 
     Parameters
     ----------
     chosen : DataFrame
         Rows of :func:`choose_on_dev`: ``method``, ``k``, ``lam``, ``n_neighbors``.
+    eval_rows : int ndarray of shape (n_eval,), optional
+        The dataset rows of the eval queries (the rows of ``Q_eval``), so a query is known across splits.
 
     Returns
     -------
     DataFrame
         One row per (setting, eval query): ``method``, ``k``, ``lam``, ``n_neighbors``, ``query`` (position among
-        the eval queries with a relevant item), ``seen`` (:func:`seen_golds`), ``recall`` and ``de_recall`` (the
-        DE, λ = 1, on the same query: a paired comparison).
+        the eval queries with a relevant item), ``row`` (its dataset row; with ``eval_rows``), ``seen``
+        (:func:`seen_golds`), ``recall`` and ``de_recall`` (the DE, λ = 1, on the same query: a paired comparison).
     """
     k_max = int(chosen["k"].max())
     seen = seen_golds(Y_train, Y_eval)
+    has = np.diff(sp.csr_matrix(Y_eval).indptr) > 0  # the queries label_recall keeps, in order
+    rows = None if eval_rows is None else np.asarray(eval_rows, dtype=np.int64)[has]
     _, I_de = PefaXS(1.0, index=index).fit(P, Q_train, Y_train).search(Q_eval, k_max)
     searched: dict[tuple[str, float, int], np.ndarray] = {}
     frames = []
@@ -341,8 +347,8 @@ def evaluate_per_query(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix,
         r = label_recall(searched[key], Y_eval, k, per_query=True)
         frames.append(pd.DataFrame({
             "method": row.method, "k": k, "lam": float(row.lam), "n_neighbors": int(row.n_neighbors),
-            "query": np.arange(r.size), "seen": seen, "recall": r,
-            "de_recall": label_recall(I_de, Y_eval, k, per_query=True)}))
+            "query": np.arange(r.size)} | ({} if rows is None else {"row": rows}) | {
+            "seen": seen, "recall": r, "de_recall": label_recall(I_de, Y_eval, k, per_query=True)}))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -403,6 +409,67 @@ def across_seeds(gains: pd.DataFrame, by: Sequence[str] = ("split", "method", "k
     return out.reset_index()
 
 
+#: Subsets of the test queries a gain is reported on (:func:`subset_gains`).
+SUBSETS = ("all", "seen", "unseen")
+
+
+def paired_comparisons(per_query: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+    """Notebook 05's declared family under the one verdict rule: PEFA against the DE per (split regime, method, k,
+    subset of test queries).
+
+    Each split seed is one run (PEFA and the DE are deterministic given the split). Per cell,
+    :func:`xenbench.methods.protocol.compare_runs` of the method's and the DE's per-query recalls: the per-query paired
+    test on each query's difference averaged over the seeds in which it was a test query (``mean``, ``lo``, ``hi``,
+    ``p``, ``p_wilcoxon``, ``n`` distinct queries; the p-values cover the queries only) and the 95% t-interval of the
+    per-seed mean gains across the independent splits (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). A subset
+    that holds every test query in every seed (``seen`` when every gold is seen) is the ``all`` test again: it is
+    left out (``same_as_all`` lists it) so that a test counts once in the family. Cells with fewer than 2 queries
+    are left out. :func:`xenbench.methods.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` and ``verdict``
+    (Holm over every row: the family).
+
+    Parameters
+    ----------
+    per_query : DataFrame
+        :func:`evaluate_per_query` rows (with ``row``) of every run, with columns ``split`` (the regime) and
+        ``seed``.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``split``, ``method``, ``k``, ``subset``, the :func:`~xenbench.methods.protocol.compare_runs` fields,
+        ``same_as_all`` (subsets of this cell's (split, method, k) equal to all), ``p_holm``, ``p_wilcoxon_holm``,
+        ``verdict``.
+    """
+    from xenbench.methods.protocol import compare_runs, decide
+
+    owner = "pefa.paired_comparisons"
+    need = {"split", "seed", "method", "k", "row", "seen", "recall", "de_recall"}
+    if not isinstance(per_query, pd.DataFrame) or not need <= set(per_query.columns):
+        got = sorted(per_query.columns) if isinstance(per_query, pd.DataFrame) else type(per_query).__name__
+        raise ParameterError("per_query", f"evaluate_per_query rows with columns {sorted(need)}", got, owner)
+    out = []
+    for (regime, method, k), cell in per_query.groupby(["split", "method", "k"], sort=False):
+        seeds = list(cell.groupby("seed", sort=True))
+        masks = {"all": [np.ones(len(g), bool) for _, g in seeds], "seen": [g["seen"].to_numpy(bool) for _, g in seeds]}
+        masks["unseen"] = [~m for m in masks["seen"]]
+        same = [s for s in SUBSETS[1:] if all(m.all() for m in masks[s])]  # the all test again: counted once
+        rows = []
+        for subset in [s for s in SUBSETS if s not in same]:
+            runs = [{"seed": seed, "rows": g["row"].to_numpy()[m], "per_query": g["recall"].to_numpy(np.float64)[m],
+                     "de": g["de_recall"].to_numpy(np.float64)[m]} for (seed, g), m in zip(seeds, masks[subset]) if m.any()]
+            if sum(r["rows"].size for r in runs) < 2:
+                continue
+            a = pd.DataFrame(runs).drop(columns="de")
+            b = a.assign(per_query=[r["de"] for r in runs])
+            rows.append({"split": regime, "method": method, "k": int(k), "subset": subset,
+                         **compare_runs(a, b, split="seed", seed=None, confidence=confidence),
+                         "same_as_all": ", ".join(same)})
+        out += rows
+    columns = ["split", "method", "k", "subset", "mean", "se", "lo", "hi", "p", "p_wilcoxon", "n", "n_a_better",
+               "n_b_better", "run_mean", "run_lo", "run_hi", "n_runs", "same_as_all"]
+    return decide(pd.DataFrame(out, columns=columns if not out else None))
+
+
 def gain_by_seen_share(summary: pd.DataFrame, k: int, title: str | None = None):
     """Plotly figure: gain over the DE (points) against the share of seen golds, per split regime and method.
 
@@ -447,14 +514,16 @@ def tune_and_test(dataset, P: np.ndarray, U: np.ndarray, split, lambdas: Sequenc
     -------
     dict
         ``sweep_dev`` (:func:`lambda_sweep` on dev), ``chosen``, ``per_query`` (:func:`evaluate_per_query` on
-        test), ``gains`` (:func:`subset_gains`) and ``coverage`` (one row: seen shares of dev and test).
+        test, with each query's dataset ``row``), ``gains`` (:func:`subset_gains`) and ``coverage`` (one row: seen
+        shares of dev and test).
     """
     Y_train, Y_dev, Y_test = (relevance_matrix(dataset, rows) for rows in (split.train, split.dev, split.test))
     Q_train = U[split.train]
     sweep_dev = lambda_sweep(P, Q_train, Y_train, U[split.dev], Y_dev, lambdas, k_values, n_neighbors=n_neighbors,
                              index=index)
     chosen = choose_on_dev(sweep_dev)
-    per_query = evaluate_per_query(P, Q_train, Y_train, U[split.test], Y_test, chosen, index=index)
+    per_query = evaluate_per_query(P, Q_train, Y_train, U[split.test], Y_test, chosen, index=index,
+                                   eval_rows=split.test)
     coverage = pd.DataFrame([{"train": int(split.train.size), "dev": int(split.dev.size), "test": int(split.test.size),
                               "seen_dev": label_coverage(Y_train, Y_dev), "seen_test": label_coverage(Y_train, Y_test)}])
     return {"sweep_dev": sweep_dev, "chosen": chosen, "per_query": per_query, "gains": subset_gains(per_query),

@@ -16,6 +16,18 @@ module is the small set of pieces that replaces that by:
    mean difference, its t-interval, the paired t-test and Wilcoxon signed-rank p-values (scipy.stats).
    :func:`pool_by_query` first averages a query's values over the runs in which it was a test query, so
    each query counts once. :func:`holm` adjusts the p-values of a family of declared comparisons.
+5. :func:`verdict` — **the one verdict rule** of notebooks 03, 04 and 05, stated there: a per-query paired test,
+   Holm-adjusted over the notebook's declared family, *and* the interval across independent runs. Its inputs:
+   :func:`pair_runs` (which runs are independent), :func:`compare_runs` (both halves from per-query values),
+   :func:`run_interval` (the second half from per-run means alone); :func:`decide` applies it to a family.
+6. :func:`run_seed` — the seed of one run, drawn from (split seed, seed) together, so every (split, seed) run
+   makes its own random draws (ANNCUR's anchors, ADACUR's and AXN's first rounds, MF-IND's G and training).
+
+Independent runs. A method that makes random draws (random anchors, a random first round, a seeded training) is
+run once per (split, seed); a method that is deterministic given the split (DE re-rank, and every method whose
+first round is the DE's top items and whose later rounds are greedy: ANNCUR DE, ADACUR DE+TopK, AXN DE) is run
+once per split, and counts one run per split: repeating it over seeds would repeat one number and shrink its
+interval without new evidence.
 
 References
 ----------
@@ -35,7 +47,14 @@ import pandas as pd
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 
-__all__ = ["Split", "query_splits", "choose_on_dev", "at_chosen", "summarize", "paired_test", "pool_by_query", "holm", "t_interval"]
+__all__ = ["ALPHA", "VERDICTS", "Split", "query_splits", "run_seed", "choose_on_dev", "at_chosen", "summarize",
+           "paired_test", "pool_by_query", "holm", "t_interval", "pair_runs", "run_interval", "compare_runs", "verdict",
+           "decide"]
+
+#: Family-wise significance level of the verdict rule (:func:`verdict`).
+ALPHA: float = 0.05
+#: The three verdicts of :func:`verdict`: challenger better, no established difference, challenger worse.
+VERDICTS: tuple[str, str, str] = ("beats", "level", "loses")
 
 
 class Split(NamedTuple):
@@ -97,6 +116,21 @@ def query_splits(n_queries: int, n_anchor: int, n_dev: int, seeds: Sequence[int]
         parts = (perm[:k_q], perm[k_q:k_q + n_dev], perm[k_q + n_dev:k_q + n_dev + n_test])
         out.append(Split(*(np.sort(p).astype(np.int64) for p in parts), seed=seed))
     return out
+
+
+def run_seed(split_seed: int, seed: int) -> int:
+    """The seed of the run (split ``split_seed``, seed ``seed``): one 32-bit draw of NumPy's ``SeedSequence`` of both.
+
+    Every random draw of a run takes this seed, so the runs of a protocol with S splits × R seeds make S·R
+    independent draws (a seed alone would repeat its draw, e.g. the same anchor items, on every split), and the
+    same (split, seed) always makes the same draw.
+
+    >>> run_seed(0, 1) == run_seed(0, 1), run_seed(0, 1) == run_seed(1, 1), run_seed(0, 1) == run_seed(1, 0)
+    (True, False, False)
+    """
+    owner = "run_seed"
+    key = [check_int(split_seed, "split_seed", 0, None, owner), check_int(seed, "seed", 0, None, owner)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint32)[0])
 
 
 def _check_frame(df: Any, name: str, columns: Sequence[str], owner: str) -> pd.DataFrame:
@@ -294,3 +328,184 @@ def pool_by_query(rows: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> t
     sums = np.bincount(inv, weights=v, minlength=uniq.size)
     counts = np.bincount(inv, minlength=uniq.size)
     return uniq, sums / counts
+
+
+def pair_runs(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split",
+              seed: str | None = "seed") -> list[tuple[pd.Series, pd.Series]]:
+    """The independent runs of a comparison: pairs (run of a, run of b) of one cell, matched within a split.
+
+    A method with one run in a split is deterministic given the split (or was run once): that run pairs with
+    every run of the other, so a pair of deterministic methods counts one run per split. Otherwise runs pair by
+    ``seed``. ``a`` and ``b`` hold one row per run (columns ``split`` and, unless None, ``seed``).
+    """
+    owner = "pair_runs"
+    _check_frame(a, "a", [split] + ([seed] if seed else []), owner)
+    _check_frame(b, "b", [split] + ([seed] if seed else []), owner)
+    matched = []
+    for key, ga in a.groupby(split, sort=True):
+        gb = b[b[split] == key]
+        if gb.empty:
+            continue
+        if len(ga) == 1 or len(gb) == 1:
+            matched += [(ra, rb) for _, ra in ga.iterrows() for _, rb in gb.iterrows()]
+        elif seed is None or ga[seed].duplicated().any() or gb[seed].duplicated().any():
+            raise ParameterError("a", f"one run per {split}, or one per ({split}, {seed}), of each method",
+                                 f"{len(ga)} and {len(gb)} runs in {split} {key}", owner)
+        else:
+            by_seed = {s: r for s, (_, r) in zip(gb[seed], gb.iterrows())}
+            matched += [(ra, by_seed[ra[seed]]) for _, ra in ga.iterrows() if ra[seed] in by_seed]
+    if not matched:
+        raise ParameterError("b", f"runs in at least one {split} of a", "no shared split", owner)
+    return matched
+
+
+def run_interval(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split", seed: str | None = "seed",
+                 value: str = "recall", confidence: float = 0.95) -> dict[str, float]:
+    """The interval across independent runs (:func:`pair_runs`) of the difference of a per-run ``value``.
+
+    With both methods measured on the same test rows in a run, the difference of their mean recalls is the
+    run's mean per-query difference, so this is the interval of :func:`compare_runs` from per-run means alone.
+
+    Returns
+    -------
+    dict
+        ``run_mean``, ``run_lo``, ``run_hi`` (:func:`t_interval`; NaN bounds below 2 runs) and ``n_runs``.
+    """
+    for name, df in (("a", a), ("b", b)):
+        _check_frame(df, name, [value], "run_interval")
+    d = np.array([float(ra[value]) - float(rb[value]) for ra, rb in pair_runs(a, b, split=split, seed=seed)])
+    mean, lo, hi = t_interval(d, confidence)
+    return {"run_mean": mean, "run_lo": lo, "run_hi": hi, "n_runs": int(d.size)}
+
+
+def compare_runs(a: pd.DataFrame, b: pd.DataFrame, *, split: str = "split", seed: str | None = "seed",
+                 confidence: float = 0.95) -> dict[str, float]:
+    """Challenger ``a`` against baseline ``b`` over their runs of one cell: the two halves of :func:`verdict`.
+
+    Runs pair within a split (:func:`pair_runs`: a method with one run in a split is deterministic given the
+    split and pairs with every run of the other; otherwise runs pair by ``seed``). Each pair gives the
+    per-query differences d_q = a_q − b_q on its test rows.
+
+    * The per-query paired test: each query's d_q averaged over the pairs in which it was a test query
+      (:func:`pool_by_query`, so each query counts once), then :func:`paired_test` against 0. Its p-values
+      cover the queries only: the runs' own randomness (anchors, first rounds, training) is not in them.
+    * The interval across runs: the t-interval of the pairs' mean differences (:func:`t_interval`); a
+      deterministic pair counts one run per split.
+
+    Parameters
+    ----------
+    a, b : DataFrame
+        One row per run of each method in this cell, columns ``split``, ``seed`` (unless None: one run per
+        split), ``rows`` (int array of test query rows) and ``per_query`` (float array, same order).
+    split, seed : str
+        Column names of the split and of the seed within the split (``seed=None``: every split is one run).
+    confidence : float
+        Of both intervals.
+
+    Returns
+    -------
+    dict
+        :func:`paired_test` of the pooled differences (``mean``, ``se``, ``lo``, ``hi``, ``p``,
+        ``p_wilcoxon``, ``n`` queries, ``n_a_better``, ``n_b_better``) and ``run_mean``, ``run_lo``,
+        ``run_hi``, ``n_runs`` (the interval across the independent runs; NaN bounds below 2 runs).
+    """
+    owner = "compare_runs"
+    cols = [split, "rows", "per_query"] + ([seed] if seed else [])
+    _check_frame(a, "a", cols, owner)
+    _check_frame(b, "b", cols, owner)
+    rows, diffs, means = [], [], []
+    for ra, rb in pair_runs(a, b, split=split, seed=seed):
+        if not np.array_equal(ra["rows"], rb["rows"]):
+            raise ParameterError("b", "runs on the same test rows as a's in the same split", "different rows", owner)
+        d = np.asarray(ra["per_query"], np.float64) - np.asarray(rb["per_query"], np.float64)
+        rows.append(np.asarray(ra["rows"]))
+        diffs.append(d)
+        means.append(float(d.mean()))
+    _, pooled = pool_by_query(rows, diffs)
+    test = paired_test(pooled, np.zeros_like(pooled), confidence=confidence)
+    run_mean, run_lo, run_hi = t_interval(np.asarray(means), confidence)
+    return {**test, "run_mean": run_mean, "run_lo": run_lo, "run_hi": run_hi, "n_runs": len(means)}
+
+
+def verdict(p_adjusted: float | Sequence[float], run_lo: float, run_hi: float, *, alpha: float = ALPHA) -> str:
+    """The one verdict rule of notebooks 03, 04 and 05: does the challenger beat its baseline?
+
+    A challenger **beats** its baseline only if both hold:
+
+    1. the per-query paired test is significant after Holm adjustment over the notebook's declared family of
+       comparisons: every adjusted p-value in ``p_adjusted`` (the paired t-test and the Wilcoxon signed-rank
+       test of :func:`compare_runs`, each adjusted by :func:`holm` over the family) is below ``alpha``; and
+    2. the interval across independent runs of the mean difference (``run_lo``, ``run_hi``; a deterministic
+       method counts one run per split) lies entirely above 0.
+
+    It **loses** to the baseline under the same two conditions with the interval entirely below 0. Otherwise
+    the two are **level**: no difference established, which is not evidence of equality. The first condition
+    controls the family-wise error over the queries; the second asks that the effect survive what the
+    per-query test does not see (the randomness of anchors, first rounds, training and query splits).
+
+    Parameters
+    ----------
+    p_adjusted : float or sequence of float
+        Holm-adjusted p-value(s) of the per-query test(s); NaN counts as not significant.
+    run_lo, run_hi : float
+        Interval across independent runs of the challenger − baseline difference; NaN (fewer than 2 runs)
+        cannot exclude 0.
+    alpha : float
+        Family-wise level, in (0, 1).
+
+    Returns
+    -------
+    str
+        One of :data:`VERDICTS`: ``"beats"``, ``"level"`` or ``"loses"``.
+
+    Examples
+    --------
+    >>> verdict([0.001, 0.003], 0.02, 0.09), verdict(0.001, -0.01, 0.09), verdict(0.2, 0.02, 0.09)
+    ('beats', 'level', 'level')
+    >>> verdict(0.001, -0.09, -0.02)
+    'loses'
+    """
+    if not isinstance(alpha, float) or not 0 < alpha < 1:
+        raise ParameterError("alpha", "a float in (0, 1)", alpha, "verdict")
+    ps = np.atleast_1d(np.asarray(p_adjusted, dtype=np.float64))
+    if ps.size == 0 or not np.all(ps < alpha):  # NaN < alpha is False
+        return "level"
+    if run_lo > 0:
+        return "beats"
+    if run_hi < 0:
+        return "loses"
+    return "level"
+
+
+def decide(family: pd.DataFrame, *, alpha: float = ALPHA, p_columns: Sequence[str] = ("p", "p_wilcoxon"),
+           interval: tuple[str, str] = ("run_lo", "run_hi")) -> pd.DataFrame:
+    """Apply :func:`verdict` to every row of a declared family of comparisons.
+
+    Parameters
+    ----------
+    family : DataFrame
+        One row per declared comparison (e.g. per (pair, budget, k) from :func:`compare_runs`), **all** of the
+        family and nothing else: the Holm adjustment runs over its rows.
+    alpha : float
+        Family-wise level.
+    p_columns : sequence of str
+        The raw per-query p-values; each gets a ``<name>_holm`` column (:func:`holm` over the rows).
+    interval : (str, str)
+        Columns of the interval across runs.
+
+    Returns
+    -------
+    DataFrame
+        A copy with the ``*_holm`` columns and ``verdict`` (:data:`VERDICTS`).
+    """
+    owner = "decide"
+    if not isinstance(family, pd.DataFrame) or not set(p_columns) | set(interval) <= set(family.columns):
+        got = sorted(family.columns) if isinstance(family, pd.DataFrame) else type(family).__name__
+        raise ParameterError("family", f"a DataFrame with columns {list(p_columns) + list(interval)}", got, owner)
+    out = family.copy()
+    holm_cols = [f"{c}_holm" for c in p_columns]
+    for c, h in zip(p_columns, holm_cols):
+        out[h] = holm(out[c].to_numpy(np.float64)) if len(out) else pd.Series(dtype=np.float64)
+    out["verdict"] = [verdict([r[h] for h in holm_cols], r[interval[0]], r[interval[1]], alpha=alpha)
+                      for _, r in out.iterrows()]
+    return out

@@ -82,6 +82,7 @@ from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.methods.cur import AnnCur
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
+from xenbench.methods.protocol import ALPHA, compare_runs, decide, run_seed
 from xenbench.sampling import sample_rows
 from xenbench.methods.trace import RoundTrace, trace_from_result  # re-exported: lives in the methods layer (axn uses it)
 
@@ -189,11 +190,16 @@ class Comparable:
         Its configurations at a budget; with several (a k_i grid), the driver reports the best.
     needs : str, optional
         The retriever scores it needs (``"de_scores"`` or ``"tfidf_scores"``).
+    deterministic : bool
+        Its result depends on the split only, not on the seed (a retriever's first round or ranking and greedy
+        TopK rounds: no random draw). The protocol runs it once per split, and it counts one run per split
+        (:mod:`xenbench.methods.protocol`); ``tests/test_experiments.py`` checks that two seeds give the same result.
     """
 
     label: str
     variants: Callable[[SplitState, int], list[Variant]]
     needs: str | None = None
+    deterministic: bool = False
 
 
 def _top(result: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -258,13 +264,14 @@ def _rerank(scores: str) -> Callable[[SplitState, int], list[Variant]]:
 #: Method keys of :func:`recall_vs_budget` -> the comparable method, in the order they are run and drawn.
 COMPARABLE: dict[str, Comparable] = {
     "anncur": Comparable("ANNCUR", _anncur),
-    "anncur_de": Comparable("ANNCUR DE", _adacur_split("topk", de_start=True), "de_scores"),
+    "anncur_de": Comparable("ANNCUR DE", _adacur_split("topk", de_start=True), "de_scores", deterministic=True),
     "adacur_topk": Comparable("ADACUR TopK", _adacur_split("topk")),
     "adacur_softmax": Comparable("ADACUR SoftMax", _adacur_split("softmax")),
     "adacur_nosplit": Comparable("ADACUR TopK No-Split", _adacur_nosplit()),
-    "adacur_de_nosplit": Comparable("ADACUR DE+TopK No-Split", _adacur_nosplit(de_start=True), "de_scores"),
-    "de_rerank": Comparable("DE re-rank", _rerank("de_scores"), "de_scores"),
-    "tfidf_rerank": Comparable("TF-IDF re-rank", _rerank("tfidf_scores"), "tfidf_scores"),
+    "adacur_de_nosplit": Comparable("ADACUR DE+TopK No-Split", _adacur_nosplit(de_start=True), "de_scores",
+                                    deterministic=True),
+    "de_rerank": Comparable("DE re-rank", _rerank("de_scores"), "de_scores", deterministic=True),
+    "tfidf_rerank": Comparable("TF-IDF re-rank", _rerank("tfidf_scores"), "tfidf_scores", deterministic=True),
 }
 #: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
 METHODS: dict[str, str] = {key: method.label for key, method in COMPARABLE.items()}
@@ -976,8 +983,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
 )
 #: Methods the protocol runs by default: those the pairs of :data:`PAIRS` need (method keys).
 PROTOCOL_METHODS: tuple[str, ...] = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", "de_rerank")
-#: Significance level of the paired tests that decide "beats"/"trails" vs "within noise".
-ALPHA: float = 0.05
+# ALPHA (imported above) is the family-wise level of the one verdict rule, xenbench.methods.protocol.verdict.
 
 
 def all_retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
@@ -1001,7 +1007,10 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
     """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
 
     One run = one query split (:func:`xenbench.methods.protocol.query_splits`: anchor rows Q_anc, dev rows,
-    test rows) × one anchor seed (ANNCUR's random anchors, ADACUR's first round and draws). Dev and test
+    test rows) × one anchor seed. Its random draws (ANNCUR's anchors, ADACUR's first round and draws) take
+    the run's own seed, :func:`xenbench.methods.protocol.run_seed` of (split seed, anchor seed), so the
+    S × R runs make S × R independent draws. A method that is deterministic given the split
+    (:attr:`Comparable.deterministic`) runs once per split, under the first anchor seed. Dev and test
     rows are run together (ADACUR's randomness is keyed by the query row and ANNCUR's anchors do not
     depend on the queries, so each row's result is the one it gets alone) and labelled by ``part``.
 
@@ -1023,7 +1032,8 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
     DataFrame
         Columns ``split_seed``, ``anchor_seed``, ``part`` (``"dev"``/``"test"``), the columns of
         :func:`recall_vs_budget` for that part's rows (``recall`` is their mean), ``rows`` (the part's
-        query rows) and ``per_query`` (their recalls, same order).
+        query rows) and ``per_query`` (their recalls, same order). Deterministic methods have rows for the
+        first anchor seed only.
     """
     from tqdm.auto import tqdm
 
@@ -1037,6 +1047,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
         if sc is not None and np.shape(sc) != M.shape:
             raise ParameterError(name, f"scores of every query row, shape {M.shape}", np.shape(sc), owner)
     device = search_device(device, owner)
+    methods = list(methods)
     frames = []
     runs = [(sp, seed) for sp in splits for seed in seeds]
     for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):
@@ -1047,11 +1058,14 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
         order = np.argsort(rows, kind="stable")
         rows = rows[order]
         is_dev = np.isin(rows, sp.dev)
-        res = recall_vs_budget(M, QuerySplit(sp.anchor, rows), budgets, methods, k_values,
+        run_methods = [m for m in methods if seed == seeds[0] or not COMPARABLE.get(m, _RANDOM).deterministic]
+        if not run_methods:
+            continue
+        res = recall_vs_budget(M, QuerySplit(sp.anchor, rows), budgets, run_methods, k_values,
                                None if de_scores is None else np.asarray(de_scores)[rows],
                                None if tfidf_scores is None else np.asarray(tfidf_scores)[rows], n_rounds=n_rounds,
-                               split_fractions=split_fractions, seed=seed, device=device, all_splits=True,
-                               per_query=True)
+                               split_fractions=split_fractions, seed=run_seed(int(sp.seed), seed), device=device,
+                               all_splits=True, per_query=True)
         for part, mask in (("dev", is_dev), ("test", ~is_dev)):
             df = res.copy()
             df["per_query"] = [v[mask] for v in res["per_query"]]
@@ -1067,6 +1081,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
 
 
 _RUN = ["split_seed", "anchor_seed"]
+_RANDOM = Comparable("", lambda state, budget: [])  # an unknown key is not deterministic: recall_vs_budget names it
 _GROUP = ["method", "budget", "k"]
 
 
@@ -1100,58 +1115,40 @@ def protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> 
 
 def paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PAIRS, *,
                        alpha: float = ALPHA, confidence: float = 0.95) -> pd.DataFrame:
-    """Pre-declared paired comparisons on the test rows, at the dev-chosen settings.
+    """Pre-declared paired comparisons on the test rows, at the dev-chosen settings, with the one verdict rule.
 
-    For each pair (challenger, baseline) and (budget, k):
+    For each pair (challenger, baseline) and (budget, k), :func:`xenbench.methods.protocol.compare_runs` over the
+    runs (a deterministic method's one run per split pairs with every run of the other):
 
-    * per run, the per-query differences d_q = recall_challenger − recall_baseline on the run's test
-      rows; ``run_mean``/``run_lo``/``run_hi``: mean over runs of the runs' mean difference with a
-      t-interval across runs (contains the anchor-seed and split variance);
-    * per query row, d_q averaged over the runs in which it was a test row
-      (:func:`xenbench.methods.protocol.pool_by_query`), then :func:`xenbench.methods.protocol.paired_test` on those
-      values: ``mean``, ``lo``, ``hi``, ``p`` (paired t), ``p_wilcoxon``, ``n`` (distinct queries).
+    * ``mean``, ``lo``, ``hi``, ``p`` (paired t), ``p_wilcoxon``, ``n_queries``: the per-query paired test, each
+      test query's difference averaged over the runs in which it was a test row; its p-values cover the
+      queries only;
+    * ``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``: the t-interval of the runs' mean differences (contains
+      the anchor-seed and split variance; a pair of deterministic methods has one run per split).
 
-    Every (pair, budget, k) cell was declared in advance, so the table is one family: ``p_holm`` and
-    ``p_wilcoxon_holm`` are both p-values Holm-adjusted over its rows (:func:`xenbench.methods.protocol.holm`).
-    ``verdict`` is ``"beats"`` (``"trails"``) when both adjusted p-values are below ``alpha`` and the run
-    interval lies above (below) 0, else ``"within noise"``.
+    Every (pair, budget, k) cell was declared in advance, so the table is the family:
+    :func:`xenbench.methods.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` (Holm over its rows) and
+    ``verdict`` (``"beats"``, ``"level"``, ``"loses"``: :func:`xenbench.methods.protocol.verdict`).
     """
-    from xenbench.methods.protocol import holm, paired_test, pool_by_query, summarize
-
     out = []
     for challenger, baseline in pairs:
         a = test_at_chosen[test_at_chosen["method"] == challenger]
         b = test_at_chosen[test_at_chosen["method"] == baseline]
         if a.empty or b.empty:
             continue
-        both = a.merge(b, on=_RUN + ["budget", "k"], suffixes=("_a", "_b"))
-        for (budget, k), g in both.groupby(["budget", "k"]):
-            rows, diffs, per_run = [], [], []
-            for _, r in g.iterrows():
-                if not np.array_equal(r["rows_a"], r["rows_b"]):
-                    raise ParameterError("test_at_chosen", "both methods measured on the same test rows per run",
-                                         "different rows", "paired_comparisons")
-                d = np.asarray(r["per_query_a"], np.float64) - np.asarray(r["per_query_b"], np.float64)
-                rows.append(r["rows_a"])
-                diffs.append(d)
-                per_run.append({"pair": 0, "recall": float(d.mean()), "recall_se": mean_se(d)[1]})
-            q_rows, q_diff = pool_by_query(rows, diffs)
-            test = paired_test(q_diff, np.zeros_like(q_diff), confidence=confidence)
-            run = summarize(pd.DataFrame(per_run), ["pair"], confidence=confidence).iloc[0]
+        for (budget, k), ga in a.groupby(["budget", "k"]):
+            gb = b[(b["budget"] == budget) & (b["k"] == k)]
+            if gb.empty:
+                continue
+            c = compare_runs(ga, gb, split="split_seed", seed="anchor_seed", confidence=confidence)
             out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget), "k": int(k),
-                        "mean": test["mean"], "lo": test["lo"], "hi": test["hi"], "p": test["p"],
-                        "p_wilcoxon": test["p_wilcoxon"], "n_queries": test["n"],
-                        "n_better": test["n_a_better"], "n_worse": test["n_b_better"],
-                        "run_mean": float(run["mean"]), "run_lo": float(run["lo"]), "run_hi": float(run["hi"]),
-                        "n_runs": int(run["n_runs"])})
+                        "mean": c["mean"], "lo": c["lo"], "hi": c["hi"], "p": c["p"], "p_wilcoxon": c["p_wilcoxon"],
+                        "n_queries": c["n"], "n_better": c["n_a_better"], "n_worse": c["n_b_better"],
+                        "run_mean": c["run_mean"], "run_lo": c["run_lo"], "run_hi": c["run_hi"],
+                        "n_runs": c["n_runs"]})
     df = pd.DataFrame(out, columns=["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon",
                                     "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs"])
-    df["p_holm"] = holm(df["p"].to_numpy())
-    df["p_wilcoxon_holm"] = holm(df["p_wilcoxon"].to_numpy())
-    significant = (df["p_holm"] < alpha) & (df["p_wilcoxon_holm"] < alpha)
-    df["verdict"] = np.select([significant & (df["run_lo"] > 0), significant & (df["run_hi"] < 0)],
-                              ["beats", "trails"], "within noise")
-    return df
+    return decide(df, alpha=alpha)
 
 
 def seed_spread(test_at_chosen: pd.DataFrame) -> pd.DataFrame:

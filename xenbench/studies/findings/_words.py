@@ -14,3 +14,17 @@ def versus(diff: float, se: float, *, higher: str = "higher", lower: str = "lowe
 def points(x: float) -> str:
     """A difference of two rates in percentage points, signed: ``+3.1``."""
     return f"{100 * x:+.1f}"
+
+
+def verdict_rule(n_cells: int, family: str, alpha: float, randomness: str) -> str:
+    """The one verdict rule (:func:`xenbench.methods.protocol.verdict`) in words, with this run's family.
+
+    ``family`` names what was declared (e.g. "(pair, budget, k) cells"); ``randomness`` what varies between runs
+    and so sits in the interval across runs but not in the per-query p-values.
+    """
+    return (f"Verdict rule (`xenbench.methods.protocol.verdict`): a method *beats* (*loses to*) another only where "
+            f"the per-query paired t-test and Wilcoxon signed-rank test, each Holm-adjusted over the notebook's "
+            f"family of {n_cells} declared {family}, are both below {alpha:g} *and* the 95% t-interval across "
+            f"independent runs of the mean difference lies above (below) 0; elsewhere the two are *level* (no "
+            f"difference established). The paired p-values cover the test queries only; {randomness} is in the "
+            f"interval across runs, not in the p-values.")

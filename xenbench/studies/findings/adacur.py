@@ -3,10 +3,12 @@
 Every statement is computed from the notebook's saved results:
 
 * ``protocol``: how many query splits and anchor seeds, dev and test sizes;
-* ``comparisons``: the pre-declared paired comparisons of :func:`xenbench.studies.experiments.paired_comparisons`
-  (test rows, k_i chosen on dev rows): a pair "beats" / "trails" its baseline at a (budget, k) only where
-  that function's verdict says so (paired t and Wilcoxon p, Holm-adjusted over every declared cell, < α and
-  the interval across (seed, split) runs excludes 0), else it is "within noise";
+* ``comparisons`` and ``test_at_dev_choice``: the pre-declared paired comparisons of
+  :func:`xenbench.studies.experiments.paired_comparisons` (test rows, k_i chosen on dev rows) and each run's test
+  recall; a pair "beats" / "loses to" its baseline at a (budget, k) only by the one rule
+  :func:`xenbench.methods.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
+  Holm-adjusted over every declared cell, < α, and the interval across independent runs, recomputed from the
+  per-run recalls with a deterministic method counted once per split, excludes 0), else they are "level";
 * ``summary``: test recall per (method, budget, k), mean over runs with its interval across runs;
 * ``seed_spread``: the range of a method's test recall over anchor seeds within one split.
 """
@@ -18,7 +20,10 @@ from typing import Any
 import pandas as pd
 
 from xenbench.errors import ParameterError
+from xenbench.methods.protocol import ALPHA, decide, run_interval
+from xenbench.studies.experiments import COMPARABLE
 from xenbench.studies.findings import register
+from xenbench.studies.findings._words import verdict_rule
 
 
 def _frame(results: Mapping[str, Any], key: str, columns: list[str]) -> pd.DataFrame:
@@ -34,26 +39,52 @@ def _pts(x: float) -> str:
 
 
 def _cells(d: pd.DataFrame) -> str:
-    return "; ".join(f"B_CE = {int(r.budget)}, k = {int(r.k)}: {_pts(r.mean)} points "
-                     f"(95% CI {_pts(r.lo)} to {_pts(r.hi)}, Holm-adjusted p = {r.p_holm:.2g})" for r in d.itertuples())
+    return "; ".join(f"B_CE = {int(r.budget)}, k = {int(r.k)}: {_pts(r.mean)} points (per-query 95% CI {_pts(r.lo)} "
+                     f"to {_pts(r.hi)}, Holm-adjusted p = {r.p_holm:.2g} (t) and {r.p_wilcoxon_holm:.2g} (Wilcoxon); "
+                     f"across runs {_pts(r.run_lo)} to {_pts(r.run_hi)})" for r in d.itertuples())
 
 
 def describe_pair(d: pd.DataFrame) -> str:
-    """One line for one pre-declared pair: where it beats, trails, or is within noise of its baseline."""
+    """One line for one pre-declared pair: where it beats, loses to, or is level with its baseline
+    (the ``verdict`` column of :func:`xenbench.methods.protocol.decide`)."""
     challenger, baseline = d["challenger"].iloc[0], d["baseline"].iloc[0]
-    beats, trails = d[d["verdict"] == "beats"], d[d["verdict"] == "trails"]
-    level = d[~d["verdict"].isin(["beats", "trails"])]
-    text = f"**{challenger} vs {baseline}** (paired over test queries, {len(d)} (budget, k) cells): "
+    beats, loses = d[d["verdict"] == "beats"], d[d["verdict"] == "loses"]
+    level = d[d["verdict"] == "level"]
+    text = (f"**{challenger} vs {baseline}** ({len(d)} (budget, k) cells; {int(d['n_queries'].max())} test queries, "
+            f"{int(d['n_runs'].max())} independent runs): ")
     parts = []
     if len(beats):
         parts.append(f"beats it at {len(beats)} ({_cells(beats)})")
-    if len(trails):
-        parts.append(f"trails it at {len(trails)} ({_cells(trails)})")
+    if len(loses):
+        parts.append(f"loses to it at {len(loses)} ({_cells(loses)})")
     if len(level):
-        where = ", ".join(f"B_CE = {int(b)}/k = {int(k)} ({_pts(m)})" for b, k, m in
-                          zip(level["budget"], level["k"], level["mean"]))
-        parts.append(f"within noise at {len(level)} ({where})")
+        where = ", ".join(f"B_CE = {int(r.budget)}/k = {int(r.k)} ({_pts(r.mean)}; Holm-adjusted p = {r.p_holm:.2g}, "
+                          f"across runs {_pts(r.run_lo)} to {_pts(r.run_hi)})" for r in level.itertuples())
+        parts.append(f"level at {len(level)} ({where})")
     return text + "; ".join(parts) + "."
+
+
+#: Labels of the methods that make no random draw given the split (:attr:`xenbench.studies.experiments.Comparable.deterministic`).
+DETERMINISTIC = {m.label for m in COMPARABLE.values() if m.deterministic}
+
+
+def _family(results: Mapping[str, Any]) -> pd.DataFrame:
+    """The saved comparisons (the declared family) with the verdict of the one rule recomputed here: the per-query
+    p-values as saved, the interval across runs from the saved per-run test recalls (``test_at_dev_choice``) with a
+    deterministic method's one run per split (the first anchor seed's; results saved before the rule repeated it
+    under every anchor seed)."""
+    comp = _frame(results, "comparisons", ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p",
+                                           "p_wilcoxon", "n_queries"])
+    per_run = _frame(results, "test_at_dev_choice", ["split_seed", "anchor_seed", "method", "budget", "k", "recall"])
+    first = per_run.groupby("split_seed")["anchor_seed"].transform("min")
+    per_run = per_run[~per_run["method"].isin(DETERMINISTIC) | (per_run["anchor_seed"] == first)]
+    rows = []
+    for r in comp.drop(columns=[c for c in ("run_mean", "run_lo", "run_hi", "n_runs", "p_holm", "p_wilcoxon_holm",
+                                            "verdict") if c in comp]).to_dict("records"):
+        cell = per_run[(per_run["budget"] == r["budget"]) & (per_run["k"] == r["k"])]
+        rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
+                                     split="split_seed", seed="anchor_seed"))
+    return decide(pd.DataFrame(rows), alpha=float((results.get("protocol") or {}).get("alpha", ALPHA)))
 
 
 @register("03_adacur_rounds")
@@ -64,15 +95,17 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     if not set(need) <= set(proto):
         raise ParameterError("results['protocol']", f"a mapping with keys {need}", sorted(proto),
                              "findings 03_adacur_rounds")
-    comp = _frame(results, "comparisons", ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p",
-                                           "p_holm", "verdict"])
+    comp = _family(results)
     summary = _frame(results, "summary", ["method", "budget", "k", "mean", "lo", "hi", "n_runs"])
-    n_runs = int(summary["n_runs"].max())
-    lines = [f"Protocol ({proto['ce']}, {proto['n_items']} items): {n_runs} runs = {proto['n_splits']} query splits × "
-             f"{proto['n_anchor_seeds']} anchor seeds; ANNCUR's and ANNCUR DE's split k_i is chosen on "
-             f"{proto['n_dev_queries']} dev queries per split and reported on {proto['n_test_queries']} test queries; "
-             "intervals are 95% intervals (across runs for recall, over queries for paired differences); "
-             f"paired p-values are Holm-adjusted over the {len(comp)} declared (pair, budget, k) cells."]
+    runs = summary.groupby("method")["n_runs"].max()
+    once = sorted(set(summary["method"]) & DETERMINISTIC)
+    lines = [f"Protocol ({proto['ce']}, {proto['n_items']} items): {proto['n_splits']} query splits × "
+             f"{proto['n_anchor_seeds']} anchor seeds = {int(runs.max())} runs of each method with random draws"
+             + (f"; {', '.join(once)} (deterministic given the split) count one run per split" if once else "")
+             + f"; ANNCUR's and ANNCUR DE's split k_i is chosen on {proto['n_dev_queries']} dev queries per split and "
+             f"reported on {proto['n_test_queries']} test queries; recall intervals are 95% t-intervals across runs.",
+             verdict_rule(len(comp), "(pair, budget, k) cells", float(proto.get("alpha", ALPHA)),
+                          "the randomness of the anchor draws, first rounds and query splits")]
     for _, d in comp.groupby(["challenger", "baseline"], sort=False):
         lines.append(describe_pair(d.sort_values(["budget", "k"])))
     spread = pd.DataFrame(results.get("seed_spread") or [])
@@ -95,5 +128,5 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     ann = summary[(summary["method"] == "ANNCUR") & (summary["k"] == summary["k"].min())]
     for r in ann.itertuples():
         lines.append(f"ANNCUR (dev-chosen k_i) Top-{int(r.k)}-Recall at B_CE = {int(r.budget)}: {r.mean:.3f} "
-                     f"(95% interval across runs {r.lo:.3f} to {r.hi:.3f}).")
+                     f"(95% interval across {int(r.n_runs)} runs {r.lo:.3f} to {r.hi:.3f}).")
     return lines

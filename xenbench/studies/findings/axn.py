@@ -1,65 +1,111 @@
-"""Findings of notebook 04 (AXN, λ tuned on dev): the pre-declared paired comparisons and the chosen λ,
-all computed from the saved results (``summary``, ``comparisons``, ``protocol``)."""
+"""Findings of notebook 04 (AXN, λ tuned on dev): the pre-declared paired comparisons under the one verdict rule,
+MF-IND's training budget and the chosen λ, all computed from the saved results (``runs``, ``comparisons``,
+``summary``, ``protocol``, ``params``).
+
+The verdicts are recomputed here by :func:`xenbench.methods.protocol.decide` over the saved family of comparisons:
+their per-query p-values come from ``comparisons`` and the interval across independent runs from the saved per-run
+recalls (``runs``; :func:`xenbench.methods.protocol.run_interval`), so a deterministic method counts one run per
+split whatever the file says.
+"""
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
+from xenbench.methods.axn import SANITY_CHECKS
+from xenbench.methods.protocol import ALPHA, decide, run_interval
 from xenbench.studies.findings import register
-from xenbench.studies.findings._words import points
+from xenbench.studies.findings._words import points, verdict_rule
 
-#: Holm-adjusted p below which a paired difference counts as real.
-ALPHA = 0.05
+#: MF-IND's training budget in the AXN paper (§A.2.2, Table 2): 20 epochs on G with k_d = 100 items per training
+#: query (10 epochs only with k_d = 1000 on 10K–50K queries), AdamW lr 0.005 (SciDocs) or 0.001 (Hotpot-QA).
+PAPER_MF_EPOCHS, PAPER_MF_ITEMS_PER_QUERY = 20, 100
+_WORDS = {"beats": "beats", "loses": "loses to", "level": "is level with"}
 
 
-def verdict(mean: float, p_holm: float, alpha: float = ALPHA) -> str:
-    """"beats" / "is behind" when the Holm-adjusted paired p-value is below ``alpha``, else "within noise"."""
-    if not math.isfinite(p_holm) or p_holm >= alpha or mean == 0:
-        return "within noise"
-    return "beats" if mean > 0 else "is behind"
+def _names(methods: list[str]) -> str:
+    """"A", "B" and "C" (method names contain commas)."""
+    quoted = [f'"{m}"' for m in methods]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 def _cell(row: pd.Series) -> str:
     return (f"B_CE = {int(row['budget'])}, k = {int(row['k'])}: {points(row['mean'])} points "
-            f"[{points(row['lo'])}, {points(row['hi'])}]")
+            f"[{points(row['lo'])}, {points(row['hi'])}], across runs [{points(row['run_lo'])}, {points(row['run_hi'])}]")
 
 
 def _comparison_line(a: str, b: str, g: pd.DataFrame) -> str:
-    words = [verdict(float(m), float(p)) for m, p in zip(g["mean"], g["p_holm"])]
-    n = len(words)
-    counts = {w: words.count(w) for w in ("beats", "is behind", "within noise")}
-    head = f"**{a} vs {b}** ({int(g['n'].max())} test queries, paired): "
-    if counts["beats"] == n:
-        head += f"{a} beats {b} in all {n} (budget, k) cells"
-    elif counts["is behind"] == n:
-        head += f"{a} is behind {b} in all {n} (budget, k) cells"
-    elif counts["within noise"] == n:
-        head += f"within noise in all {n} (budget, k) cells"
+    n = len(g)
+    counts = {w: int((g["verdict"] == w).sum()) for w in ("beats", "loses", "level")}
+    label = "sanity check, not a claim: " if (a, b) in SANITY_CHECKS else ""
+    head = (f"**{a} vs {b}** ({label}{int(g['n'].max())} test queries, paired; {int(g['n_runs'].max())} independent "
+            f"runs): ")
+    whole = [w for w, c in counts.items() if c == n]
+    if whole:
+        head += f"{a} {_WORDS[whole[0]]} {b} in all {n} (budget, k) cells"
     else:
-        head += (f"{a} beats {b} in {counts['beats']}, is behind in {counts['is behind']} and is within noise in "
-                 f"{counts['within noise']} of {n} (budget, k) cells")
-    best = g.loc[g["mean"].idxmax()]
-    worst = g.loc[g["mean"].idxmin()]
+        head += (f"{a} beats {b} in {counts['beats']}, loses to it in {counts['loses']} and is level with it in "
+                 f"{counts['level']} of {n} (budget, k) cells")
+    best, worst = g.loc[g["mean"].idxmax()], g.loc[g["mean"].idxmin()]
     head += f"; largest difference {_cell(best)}"
     if worst.name != best.name:
         head += f", smallest {_cell(worst)}"
-    return head
+    return head + "."
+
+
+def _family(results: Mapping[str, Any]) -> pd.DataFrame:
+    """The saved comparisons with the interval across runs recomputed from ``runs`` and the verdict by the rule."""
+    runs = pd.DataFrame(results["runs"])
+    comp = pd.DataFrame(results["comparisons"])
+    keep = ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon", "n"]
+    rows = []
+    for r in comp[keep].to_dict("records"):
+        cell = runs[(runs["budget"] == r["budget"]) & (runs["k"] == r["k"])]
+        rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]]))
+    return decide(pd.DataFrame(rows), alpha=ALPHA)
+
+
+def _mf_line(results: Mapping[str, Any], runs: pd.DataFrame) -> str | None:
+    proto, params = results["protocol"], results.get("params") or {}
+    mf = runs[runs["method"].str.contains("MF-IND")]
+    if mf.empty:
+        return None
+    per_run = mf[["split", "seed"]].drop_duplicates()
+    n_splits = per_run["split"].nunique()
+    how = ("fitted once per split with a fixed seed, so its intervals do not include its training's randomness"
+           if len(per_run) == n_splits else
+           f"fitted {len(per_run)} times, once per run (G's items, initialization and pair order follow the run's "
+           "seed), so its intervals include its training's randomness")
+    lr = f", AdamW lr {params['mf_lr']:g}" if "mf_lr" in params else ""
+    return (f"MF-IND's budget: G holds {proto['mf_items_per_query']} random items of each of the "
+            f"{results['n_queries']['training']} training queries, {proto['mf_epochs']} epochs{lr}; the AXN paper "
+            f"trains MF-IND for {PAPER_MF_EPOCHS} epochs on {PAPER_MF_ITEMS_PER_QUERY} items per training query "
+            f"(§A.2.2, Table 2). MF-IND was {how}.")
 
 
 @register("04_axn_lambda")
 def findings(results: Mapping[str, Any]) -> list[str]:
-    """The protocol in one line, one line per pre-declared comparison (per-query paired t-test over the pooled
-    test queries, Holm-adjusted over all declared cells; difference in recall points with its 95% interval), and
-    the λ values chosen on dev per method."""
+    """The protocol in one line, the verdict rule with this run's family, MF-IND's budget, one line per pre-declared
+    comparison (per-query differences in recall points with their 95% interval over queries and across runs; the
+    sanity check labelled as such) and the λ values chosen on dev per method."""
     proto = results["protocol"]
+    runs = pd.DataFrame(results["runs"])
+    n_runs = runs[["method", "split", "seed"]].drop_duplicates().groupby("method").size()
+    # "AXN DE, tuned λ" and "AXN DE, λ = 0" are one method's two settings: name the method once
+    once = sorted({m.removesuffix(", tuned λ").removesuffix(", λ = 0") for m in n_runs[n_runs < n_runs.max()].index})
     out = [f"On **{results['ce']}** ({results['n_items']} items): λ chosen on dev queries; test recall over "
-           f"{len(proto['split_seeds'])} query splits × {len(proto['first_round_seeds'])} first-round seeds "
-           f"(the DE-first-round methods have no randomness: one run per split). Verdicts: paired t-test per "
-           f"query, Holm-adjusted over the {proto['n_declared_cells']} declared cells, p < {ALPHA}."]
-    comp = pd.DataFrame(results["comparisons"])
+           f"{len(proto['split_seeds'])} query splits × {len(proto['first_round_seeds'])} seeds = {int(n_runs.max())} "
+           f"runs of each method with random draws (first rounds, MF-IND's training)"
+           + (f"; {_names(once)} ran once per split (no draw of their own given the split) and count one run per "
+              "split" if once else "") + "."]
+    comp = _family(results) if results["comparisons"] else pd.DataFrame()
+    out.append(verdict_rule(len(comp), "(pair, budget, k) cells", ALPHA,
+                            "the randomness of the first rounds, of MF-IND's training and of the query splits"))
+    mf = _mf_line(results, runs)
+    if mf:
+        out.append(mf)
     if not comp.empty:
         for (a, b), g in comp.groupby(["challenger", "baseline"], sort=False):
             out.append(_comparison_line(a, b, g.reset_index(drop=True)))

@@ -1,4 +1,10 @@
-"""Findings of notebook 05 (PEFA: λ tuned on dev, gains over the DE on seen and unseen golds per split regime)."""
+"""Findings of notebook 05 (PEFA: λ tuned on dev, gains over the DE on seen and unseen golds per split regime).
+
+Every verdict is the one rule :func:`xenbench.methods.protocol.verdict`, applied here by
+:func:`xenbench.methods.protocol.decide` to the saved family ``comparisons`` (:func:`xenbench.methods.pefa.paired_comparisons`:
+one row per (regime, method, k, subset) test): the per-query paired tests Holm-adjusted over the family, and the 95%
+t-interval of the mean gain across the independent splits (one run per split seed).
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -6,31 +12,51 @@ from typing import Any
 
 import pandas as pd
 
+from xenbench.methods.protocol import ALPHA, decide
 from xenbench.studies.findings import register
-from xenbench.studies.findings._words import points, versus
+from xenbench.studies.findings._words import points, verdict_rule
+
+_WORDS = {"beats": "beats", "loses": "loses to", "level": "is level with"}
+_LABELS = {"all": "overall", "seen": "on seen golds", "unseen": "on unseen golds"}
 
 
 def _verdict(row: pd.Series) -> str:
-    """"beats" / "loses to" / "is level with" the DE: the mean gain over seeds against 2 paired standard errors of
-    one split (conservative: the mean over seeds is less noisy), with the gain ± SE in points and the number of seeds
-    with a positive gain."""
-    if row["gain"] == 0 and row["gain_se"] == 0 and row["gain_min"] == row["gain_max"] == 0:
+    """"beats" / "loses to" / "is level with" the DE by the rule, with the mean gain over splits, its 95% t-interval
+    across splits and the Holm-adjusted per-query p-value (t-test)."""
+    if row["n_a_better"] == 0 and row["n_b_better"] == 0:
         return "gives every query the DE's recall (+0.0)"
-    word = versus(float(row["gain"]), float(row["gain_se"]), higher="beats", lower="loses to")
-    word = "is level with" if word.startswith("level") else word
-    seeds = int(row["n_seeds"])
-    spread = f", {int(row['seeds_positive'])}/{seeds} seeds > 0" if seeds > 1 else ""
-    return f"{word} the DE ({points(row['gain'])} ± {100 * row['gain_se']:.1f}{spread})"
+    return (f"{_WORDS[row['verdict']]} the DE ({points(row['run_mean'])} [{points(row['run_lo'])}, "
+            f"{points(row['run_hi'])}], p_Holm {row['p_holm']:.2g})")
+
+
+def _family(results: Mapping[str, Any]) -> pd.DataFrame:
+    empty = pd.DataFrame(columns=["split", "method", "k", "subset", "same_as_all", "p", "p_wilcoxon", "run_mean",
+                                  "run_lo", "run_hi", "n_a_better", "n_b_better"])
+    comp = pd.DataFrame(results["comparisons"]) if results["comparisons"] else empty
+    comp = comp.drop(columns=[c for c in ("p_holm", "p_wilcoxon_holm", "verdict") if c in comp])
+    return decide(comp, alpha=ALPHA)  # the rule over the saved family, whatever the file's own verdicts say
 
 
 @register("05_pefa_lambda")
 def findings(results: Mapping[str, Any]) -> list[str]:
-    """Per split regime and method: the test seen share and, overall / on seen / on unseen golds, whether the
-    dev-tuned PEFA beats the DE (mean paired gain over seeds vs 2 paired standard errors of one split)."""
+    """The verdict rule with this run's family, then per split regime and method: the test seen share and, overall /
+    on seen / on unseen golds, whether the dev-tuned PEFA beats the DE at each Recall@k."""
     summary = pd.DataFrame(results["summary"])
     coverage = pd.DataFrame(results["coverage"])
-    out = []
     regimes = list(dict.fromkeys(summary["split"]))
+    n_splits = int(coverage.groupby("split")["seed"].nunique().max())
+    if "comparisons" not in results:
+        out = [f"No verdicts: this results file holds no per-query comparisons (it was saved before the one verdict "
+               f"rule, `xenbench.methods.protocol.verdict`); re-run 05 for them. Gains below are means over "
+               f"{n_splits} split seeds [min, max over seeds]."]
+        comp = None
+    else:
+        comp = _family(results)
+        out = [verdict_rule(len(comp), "(split regime, method, k, subset of test queries) tests", ALPHA,
+                            "the randomness of the query split"),
+               f"Each gain is in Recall points, PEFA minus the DE at its dev-tuned setting: the mean over the "
+               f"{n_splits} split seeds of the mean per-query gain, with its 95% t-interval across those independent "
+               f"splits in brackets and the Holm-adjusted per-query paired t-test p-value (p_Holm)."]
     for regime in regimes:
         cov = coverage[coverage["split"] == regime]
         seeds = cov["seed"].nunique()
@@ -43,13 +69,24 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         part = summary[summary["split"] == regime]
         for method in sorted(part["method"].unique()):
             clauses = []
-            for subset, label in (("all", "overall"), ("seen", "on seen golds"), ("unseen", "on unseen golds")):
+            for subset, label in _LABELS.items():
                 rows = part[(part["method"] == method) & (part["subset"] == subset)].sort_values("k")
                 if rows.empty:
                     clauses.append(f"{label}: no test queries")
                     continue
+                if comp is None:
+                    clauses.append(f"{label} " + "; ".join(
+                        f"Recall@{int(r['k'])} gain {points(r['gain'])} [{points(r['gain_min'])}, {points(r['gain_max'])}]"
+                        for _, r in rows.iterrows()))
+                    continue
+                cells = comp[(comp["split"] == regime) & (comp["method"] == method) & (comp["subset"] == subset)]
+                same = comp[(comp["split"] == regime) & (comp["method"] == method)]["same_as_all"]
+                if cells.empty:
+                    clauses.append(f"{label}: every test query, as overall" if any(subset in str(x) for x in same)
+                                   else f"{label}: fewer than 2 test queries, no test")
+                    continue
                 clauses.append(f"{label} " + "; ".join(f"Recall@{int(r['k'])} {_verdict(r)}"
-                                                       for _, r in rows.iterrows()))
+                                                       for _, r in cells.sort_values("k").iterrows()))
             out.append(f"{regime} split, {method} at its dev-tuned setting: " + "; ".join(clauses) + ".")
     out.extend(_regime_contrast(summary, coverage, regimes))
     return out
@@ -79,5 +116,5 @@ def _regime_contrast(summary: pd.DataFrame, coverage: pd.DataFrame, regimes: lis
                 parts.append(f"Recall@{int(k)} gain {moves} from {points(a['gain'])} to {points(b['gain'])} points")
         if parts:
             out.append(f"From the {lo} split ({share[lo]:.1%} seen) to the {hi} split ({share[hi]:.1%} seen), "
-                       f"{method}'s " + ", ".join(parts) + ".")
+                       f"{method}'s " + ", ".join(parts) + " (means over seeds, descriptive).")
     return out
