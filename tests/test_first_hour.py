@@ -351,6 +351,20 @@ def test_library_warnings_become_one_line_per_message():
     assert nb["cells"][1]["outputs"][0]["text"] == "step 1\nx.py:3: UserWarning: odd\n"
 
 
+def test_nested_text_bars_keep_their_last_state():
+    nested = ("CCSA seeds:   0%|          | 0/2 [00:00<?, ?it/s]\n"
+              "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 118.48it/s]\n"
+              "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 743.57it/s]\n"
+              "CCSA seeds: 100%|██████████| 2/2 [00:03<00:00,  1.65s/it]\n"
+              "a line that is not a bar: 50%\n")
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stderr", "text": nested}]}]}
+    assert xnb.final_progress(nb) == 2
+    assert nb["cells"][0]["outputs"][0]["text"] == (
+        "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 743.57it/s]\n"
+        "CCSA seeds: 100%|██████████| 2/2 [00:03<00:00,  1.65s/it]\n"
+        "a line that is not a bar: 50%\n")
+
+
 def _tqdm_state(value: float, total: float) -> dict:
     ref = lambda k: f"IPY_MODEL_{k}"  # noqa: E731
     return {"application/vnd.jupyter.widget-state+json": {"state": {

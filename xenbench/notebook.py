@@ -90,6 +90,7 @@ __all__ = [
     "degenerate_scores",
     "ce_name",
     "summarize_warnings",
+    "final_progress",
     "setup_plotly",
     "reports_dir",
     "save_results",
@@ -1326,6 +1327,40 @@ def summarize_warnings(nb: Any) -> int:
     return sum(n - 1 for n in counts.values())
 
 
+# A text progress bar's line: "CCSA seeds:  50%|█████     | 1/2 [...]" (its description is the group).
+_BAR_LINE = re.compile(r"^(.*?)\s*\d+%\|")
+
+
+def final_progress(nb: Any) -> int:
+    """Keep only the last line of each text progress bar in a notebook's stream outputs.
+
+    A bar redrawn with ``\\r`` keeps its last state once streams are coalesced, but an outer bar of nested loops
+    leaves its first state (``CCSA seeds:   0%``) on a line of its own when an inner bar starts below it. Per
+    stream output, every line of a bar but the last one with the same description is removed.
+
+    Returns
+    -------
+    int
+        The number of lines removed.
+    """
+    removed = 0
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "stream":
+                continue
+            lines = str(output.get("text", "")).splitlines(keepends=True)
+            last = {}
+            for k, line in enumerate(lines):
+                match = _BAR_LINE.match(line)
+                if match:
+                    last[match.group(1).strip()] = k
+            keep = [line for k, line in enumerate(lines)
+                    if not (m := _BAR_LINE.match(line)) or last[m.group(1).strip()] == k]
+            removed += len(lines) - len(keep)
+            output["text"] = "".join(keep)
+    return removed
+
+
 class _Echo:
     """The kernel's stdout or stderr, passed to this process's as the cells write it (papermill's ``stdout_file``/
     ``stderr_file``): progress bars and log lines as they come, each library warning once (then counted, and the
@@ -1523,6 +1558,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
             )
         log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
         nb = _without_widget_state(nb)
+        final_progress(nb)
         summarize_warnings(nb)
         nbformat.write(nbformat.from_dict(nb), staged[final])
         if html:
