@@ -394,7 +394,9 @@ def test_a_progress_widget_shows_its_finished_state_or_nothing():
 @pytest.mark.notebook
 def test_a_run_echoes_progress_and_saves_a_readable_report(tmp_path, capfd):
     """A notebook with a tqdm loop and 200 library warnings, under run_notebook: the terminal gets the bar as it
-    moves and each warning once; the saved notebook and HTML hold the finished bar and one summarized line."""
+    moves and each warning once, and with log_output what the cells print, on stdout and with no log label
+    (papermill's own echo labels everything "WARNING papermill"); the saved notebook and HTML hold the finished
+    bar and one summarized line."""
     folder = tmp_path / "nbs"
     folder.mkdir()
     nb = new_notebook(cells=[
@@ -406,12 +408,14 @@ def test_a_run_echoes_progress_and_saves_a_readable_report(tmp_path, capfd):
         new_code_cell("for k in range(200):\n"
                       "    print(f'WARNING clustering {600 + k} points to 256 centroids', file=sys.stderr)"),
         new_code_cell("import plotly.graph_objects as go\ngo.Figure(go.Bar(x=[1, 2], y=[3, 4]))"),
+        new_code_cell("print('printed by a cell')"),
     ], metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}})
     nbformat.write(nb, folder / "noisy.ipynb")
     (folder / "noisy.yaml").write_text("params:\n  n: {type: int}\nprofiles:\n  quick: {n: 3}\n", encoding="utf-8")
     executed = xnb.run_notebook(folder / "noisy.ipynb", out_dir=tmp_path / "r", progress_bar=True, timeout=300,
-                                kernel="python3")
-    terminal = capfd.readouterr().err
+                                kernel="python3", log_output=True)
+    printed, terminal = capfd.readouterr()
+    assert "printed by a cell\n" in printed and "papermill" not in printed + terminal
     assert "scoring: 100%" in terminal
     assert "WARNING clustering 600 points" in terminal and "WARNING clustering 601 points" not in terminal
     assert "(199 more warnings like: WARNING clustering # points to # centroids)" in terminal
