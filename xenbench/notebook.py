@@ -823,10 +823,8 @@ def _duration(seconds: float) -> str:
 def _fresh_head(path: Path) -> list[str]:
     """Head weights that a Hugging Face ``*ForSequenceClassification`` folder lacks (initialized at random on
     loading): a checkpoint saved without its trained head scores noise."""
-    import json as _json
-
     try:
-        config = _json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     if not path.is_dir() or not any(a.endswith("ForSequenceClassification") for a in config.get("architectures") or []):
@@ -891,8 +889,6 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
         When the estimate exceeds ``timeout`` (the cell timeout, seconds): names the ``max_queries``/``max_items``
         values that fit and the timeout that would do.
     """
-    import numpy as np
-
     from xenbench.data.store import ScoreStore
     from xenbench.models.crossencoder import load_cross_encoder
     from xenbench.models.scoring import cache_path, score_matrix
@@ -947,7 +943,7 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
         raise ParameterError(
             cap, f"at most about {fit_q} here for the on-demand scoring to fit in the cell timeout: {what}, past the "
                  f"{timeout} s timeout. Or lower {data.get('max_items', 'max_items')} (about {fit_i} fits), or raise "
-                 f"the timeout (xenbench run --timeout {int(np.ceil(seconds * 1.25))})", caps["queries"], spec.owner)
+                 f"the timeout (xenbench run --timeout {math.ceil(seconds * 1.25)})", caps["queries"], spec.owner)
     log.info("%s: %s (once: cached in %s for later runs)", spec.name, what, out)
     return {"pairs": pairs, "seconds": seconds, "pairs_per_s": rate, "cache": out}
 
