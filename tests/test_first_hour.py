@@ -416,6 +416,7 @@ def test_a_run_echoes_progress_and_saves_a_readable_report(tmp_path, capfd):
                                 kernel="python3", log_output=True)
     printed, terminal = capfd.readouterr()
     assert "printed by a cell\n" in printed and "papermill" not in printed + terminal
+    assert "IPKernelApp" not in terminal  # the kernel process's start-up notices are not the notebook's
     assert "scoring: 100%" in terminal
     assert "WARNING clustering 600 points" in terminal and "WARNING clustering 601 points" not in terminal
     assert "(199 more warnings like: WARNING clustering # points to # centroids)" in terminal

@@ -1551,6 +1551,9 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
                 path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=False,
                 stdout_file=echo_out, stderr_file=echo_err, coalesce_streams=True,
+                # The kernel process's own start-up notices (e.g. "running over TCP without encryption" on
+                # 127.0.0.1) are not the notebook's: only its errors reach the terminal.
+                extra_arguments=["--IPKernelApp.log_level=ERROR"],
             )
         log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
         nb = _without_widget_state(nb)
