@@ -797,12 +797,17 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
             _check_ce_path(model, "model", spec.owner)
         for name in DATASET_PARAMS:
             if name in spec.params and values.get(name):
-                for text in _dataset_specs(spec, name, values[name]):
-                    try:
+                text = values[name]
+                try:
+                    for text in _dataset_specs(spec, name, values[name]):
                         _load_dataset(text, loaded)
-                    except DataError as err:  # the file and line, and which parameter pointed there
-                        raise DataError(err.path, f"{err.problem} (the {name!r} parameter of {spec.owner} is "
-                                                  f"{text!r})", err.line) from None
+                except DataError as err:  # the file and line, and which parameter pointed there
+                    raise DataError(err.path, f"{err.problem} (the {name!r} parameter of {spec.owner} is "
+                                              f"{text!r})", err.line) from None
+                except ParameterError as err:  # a loader's own parameter (a domain, a world): say whose value it is
+                    raise ParameterError(name, f"dataset specs that open (wordnet-el:<domain>, beir:<folder>, "
+                                               f"zeshel:<root>:<world>); {text!r} does not: {err}", values[name],
+                                         spec.owner) from None
     sizes = check_sizes(spec, values, _loaded=loaded)
     if model:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded)
