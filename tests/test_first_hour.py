@@ -120,6 +120,10 @@ RUN_CASES = [
     ("03_adacur_rounds", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "null"] + [
         "n_anchor_queries", "250", "n_dev_queries", "50"],
      r"'n_anchor_queries' .* must be <= 249 here: .*all 300 queries of the data are used\)\. Got 250"),
+    ("04_axn_lambda", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "20", "n_anchor_queries", "5",
+                                 "dev_queries", "20"],
+     r"'n_anchor_queries' parameter of notebook 04_axn_lambda must be smaller, with the others too: .*5 \+ 20 \+ 1 "
+     r"= 26 > the 20 queries .*Or lower dev_queries; or raise max_queries \(the data has 300 queries\)\. Got 5"),
     ("02_rank_cls_vs_emb", lambda d: ["k_q_values", "[20, 250]"],
      r"The 'k_q_values' parameter of notebook 02_rank_cls_vs_emb must be ints each <= 200 here: max\(k_q_values\) "
      r"\+ n_test <= queries .*Or lower n_test; or raise max_queries \(the data has 1001 queries\)"),

@@ -703,7 +703,7 @@ def _check_fit(spec: NotebookSpec, fit: Fit, values: Mapping[str, Any], raw: Map
     if first is not None:
         room = sum(right) - (sum(left) - left[first])
         each = "ints each " if isinstance(values[name], list) else ""
-        expected = f"{each}<= {room} here: {what}"
+        expected = f"{each}<= {room} here: {what}" if room >= 1 else f"smaller, with the others too: {what}"
     else:
         expected = f"larger: {what}"
     knobs = [f"lower {' or '.join(lower[1:])}" if len(lower) > 1 else "",
