@@ -260,11 +260,6 @@ class Fit:
     rhs: tuple[str, ...]
     why: str = ""
 
-    @property
-    def knobs(self) -> list[str]:
-        """The parameters named on each side, left first."""
-        return [m for t in (*self.lhs, *self.rhs) for m in [_term_param(t)] if m and m not in _SIZES]
-
 
 def _term_param(term: str) -> str | None:
     match = _TERM.fullmatch(term)
