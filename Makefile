@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo full test test-fast test-browser bench findings clean-reports
+.PHONY: setup demo lab full test test-fast test-browser bench findings clean-reports
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ setup: $(STAMP)
 
 demo: setup
 	$(BIN)/xenbench run all --profile quick
+
+# JupyterLab on the notebooks, on this machine only (open the http://127.0.0.1:8888/lab?token=... link it prints).
+lab: setup
+	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1
 
 # The study's longest cells (06's seeds, 04's protocol) run for tens of minutes on 2 cores.
 full: setup

@@ -1,9 +1,13 @@
 """The notebooks in a real browser: every HTML report offline, and 04's AXN explorer live in JupyterLab.
 
 * ``test_every_report_draws_its_figures_offline``: every notebook of ``notebooks/`` runs once under its
-  ``quick`` profile into one folder (plotly.js shared beside the reports), and ``01_score_matrices`` once more
-  with ``self_contained=True`` into ``single/``; each ``*.html`` is opened from disk and every plotly figure
-  must have drawn with at least one trace, with no page error and no request other than ``file:``/``data:``.
+  ``quick`` profile into one folder (self-contained reports, the default), and ``01_score_matrices`` once more
+  with the shared plotly.js (``self_contained=False``) into ``shared/``; each ``*.html`` is opened from disk and
+  every plotly figure must have drawn with at least one trace, with no page error and no request other than
+  ``file:``/``data:``.
+* ``test_a_report_copied_alone_draws_its_figures``: each default report, copied alone into an empty folder, draws
+  as many figures as it has plotly divs; the shared-plotly report copied alone draws none ("Plotly is not
+  defined"), which is why it is opt-in.
 * ``test_axn_explorer_live_in_jupyterlab``: a JupyterLab (127.0.0.1, a free port, a random token, no
   news/update/extension-manager look-ups, its own config/settings/workspace/runtime folders) serves a
   temporary root mirroring the repository (a copy of ``notebooks/04_axn_lambda.ipynb`` and its ``.yaml``;
@@ -71,11 +75,11 @@ def browser():
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, notebook_kwargs) -> Path:
-    """Every notebook's report under its quick profile (shared plotly.js), and 01's in the self-contained form."""
+    """Every notebook's report under its quick profile (self-contained), and 01's with the shared plotly.js."""
     out = tmp_path_factory.mktemp("reports")
     for name in list_notebooks():
         run_notebook(name, profile="quick", out_dir=out, **notebook_kwargs)
-    run_notebook("01_score_matrices", profile="quick", out_dir=out / "single", self_contained=True, **notebook_kwargs)
+    run_notebook("01_score_matrices", profile="quick", out_dir=out / "shared", self_contained=False, **notebook_kwargs)
     return out
 
 
@@ -99,17 +103,53 @@ def _open(browser, path: Path) -> dict:
 
 def test_every_report_draws_its_figures_offline(browser, reports):
     names = list_notebooks()
-    expected = {f"{name}.quick.html" for name in names} | {"single/01_score_matrices.quick.html"}
+    expected = {f"{name}.quick.html" for name in names} | {"shared/01_score_matrices.quick.html"}
     htmls = sorted(reports.rglob("*.html"))
     assert {h.relative_to(reports).as_posix() for h in htmls} == expected
-    # plotly.js once, beside the shared reports; the self-contained report carries its own.
-    assert len(list(reports.glob("plotly-*.min.js"))) == 1
-    assert not list((reports / "single").glob("*.js"))
+    # Each default report carries its plotly.js; the opt-in shared form has one file beside the reports.
+    assert not list(reports.glob("*.js"))
+    assert len(list((reports / "shared").glob("plotly-*.min.js"))) == 1
     for html in htmls:
         seen = _open(browser, html)
         assert seen["traces"] and all(n > 0 for n in seen["traces"]), (html.name, seen["traces"])
         assert not seen["errors"], (html.name, seen["errors"])
         assert not seen["remote"], (html.name, seen["remote"])  # no CDN: works on a plane
+
+
+def _drawn(browser, path: Path, *, wait: bool) -> dict:
+    """Open a report from disk: its plotly divs, how many drew (an SVG with at least one trace), page errors."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(path.as_uri(), wait_until="load", timeout=60_000)
+        if wait:
+            page.wait_for_function("() => [...document.querySelectorAll('.plotly-graph-div')]"
+                                   ".every(d => d.querySelector('.main-svg'))", timeout=60_000)
+        counts = page.evaluate("""() => {
+            const divs = [...document.querySelectorAll('.plotly-graph-div')];
+            return [divs.length, divs.filter(d => d.querySelector('.main-svg') && (d.data || []).length > 0).length];
+        }""")
+    finally:
+        page.close()
+    return {"divs": counts[0], "drawn": counts[1], "errors": errors}
+
+
+def test_a_report_copied_alone_draws_its_figures(browser, reports, tmp_path):
+    for html in sorted(reports.glob("*.html")):
+        alone = tmp_path / html.stem / html.name
+        alone.parent.mkdir()
+        shutil.copy2(html, alone)  # mailed, attached, moved: nothing beside it
+        seen = _drawn(browser, alone, wait=True)
+        assert seen["divs"] > 0 and seen["drawn"] == seen["divs"], (html.name, seen)
+        assert not seen["errors"], (html.name, seen["errors"])
+    # The opt-in shared form needs its plotly file: copied alone, it draws nothing.
+    alone = tmp_path / "shared-alone" / "01_score_matrices.quick.html"
+    alone.parent.mkdir()
+    shutil.copy2(reports / "shared" / alone.name, alone)
+    seen = _drawn(browser, alone, wait=False)
+    assert seen["divs"] > 0 and seen["drawn"] == 0, seen
+    assert any("Plotly is not defined" in e for e in seen["errors"]), seen["errors"]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -308,8 +308,7 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     executed = xnb.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
     assert executed == (reports_dir / "tiny.small.ipynb").resolve()
-    shared = f"plotly-{plotly_version()}.min.js"
-    assert sorted(p.name for p in reports_dir.iterdir()) == [shared, "tiny.small.html", "tiny.small.ipynb",
+    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.small.html", "tiny.small.ipynb",
                                                               "tiny.small.results.json"]
     nb = nbformat.read(executed, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
@@ -321,18 +320,22 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     results = json.loads((reports_dir / "tiny.small.results.json").read_text(encoding="utf-8"))
     assert results["results"] == {"n": 4, "tags": ["x", "y"], "arr": [0, 1, 2, 3]}
 
+    # Self-contained by default: plotly.js inside the report, which draws its figure wherever it is copied.
     html = (reports_dir / "tiny.small.html").read_text(encoding="utf-8")
     assert html.count('class="plotly-graph-div"') == 1  # the figure's div ...
-    assert "Plotly.newPlot" in html and f'<script type="text/javascript" src="{shared}"></script>' in html
-    assert "plotly.js v" not in html  # the 4.6 MB bundle is the shared file beside the report, not inline ...
-    assert (reports_dir / shared).read_text(encoding="utf-8").lstrip().startswith("/**")  # ... and it is plotly.js
+    assert "Plotly.newPlot" in html and f"plotly.js v{plotly_version()}" in html
     assert not re.search(r'src="https?://', html)  # nothing fetched from a CDN: the report works offline
-    assert len(html) < 2 * 2**20
+    assert not re.search(r'<script[^>]*src="plotly', html)
 
-    contained = xnb.run_notebook(tiny, profile="small", out_dir=reports_dir / "one", self_contained=True,
-                                 **notebook_kwargs)
-    single = contained.with_suffix(".html").read_text(encoding="utf-8")
-    assert "plotly.js v" in single and not (reports_dir / "one" / shared).exists()
+    # Opt-in: one shared plotly.js beside the reports, 4.6 MB less per report.
+    shared = f"plotly-{plotly_version()}.min.js"
+    light = xnb.run_notebook(tiny, profile="small", out_dir=reports_dir / "shared", self_contained=False,
+                             **notebook_kwargs)
+    body = light.with_suffix(".html").read_text(encoding="utf-8")
+    assert f'<script type="text/javascript" src="{shared}"></script>' in body
+    assert "plotly.js v" not in body  # the 4.6 MB bundle is the shared file beside the report, not inline ...
+    assert (reports_dir / "shared" / shared).read_text(encoding="utf-8").lstrip().startswith("/**")  # ... plotly.js
+    assert len(body) < 2 * 2**20 < len(html)
 
 
 def plotly_version() -> str:
@@ -472,13 +475,13 @@ def test_run_stem_names_other_data_and_models():
 @pytest.mark.notebook
 def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir, notebook_kwargs):
     yaml_text = TINY_YAML.replace("params:\n", "params:\n  dataset: {type: str}\n", 1).replace(
-        "  quick: {", "  quick: {dataset: 'wordnet-el:x', ", 1)
+        "  quick: {", "  quick: {dataset: 'wordnet-el:verb.weather', ", 1)
     path = write_tiny(tmp_path / "nbs", yaml_text=yaml_text)
     nb = nbformat.read(path, as_version=4)
-    nb.cells[2].source += '\ndataset = "wordnet-el:x"'
+    nb.cells[2].source += '\ndataset = "wordnet-el:verb.weather"'
     nbformat.write(nb, path)
     xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
-    xnb.run_notebook(path, out_dir=reports_dir, params={"dataset": "beir:/d/mine"}, **notebook_kwargs)
+    xnb.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food"}, **notebook_kwargs)
     names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
-    assert names == ["tiny.quick.beir-mine.ipynb", "tiny.quick.beir-mine.results.json",
-                     "tiny.quick.ipynb", "tiny.quick.results.json"]
+    assert names == ["tiny.quick.ipynb", "tiny.quick.results.json",
+                     "tiny.quick.wordnet-el-noun.food.ipynb", "tiny.quick.wordnet-el-noun.food.results.json"]

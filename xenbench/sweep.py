@@ -33,7 +33,8 @@ import pandas as pd
 from xenbench._io import write_text_atomic
 from xenbench._validation import PY_INT, check_choice, check_int
 from xenbench.errors import ParameterError
-from xenbench.notebook import load_spec, notebook_path, parse_cli_params, profile_values, run_notebook, run_stem
+from xenbench.notebook import (load_spec, notebook_path, parse_cli_params, preflight, profile_values, run_notebook,
+                               run_stem)
 
 __all__ = ["grid", "point_id", "run_sweep", "tidy", "summary_figures"]
 
@@ -151,6 +152,10 @@ def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: st
         ``"local"``: ``jobs`` worker processes (1: in this process). ``"ray"``: one Ray task per point on the
         cluster at ``address`` (None: a local Ray started here with ``jobs`` CPUs).
 
+    Every point is checked as ``xenbench run`` checks a run (:func:`xenbench.notebook.preflight`: datasets, devices,
+    folders, size relations, on-demand scoring time) before any kernel starts or any file is written: one bad point
+    fails the whole sweep with one line.
+
     Returns
     -------
     DataFrame
@@ -169,6 +174,10 @@ def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: st
             raise ParameterError(name, "at least one value to sweep", texts, owner)
         parsed[name] = [parse_cli_params(spec, [(name, t)])[name] for t in texts]  # validates each value
     points = grid(parsed)
+    check_int(timeout, "timeout", 1, None, owner, types=PY_INT)
+    base = profile_values(spec, profile)
+    for params in points:
+        preflight(spec, {**base, **params, "profile": profile}, timeout=timeout)
     out = Path(out_dir) if out_dir is not None else Path("reports") / "sweeps" / f"{spec.name}.{profile}"
     (out / "points").mkdir(parents=True, exist_ok=True)
 
@@ -185,7 +194,6 @@ def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: st
     _execute(str(notebook_path(notebook)), profile, todo, backend, jobs, address, timeout)
 
     docs, rows = [], []
-    base = profile_values(spec, profile)
     for params in points:
         folder = out / "points" / point_id(params)
         status = _read_status(folder) or {"status": "missing", "error": "no status written"}

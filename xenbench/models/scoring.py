@@ -54,6 +54,7 @@ __all__ = [
     "score_pairs_sparse",
     "run_score_job",
     "model_fingerprint",
+    "cache_path",
     "cached_scores",
 ]
 
@@ -821,6 +822,14 @@ def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, nam
 
 
 
+def cache_path(ce: CrossEncoder, dataset: Dataset, cache: str | os.PathLike[str] | None = None) -> Path:
+    """Where :func:`cached_scores` keeps the scores of ``ce`` on ``dataset``: ``<cache>/scores/<key>``, ``key`` a hash
+    of the CE's weights and config and of every query and item text (the harness looks there before a run)."""
+    key = hashlib.sha256(f"{model_fingerprint(ce)}:{_texts_fingerprint(dataset.queries, dataset.items)}".encode())
+    root = Path(cache) if cache is not None else Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
+    return root / "scores" / key.hexdigest()[:32]
+
+
 def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: str | torch.device = "auto",
                   batch_size: int | None = None, cache: str | os.PathLike[str] | None = None,
                   progress: bool = True) -> ScoreStore:
@@ -850,9 +859,7 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     if not folder.is_dir():
         raise ParameterError("model", "a cross-encoder folder (see load_cross_encoder)", str(model), "cached_scores")
     ce = load_cross_encoder(folder)
-    key = hashlib.sha256(f"{model_fingerprint(ce)}:{_texts_fingerprint(dataset.queries, dataset.items)}".encode())
-    root = Path(cache) if cache is not None else Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
-    out = root / "scores" / key.hexdigest()[:32]
+    out = cache_path(ce, dataset, cache)
     with contextlib.suppress(DataError):
         store = ScoreStore.open(out)
         if store.is_complete:

@@ -872,7 +872,8 @@ class Setup:
 
     def describe(self) -> str:
         a = self.attrs
-        return (f"{a.get('model')} on {self.dataset.name}: M is {self.M.shape[0]} queries x {self.n_items} items; "
+        model = a.get("model") or os.path.basename(str(a.get("model_path", "?")).rstrip("/"))  # a cached store: its folder
+        return (f"{model} on {self.dataset.name}: M is {self.M.shape[0]} queries x {self.n_items} items; "
                 f"k_q = {self.split.anchor.size} anchor queries, {self.split.test.size} test queries.\n"
                 f"One CE call cost {self.ce_seconds_per_call * 1e6:.1f} µs when the matrix was computed "
                 f"({a.get('device')}, {a.get('precision')}, batched); Fig. 4 charges calls at this rate.")

@@ -1,0 +1,434 @@
+"""A newcomer's first hour on their own data: everything checkable fails before the kernel, in one line.
+
+Each case runs ``xenbench run`` (or ``xenbench sweep``) through :func:`xenbench.cli.main` with papermill's
+``execute_notebook`` replaced by a function that records the call: the case passes only if the command exits 2
+with one ``xenbench: error:`` line matching the expected message, no traceback, the kernel was never entered and
+nothing was written. Then: the on-demand scoring plan (its one line, its refusal past the cell timeout), the
+degenerate-CE warnings, the CE's name in a run with ``model``, the second concurrent run refused by the lock,
+and the reports' readability (library warnings summarized, progress bars in their finished state).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import papermill
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from xenbench import notebook as xnb
+from xenbench.cli import main
+from xenbench.data.store import writer_lock
+from xenbench.errors import DataError, ParameterError
+
+REPO = Path(__file__).resolve().parent.parent
+CE = str(REPO / "models" / "cls-ce")
+WORDS = "apple river stone cloud music garden window pencil ladder candle bridge forest".split()
+
+
+def beir(root: Path, n_items: int = 120, n_queries: int = 300) -> Path:
+    """A user's BEIR folder: ``n_items`` items, ``n_queries`` queries, each naming one of the first 12 items."""
+    folder = root / "mine"
+    (folder / "qrels").mkdir(parents=True)
+    names = [f"{a}{b}{c}" for a in WORDS for b in WORDS for c in WORDS][:n_items]
+    items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {WORDS[k % 12]} near the {WORDS[(k * 5) % 12]}"}
+             for k, n in enumerate(names)]
+    queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % 12]} and the {WORDS[k % 7]}"}
+               for k in range(n_queries)]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k % 12}\t1\n" for k in range(n_queries)), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("first-hour")
+    good = beir(root)
+    bad = root / "bad"
+    (bad / "qrels").mkdir(parents=True)
+    for name in ("queries.jsonl", "qrels/test.tsv"):
+        (bad / name).write_text((good / name).read_text(encoding="utf-8"), encoding="utf-8")
+    lines = (good / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (bad / "corpus.jsonl").write_text("".join(lines[:3]) + '{"_id": "x", "title": \n' + "".join(lines[3:]),
+                                      encoding="utf-8")
+    return {"good": f"beir:{good}", "bad": f"beir:{bad}", "missing": f"beir:{root / 'nope'}", "root": str(root)}
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch) -> list:
+    """papermill.execute_notebook, replaced: a case that reaches it has failed (the kernel would have started)."""
+    calls: list = []
+
+    def fake(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the kernel was started")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    monkeypatch.setenv("CI", "true")
+    return calls
+
+
+def _one_line_error(capsys, code: int, message: str) -> str:
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("xenbench: error: "), err  # one line, no traceback
+    assert re.search(message, lines[0]), lines[0]
+    return lines[0]
+
+
+# (notebook, -p pairs built from the fixture's paths, expected message)
+RUN_CASES = [
+    ("00_data", lambda d: ["dataset", d["missing"]],
+     r"nope: no such folder \(the 'dataset' parameter of notebook 00_data is 'beir:.*nope'\)"),
+    ("00_data", lambda d: ["dataset", d["bad"]],
+     r"bad/corpus\.jsonl:4: not valid JSON .*\(the 'dataset' parameter of notebook 00_data"),
+    ("00_data", lambda d: ["eval_datasets", f"{d['good']},{d['missing']}"],
+     r"no such folder \(the 'eval_datasets' parameter of notebook 00_data"),
+    ("00_data", lambda d: ["eval_datasets", "{a: 1}"],
+     r"The 'eval_datasets' parameter of notebook 00_data must be a list of str .*not a mapping\. Got '\{a: 1\}'"),
+    ("00_data", lambda d: ["dataset", "wordnet-el:noun.fod"],
+     r"The 'dataset' parameter of notebook 00_data must be dataset specs that open .*'wordnet-el:noun.fod' does not: "
+     r"The 'domain' parameter of load_wordnet_el must be one of .*Got 'wordnet-el:noun.fod' instead\."),
+    ("00_data", lambda d: ["device", "tpu9"],
+     r"The 'device' parameter of notebook 00_data must be 'auto', 'cpu', .* Got 'tpu9' instead\."),
+    ("04_axn_lambda", lambda d: ["device", "gpu0;rm"], r"The 'device' parameter of notebook 04_axn_lambda must be"),
+    ("01_score_matrices", lambda d: ["ces", "[../models/cls-ce, ../models/nope]"],
+     r"The 'ces' parameter of notebook 01_score_matrices must be a cross-encoder.*no such file or folder"),
+    ("01_score_matrices", lambda d: ["bundled_scores", "../data/scores/nope"],
+     r"The 'bundled_scores' parameter of notebook 01_score_matrices must be an existing folder"),
+    ("03_adacur_rounds", lambda d: ["scores_dir", "../data/nope"],
+     r"The 'scores_dir' parameter of notebook 03_adacur_rounds must be an existing folder"),
+    ("03_adacur_rounds", lambda d: ["model", d["root"] + "/no-ce", "dataset", d["good"], "max_queries", "100"],
+     r"The 'model' parameter of notebook 03_adacur_rounds must be a cross-encoder"),
+    # issue 27's first hour: 100 anchor + 40 dev queries of the quick profile do not fit in 100 queries
+    ("03_adacur_rounds", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "100"],
+     r"The 'n_anchor_queries' parameter of notebook 03_adacur_rounds must be <= 59 here: n_anchor_queries \+ "
+     r"n_dev_queries \+ 1 <= queries \(anchor \+ dev \+ at least one test query\), and 100 \+ 40 \+ 1 = 141 > the "
+     r"100 queries of its data \(dataset .*, max_queries 100\)\. Or lower n_dev_queries; or raise max_queries "
+     r"\(the data has 300 queries\)\. Got 100 instead\."),
+    ("04_axn_lambda", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "120", "dev_queries", "30"],
+     r"The 'n_anchor_queries' parameter of notebook 04_axn_lambda must be <= 89 here: .* Or lower dev_queries; "
+     r"or raise max_queries"),
+    ("03_adacur_rounds", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "null"] + [
+        "n_anchor_queries", "250", "n_dev_queries", "50"],
+     r"'n_anchor_queries' .* must be <= 249 here: .*all 300 queries of the data are used\)\. Got 250"),
+    ("04_axn_lambda", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "20", "n_anchor_queries", "5",
+                                 "dev_queries", "20"],
+     r"'n_anchor_queries' parameter of notebook 04_axn_lambda must be smaller, with the others too: .*5 \+ 20 \+ 1 "
+     r"= 26 > the 20 queries .*Or lower dev_queries; or raise max_queries \(the data has 300 queries\)\. Got 5"),
+    ("02_rank_cls_vs_emb", lambda d: ["k_q_values", "[20, 250]"],
+     r"The 'k_q_values' parameter of notebook 02_rank_cls_vs_emb must be ints each <= 200 here: max\(k_q_values\) "
+     r"\+ n_test <= queries .*Or lower n_test; or raise max_queries \(the data has 1001 queries\)"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "message"), RUN_CASES)
+def test_xenbench_run_fails_before_the_kernel_in_one_line(tmp_path, capsys, kernel_calls, data, name, params, message):
+    out = tmp_path / "reports"
+    pairs = params(data)
+    argv = ["run", name, "--out", str(out)]
+    for k in range(0, len(pairs), 2):
+        argv += ["-p", pairs[k], pairs[k + 1]]
+    _one_line_error(capsys, main(argv), message)
+    assert not kernel_calls
+    assert not out.exists()  # nothing written: no folder, no staging, no .failed.ipynb
+
+
+SWEEP_CASES = [
+    (["-p", "device", "cpu", "tpu9"], r"The 'device' parameter of notebook 00_data must be"),
+    (["-p", "dataset", "wordnet-el:noun.food", "{missing}"], r"no such folder \(the 'dataset' parameter"),
+    (["-p", "eval_datasets", "{a: 1}"], r"'eval_datasets' .* not a mapping"),
+]
+
+
+@pytest.mark.parametrize(("params", "message"), SWEEP_CASES)
+def test_xenbench_sweep_checks_every_point_before_any_kernel(tmp_path, capsys, kernel_calls, data, params, message):
+    out = tmp_path / "sweep"
+    params = [p.replace("{missing}", data["missing"]) for p in params]
+    _one_line_error(capsys, main(["sweep", "00_data", *params, "--out", str(out)]), message)
+    assert not kernel_calls
+    assert not out.exists()
+
+
+def test_a_second_run_of_the_same_notebook_and_profile_is_refused(tmp_path, capsys, kernel_calls):
+    """While a run holds ``.00_data.quick.ipynb.lock`` (this live process stands in for the first run), a second
+    is refused in one line naming the holder; the lock is the score stores' writer lock."""
+    out = tmp_path / "reports"
+    with writer_lock(out / "00_data.quick.ipynb") as lock:
+        line = _one_line_error(capsys, main(["run", "00_data", "--out", str(out)]),
+                               r"00_data\.quick\.ipynb: is being written by process \d+ on .*wait for that job")
+        assert lock.name in line
+        assert sorted(p.name for p in out.iterdir()) == [lock.name]  # nothing but the first run's lock
+    assert not kernel_calls
+    assert not any(out.iterdir())  # the lock goes with the run that held it
+
+
+def test_another_dataset_is_another_report_and_runs_beside(tmp_path, monkeypatch, data):
+    """The lock is per report: a run on other data (its own stem) is not blocked by a run on the bundled data."""
+    started = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: started.append(a) or (_ for _ in ()).throw(
+        KeyboardInterrupt()))
+    out = tmp_path / "reports"
+    with writer_lock(out / "00_data.quick.ipynb"), pytest.raises(KeyboardInterrupt):
+        xnb.run_notebook("00_data", params={"dataset": data["good"], "eval_datasets": [data["good"]]}, out_dir=out,
+                         progress_bar=False)
+    assert len(started) == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# On-demand scoring: the plan before the kernel
+# ------------------------------------------------------------------------------------------------
+
+
+def _fitting(data) -> dict:
+    return {"model": CE, "dataset": data["good"], "max_queries": 20, "max_items": 30, "n_anchor_queries": 10,
+            "n_dev_queries": 5, "budgets": [10, 20], "focus_budgets": [10, 20], "k_values": [1, 5], "device": "cpu"}
+
+
+def test_the_scoring_plan_is_one_line_before_the_kernel(tmp_path, monkeypatch, caplog, data):
+    """20 queries x 30 items = 600 pairs: one INFO line with the pairs, the measured rate and the time, logged
+    before papermill is called."""
+    monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
+    seen: list[str] = []
+
+    def fake(*args, **kwargs):
+        seen.extend(r.getMessage() for r in caplog.records)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    with caplog.at_level(logging.INFO, logger="xenbench.notebook"), pytest.raises(KeyboardInterrupt):
+        xnb.run_notebook("03_adacur_rounds", params=_fitting(data), out_dir=tmp_path / "r", progress_bar=False)
+    plan = [m for m in seen if "pairs" in m]
+    assert len(plan) == 1, seen
+    assert re.search(r"03_adacur_rounds: scoring 20 queries x 30 items = 600 pairs with cls-ce takes about \d+ s at "
+                     r"the \d+ pairs/s measured here on cpu \(once: cached in .*cache/scores/\w+ for later runs\)",
+                     plan[0]), plan[0]
+    assert not any(r.levelno >= logging.WARNING for r in caplog.records)  # a trained CE: no degenerate warning
+
+
+def test_scoring_past_the_cell_timeout_is_refused_with_the_fix(tmp_path, capsys, kernel_calls, data, monkeypatch):
+    monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
+    argv = ["run", "03_adacur_rounds", "--out", str(tmp_path / "r"), "--timeout", "2"]
+    for k, v in {**_fitting(data), "max_queries": 200, "max_items": 120, "n_anchor_queries": 100,
+                 "n_dev_queries": 40}.items():
+        argv += ["-p", k, json.dumps(v) if isinstance(v, list) else str(v)]
+    _one_line_error(capsys, main(argv),
+                    r"The 'max_queries' parameter of notebook 03_adacur_rounds must be at most about \d+ here for the "
+                    r"on-demand scoring to fit in the cell timeout: scoring 200 queries x 120 items = 24,000 pairs with "
+                    r"cls-ce takes about .* at the \d+ pairs/s measured here on cpu, past the 2 s timeout\. Or lower "
+                    r"max_items \(about \d+ fits\), or raise the timeout \(xenbench run --timeout \d+\)\. Got 200")
+    assert not kernel_calls and not (tmp_path / "r").exists()
+
+
+def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):
+    from xenbench.data.datasets import load_dataset
+    from xenbench.models.scoring import cached_scores
+    from xenbench.sampling import sample_rows
+
+    monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
+    values = {**xnb.profile_values("03_adacur_rounds"), **_fitting(data), "max_queries": 4, "max_items": 6}
+    ds = load_dataset(data["good"])
+    rows = sample_rows(len(ds.queries), 4, 0, kind="queries")
+    cols = sample_rows(len(ds.items), 6, 0, kind="items")  # load_setup's sample (seed 0)
+    cached_scores(CE, ds.subset([ds.queries[r].id for r in rows], [ds.items[i].id for i in cols]), progress=False)
+    plan = xnb.plan_scoring("03_adacur_rounds", values, timeout=1)  # a 1 s timeout refuses any fresh scoring
+    assert plan["pairs"] == 0 and plan["seconds"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Degenerate CEs
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("scores", "flagged"), [
+    (np.full((3, 5), 2.5), True),
+    (2.5 + 1e-5 * np.arange(15.0).reshape(3, 5), True),
+    (np.linspace(-3.0, 7.0, 15).reshape(3, 5), False),
+    (1000.0 + 0.1 * np.arange(15.0), False),  # std 0.43 around 1000: 4e-4 of |mean|, still a ranking
+])
+def test_near_constant_scores_are_flagged(scores, flagged):
+    warning = xnb.degenerate_scores(scores, "my-ce")
+    assert (warning is not None) == flagged
+    if flagged:
+        assert warning.startswith("the CE my-ce gives near-constant scores on this data")
+
+
+def test_a_hugging_face_folder_without_its_head_is_named(tmp_path):
+    """A bare encoder saved under a *ForSequenceClassification architecture: the head is initialized at random
+    on loading. The complete model is not flagged."""
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, num_labels=1, architectures=["BertForSequenceClassification"])
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "whole")
+    BertModel(config).save_pretrained(tmp_path / "headless")
+    cfg = json.loads((tmp_path / "headless" / "config.json").read_text())
+    cfg["architectures"] = ["BertForSequenceClassification"]
+    (tmp_path / "headless" / "config.json").write_text(json.dumps(cfg))
+    assert xnb._fresh_head(tmp_path / "whole") == []
+    assert {k.split(".")[0] for k in xnb._fresh_head(tmp_path / "headless")} == {"classifier"}
+
+
+# ------------------------------------------------------------------------------------------------
+# The user's CE by its name; parameters a model replaces are not shown
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "name"), [("../models/my-ce", "my-ce"), ("/data/ckpts/my-ce/", "my-ce"),
+                                              ("/data/zeshel/cls.ckpt", "cls")])
+def test_ce_name_is_the_folder_or_checkpoint(model, name):
+    assert xnb.ce_name(model) == name
+
+
+def test_check_names_the_model_and_hides_what_it_replaces(monkeypatch, data):
+    monkeypatch.chdir(xnb.NOTEBOOKS_DIR)
+    monkeypatch.setenv(xnb.REPORTS_ENV, "/nonexistent")  # as under run_notebook: values are used as given
+    namespace = {**xnb.profile_values("03_adacur_rounds"), **_fitting(data), "profile": "quick"}
+    params = xnb.check(namespace, "03_adacur_rounds")
+    assert "scores_dir" not in params and params["ce"] == "cls-ce" == namespace["ce"] == xnb.ce_name(CE)
+    namespace["model"] = str(Path(data["root"]) / "ckpt" / "their-ce")  # check() does not open the folder
+    assert xnb.check(namespace, "03_adacur_rounds")["ce"] == "their-ce" == namespace["ce"]
+    assert xnb.check(namespace, "03_adacur_rounds")["ce"] == "their-ce"  # a second check: 'their-ce' is no choice
+    without = {**namespace, "model": "", "ce": "cls-ce"}
+    assert xnb.check(without, "03_adacur_rounds")["scores_dir"] == "../data/scores/noun.cognition"
+    with pytest.raises(ParameterError, match="'ce' parameter"):
+        xnb.check({**without, "ce": "their-ce"}, "03_adacur_rounds")
+
+
+# ------------------------------------------------------------------------------------------------
+# The profiles file's size relations
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fits", "message"), [
+    ("fits: [n <= ]", "must be one relation"),
+    ("fits: ['n + m <= 3']", "'m' in 'n \\+ m <= 3' must name an int parameter"),
+    ("fits: ['max(n) <= 3']", "'max\\(n\\)' in 'max\\(n\\) <= 3' must name an int parameter"),
+    ("fits: ['n <= items']", "names the data's items but the file has no 'data' section"),
+    ("fits: ['n * 2 <= 3']", "is not an int, a parameter"),
+    ("fits: {n: 3}", "'fits' must be a list of relations"),
+])
+def test_malformed_relations_name_the_file(tmp_path, fits, message):
+    path = tmp_path / "x.yaml"
+    path.write_text("params:\n  n: {type: int}\nprofiles:\n  quick: {n: 1}\n" + fits + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(str(path)) + ": .*" + message):
+        xnb.load_spec(path)
+
+
+def test_a_relation_between_parameters_names_both(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("params:\n  k: {type: int}\n  m: {type: int}\nprofiles:\n  quick: {k: 1, m: 2}\n"
+                    "fits:\n  - {rule: 'k <= m', why: 'the top k among the m returned'}\n", encoding="utf-8")
+    assert xnb.check_sizes(path, {"k": 2, "m": 2}) == {}
+    with pytest.raises(ParameterError, match=r"The 'k' parameter of notebook x must be <= 2 here: k <= m \(the top k "
+                                             r"among the m returned\), and 3 = 3 > m = 2\. Or raise m\. Got 3 instead"):
+        xnb.check_sizes(path, {"k": 3, "m": 2})
+
+
+# ------------------------------------------------------------------------------------------------
+# Reports a newcomer can read
+# ------------------------------------------------------------------------------------------------
+
+FAISS = "WARNING clustering {n} points to 256 centroids: please provide at least 9984 training points\n"
+
+
+def test_library_warnings_become_one_line_per_message():
+    nb = {"cells": [
+        {"cell_type": "code", "outputs": [
+            {"output_type": "stream", "name": "stderr", "text": "".join(FAISS.format(n=600 + k) for k in range(300))},
+            {"output_type": "stream", "name": "stdout", "text": FAISS.format(n=1)},  # printed on purpose: kept
+        ]},
+        {"cell_type": "code", "outputs": [
+            {"output_type": "stream", "name": "stderr",
+             "text": "step 1\n" + "".join(FAISS.format(n=7) for _ in range(99)) + "x.py:3: UserWarning: odd\n"},
+        ]},
+    ]}
+    assert xnb.summarize_warnings(nb) == 398
+    first, printed = nb["cells"][0]["outputs"]
+    assert first["text"] == FAISS.format(n=600).rstrip("\n") + " [and 398 more like it in this run]\n"
+    assert printed["text"] == FAISS.format(n=1)
+    assert nb["cells"][1]["outputs"][0]["text"] == "step 1\nx.py:3: UserWarning: odd\n"
+
+
+def test_nested_text_bars_keep_their_last_state():
+    nested = ("CCSA seeds:   0%|          | 0/2 [00:00<?, ?it/s]\n"
+              "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 118.48it/s]\n"
+              "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 743.57it/s]\n"
+              "CCSA seeds: 100%|██████████| 2/2 [00:03<00:00,  1.65s/it]\n"
+              "a line that is not a bar: 50%\n")
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stderr", "text": nested}]}]}
+    assert xnb.final_progress(nb) == 2
+    assert nb["cells"][0]["outputs"][0]["text"] == (
+        "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 743.57it/s]\n"
+        "CCSA seeds: 100%|██████████| 2/2 [00:03<00:00,  1.65s/it]\n"
+        "a line that is not a bar: 50%\n")
+
+
+def _tqdm_state(value: float, total: float) -> dict:
+    ref = lambda k: f"IPY_MODEL_{k}"  # noqa: E731
+    return {"application/vnd.jupyter.widget-state+json": {"state": {
+        "box": {"model_name": "HBoxModel", "state": {"children": [ref("l"), ref("p"), ref("r")]}},
+        "l": {"state": {"_model_name": "HTMLModel", "value": "CCSA steps: "}},
+        "p": {"state": {"_model_name": "FloatProgressModel", "value": value, "max": total}},
+        "r": {"state": {"_model_name": "HTMLModel", "value": " 30/30 [00:01&lt;00:00, 25.3it/s]"}},
+        "other": {"state": {"_model_name": "IntSliderModel", "value": 3}},
+    }}}
+
+
+def test_a_progress_widget_shows_its_finished_state_or_nothing():
+    view = "application/vnd.jupyter.widget-view+json"
+    nb = {"metadata": {"widgets": _tqdm_state(30, 30)}, "cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "data": {view: {"model_id": "box"}, "text/plain": "CCSA steps:   0%| | 0/30"}},
+        {"output_type": "display_data", "data": {view: {"model_id": "other"}, "text/plain": "IntSlider(value=0)"}},
+        {"output_type": "display_data", "data": {view: {"model_id": "x"}, "text/html": "<img>", "text/plain": "x"}},
+    ]}]}
+    outputs = xnb._without_widget_state(nb)["cells"][0]["outputs"]
+    assert [o["data"] for o in outputs] == [
+        {"text/plain": "CCSA steps: 100%|██████████| 30/30 [00:01<00:00, 25.3it/s]"},  # finished, not 0 %
+        {"text/html": "<img>", "text/plain": "x"},  # the slider without a static form is left out
+    ]
+    assert "widgets" not in nb["metadata"]
+
+
+@pytest.mark.notebook
+def test_a_run_echoes_progress_and_saves_a_readable_report(tmp_path, capfd):
+    """A notebook with a tqdm loop and 200 library warnings, under run_notebook: the terminal gets the bar as it
+    moves and each warning once, and with log_output what the cells print, on stdout and with no log label
+    (papermill's own echo labels everything "WARNING papermill"); the saved notebook and HTML hold the finished
+    bar and one summarized line."""
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    nb = new_notebook(cells=[
+        new_code_cell("import sys\nimport xenbench as xb\nimport xenbench.notebook\nxb.notebook.setup_plotly()"),
+        new_code_cell('profile = "quick"\nn = 3', metadata={"tags": ["parameters"]}),
+        new_code_cell('params = xb.notebook.check(globals(), "noisy")'),
+        new_code_cell("from tqdm.auto import tqdm\nfor _ in tqdm(range(40), desc='scoring', mininterval=0):\n"
+                      "    pass"),
+        new_code_cell("for k in range(200):\n"
+                      "    print(f'WARNING clustering {600 + k} points to 256 centroids', file=sys.stderr)"),
+        new_code_cell("import plotly.graph_objects as go\ngo.Figure(go.Bar(x=[1, 2], y=[3, 4]))"),
+        new_code_cell("print('printed by a cell')"),
+    ], metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}})
+    nbformat.write(nb, folder / "noisy.ipynb")
+    (folder / "noisy.yaml").write_text("params:\n  n: {type: int}\nprofiles:\n  quick: {n: 3}\n", encoding="utf-8")
+    executed = xnb.run_notebook(folder / "noisy.ipynb", out_dir=tmp_path / "r", progress_bar=True, timeout=300,
+                                kernel="python3", log_output=True)
+    printed, terminal = capfd.readouterr()
+    assert "printed by a cell\n" in printed and "papermill" not in printed + terminal
+    assert "IPKernelApp" not in terminal  # the kernel process's start-up notices are not the notebook's
+    assert "scoring: 100%" in terminal
+    assert "WARNING clustering 600 points" in terminal and "WARNING clustering 601 points" not in terminal
+    assert "(199 more warnings like: WARNING clustering # points to # centroids)" in terminal
+    saved = nbformat.read(executed, as_version=4)
+    text = "\n".join(o.get("text", "") for c in saved.cells if c.cell_type == "code" for o in c.outputs)
+    assert text.count("WARNING clustering") == 1 and "[and 199 more like it in this run]" in text
+    assert "scoring: 100%" in text and not re.search(r"scoring:\s+0%", text)
+    html = executed.with_suffix(".html").read_text(encoding="utf-8")
+    assert html.count("WARNING clustering 6") == 1 and "100%" in html  # the source cell holds the f-string
