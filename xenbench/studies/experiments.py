@@ -1164,7 +1164,8 @@ def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence
     """How much ANNCUR's budget rule moves its test recall: "free anchors" minus "authors' code"
     (:data:`xenbench.methods.cur.BUDGET_RULES`), at the same split, anchor seed, B_CE, k and k_i.
 
-    Every cell is ANNCUR as :func:`protocol_runs` runs it (R_anc = M[split.anchor], ``AnnCur(k_i, seed=anchor seed)``,
+    Every cell is ANNCUR as :func:`protocol_runs` runs it (R_anc = M[split.anchor], ``AnnCur(k_i, seed=run_seed(split
+    seed, anchor seed))``,
     k_i over the same grid of B_CE), scored on the split's test rows; both rules re-rank from the same ŝ, so the cells
     differ only by the rule. The authors' re-ranked items are a subset of the free-anchor ones, so no cell is negative.
 
@@ -1193,7 +1194,7 @@ def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence
         for seed in anchor_seeds:
             for budget in budgets:
                 for k_i in _split_grid(budget, split_fractions, 1, budget, sp.anchor.size):
-                    cur = AnnCur(k_i, seed=int(seed)).fit(M[sp.anchor])
+                    cur = AnnCur(k_i, seed=run_seed(int(sp.seed), int(seed))).fit(M[sp.anchor])
                     S_hat = cur.transform(M_test[:, cur.anchor_items_])
                     recall = {}
                     for rule in BUDGET_RULES:
