@@ -24,7 +24,7 @@ _SUBMODULES: dict[str, str] = {
     "linking": "models.linking", "train": "models.train", "packed": "models.packed",
     "adacur": "methods.adacur", "axn": "methods.axn", "ccsa": "methods.ccsa", "cur": "methods.cur", "mf": "methods.mf",
     "pefa": "methods.pefa", "protocol": "methods.protocol", "trace": "methods.trace",
-    "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",
+    "compare": "studies.compare", "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",
     "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats",
     "plots": "viz.plots", "widgets": "viz.widgets",
 }
