@@ -133,10 +133,13 @@ def cost_line(doc: Mapping[str, Any]) -> str | None:
 
 def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
     """Markdown of the findings of every committed ``<name>.<profile>.results.json`` of :data:`README_PROFILES`, in
-    notebook order, each with what its run cost (:func:`cost_line`)."""
+    notebook order, each with what its run cost (:func:`cost_line`), under the claims table
+    (:func:`xenbench.studies.findings.claims.claims_table`)."""
+    from xenbench.studies.findings.claims import claims_table
+
     folder = Path(results_dir)
     fns = registered()
-    parts = []
+    parts = [claims_table(folder)]
     paths = [p for p in folder.glob("*.results.json") if p.name.split(".")[-3] in README_PROFILES]
     for path in sorted(paths, key=lambda p: (p.name.split(".")[0], README_PROFILES.index(p.name.split(".")[-3]))):
         doc = load_results(path)
