@@ -155,6 +155,12 @@ def test_pareto_front_is_the_set_of_undominated_points():
     # hand-checkable: the cheapest, then only strict improvements in recall
     hand = pd.DataFrame({"k": 1, "wall_ms": [1.0, 1.0, 2.0, 3.0, 4.0], "mean": [0.2, 0.3, 0.3, 0.5, 0.5]})
     assert compare.pareto_front(hand).tolist() == [False, True, False, True, False]
+    # costs within rel_tol are level: a 0.1 ms cheaper search at the same B_CE does not buy a place on the front
+    near = pd.DataFrame({"k": 1, "wall_ms": [386.0, 386.1, 772.0], "mean": [0.30, 0.60, 0.70]})
+    assert compare.pareto_front(near).tolist() == [False, True, True]
+    assert compare.pareto_front(near, rel_tol=0.0).tolist() == [True, True, True]
+    with pytest.raises(ParameterError, match="'rel_tol'"):
+        compare.pareto_front(near, rel_tol=1.5)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -443,20 +443,28 @@ def summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *, con
                 "wall_ms", "recall", "recall_se"]]
 
 
-def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean", by: Sequence[str] = ("k",)
-                 ) -> pd.Series:
+def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean", by: Sequence[str] = ("k",), *,
+                 rel_tol: float = 0.01) -> pd.Series:
     """Whether each point is on the Pareto front of its group: no other point of the group costs at most as much
     and reaches at least as much ``value``, better on one of the two.
+
+    Costs within ``rel_tol`` of each other count as equal (a measured time is not exact to the last percent: without
+    it, a method whose search is 0.1 ms cheaper at the same B_CE would sit on the front below a better one).
 
     >>> df = pd.DataFrame({"k": 1, "wall_ms": [1.0, 2.0, 3.0, 3.0], "mean": [0.5, 0.4, 0.7, 0.6]})
     >>> pareto_front(df).tolist()
     [True, False, True, False]
+    >>> pareto_front(pd.DataFrame({"k": 1, "wall_ms": [100.0, 100.5], "mean": [0.3, 0.6]})).tolist()
+    [False, True]
     """
+    if not (isinstance(rel_tol, float) and 0 <= rel_tol < 1):
+        raise ParameterError("rel_tol", "a float in [0, 1)", rel_tol, "pareto_front")
     on = pd.Series(False, index=points.index)
     for _, g in points.groupby(list(by)):
         c, v = g[cost].to_numpy(float), g[value].to_numpy(float)
         for i, idx in enumerate(g.index):
-            dominated = (c <= c[i]) & (v >= v[i]) & ((c < c[i]) | (v > v[i]))
+            cheaper = c < c[i] * (1 - rel_tol)
+            dominated = (c <= c[i] * (1 + rel_tol)) & (v >= v[i]) & (cheaper | (v > v[i]))
             on[idx] = not dominated.any()
     return on
 
