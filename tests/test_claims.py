@@ -76,6 +76,10 @@ def test_a_changed_result_changes_its_row():
     assert row["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
     assert _row(docs, "ADACUR", "re-ranking") == _row(DOCS, "ADACUR", "re-ranking")  # the other rows stay
 
+    for c in docs["03_adacur_rounds.full"]["comparisons"]:  # the one verdict rule's words: beats / level / loses
+        if c["challenger"] == "ADACUR TopK No-Split":
+            c["verdict"] = "loses"
+    assert _row(docs, "ADACUR", "beats ANNCUR")["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
     for c in docs["03_adacur_rounds.full"]["comparisons"]:
         if c["challenger"] == "ADACUR TopK No-Split":
             c["verdict"] = "beats" if c["k"] == 1 else "within noise"
@@ -85,6 +89,15 @@ def test_a_changed_result_changes_its_row():
         if r["method"] == "CCSA-binary+HNSW":
             r["recall"] += 0.5
     assert _row(docs, "CCSA", "binary")["verdict"] == "holds only at 95,840 items (large)"
+
+    for c in docs["04_axn_lambda.full"]["comparisons"]:  # 04's results before it saved a verdict: Holm p and sign
+        c.pop("verdict", None)
+        c["p_holm"] = 0.5
+    assert _row(docs, "AXN", "prior")["verdict"] == "does not hold"
+    prior = [c for c in docs["04_axn_lambda.full"]["comparisons"] if c["challenger"] == "AXN, tuned λ"]
+    prior[0]["verdict"] = "beats"  # a saved verdict is read as saved
+    assert _row(docs, "AXN", "prior")["verdict"] == (f"holds only at B_CE = {prior[0]['budget']}/k = {prior[0]['k']} "
+                                                     f"(of {len(prior)} cells)")
 
     pefa = docs["05_pefa_lambda.full"]["summary"]
     for r in pefa:

@@ -22,9 +22,9 @@ labelled training queries), **dev** queries (every setting is chosen there: ANNC
 **test** queries (where the chosen setting is reported). ANNCUR/ADACUR are :func:`xenbench.studies.experiments.protocol_runs`
 and :func:`~xenbench.studies.experiments.chosen_on_dev`; AXN is :func:`xenbench.methods.axn.protocol_runs`; a first
 stage's re-ranking is 03's DE re-rank (:func:`xenbench.methods.adacur.rerank_baseline`) of that first stage's ranking. A method without
-anchor-seed randomness (re-rankings, DE-started ADACUR/AXN) repeats its split's result in every anchor seed's run, as
-in 03, so that every pair of methods is compared run by run (:func:`xenbench.studies.experiments.paired_comparisons`);
-its interval across runs is taken over splits only.
+anchor-seed randomness (re-rankings, ANNCUR DE, DE-started ADACUR/AXN) gives the same result for every anchor seed of a
+split, so it keeps one run per split (labelled with the first anchor seed): its interval across runs is over splits,
+and a comparison with it pairs the runs of that seed (:func:`xenbench.studies.experiments.paired_comparisons`).
 
 Cost. Every method spends exactly B_CE CE calls per query. Wall time per query = the measured search time without the
 CE calls (DE query embedding where the method uses the DE, the first stage's search, the CE stage's own arithmetic;
@@ -79,6 +79,8 @@ STAGES: dict[str, dict[str, Any]] = {
 }
 #: Methods whose result does not depend on the anchor seed (given the split).
 _DETERMINISTIC = {"DE re-rank", "ANNCUR DE", "ADACUR DE+TopK No-Split", "AXN DE", "AXN DE, MF-IND", *FIRST_STAGE_RERANK.values()}
+#: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of methods.protocol).
+_LOSES = {"trails", "loses"}
 _RUN = ["split_seed", "anchor_seed"]
 _GROUP = ["method", "budget", "k"]
 
@@ -224,11 +226,6 @@ def ce_seconds_per_pair(model: str, setup: experiments.Setup, *, n_pairs: int = 
 # ==============================================================================================
 # the runs
 # ==============================================================================================
-def _replicate(df: pd.DataFrame, anchor_seeds: Sequence[int]) -> pd.DataFrame:
-    """A deterministic method's per-split rows, repeated for every anchor seed (so runs pair up as in 03)."""
-    return pd.concat([df.assign(anchor_seed=int(s)) for s in anchor_seeds], ignore_index=True)
-
-
 def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], label: str, budgets: Sequence[int],
                  k_values: Sequence[int]) -> pd.DataFrame:
     """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.adacur.rerank_baseline`, the DE
@@ -293,7 +290,8 @@ def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds:
     Returns
     -------
     runs : DataFrame
-        Test rows: ``split_seed``, ``anchor_seed``, ``method``, ``budget``, ``k``, ``recall``, ``recall_se``,
+        Test rows, one per run (a method without anchor-seed randomness: one per split, at the first anchor seed):
+        ``split_seed``, ``anchor_seed``, ``method``, ``budget``, ``k``, ``recall``, ``recall_se``,
         ``dev_recall`` (the run's dev recall at its chosen setting), ``setting`` (k_i, λ or NaN), ``rows``,
         ``per_query`` (arrays, for paired tests).
     info : dict
@@ -335,8 +333,9 @@ def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds:
             first.append(_rerank_runs(M, sp, sc, FIRST_STAGE_RERANK[name], budgets, k_values))
         bar.update(1)
     bar.close()
-    deterministic = [f for f in first] + [axn_runs[axn_runs["anchor_seed"] == seeds[0]]]
-    frames = [ce_stage] + [_replicate(f.drop(columns="anchor_seed"), seeds) for f in deterministic]
+    # one run per split for a method without anchor-seed randomness (03's protocol repeats it for every seed)
+    ce_stage = ce_stage[~ce_stage["method"].isin(list(_DETERMINISTIC)) | (ce_stage["anchor_seed"] == seeds[0])]
+    frames = [ce_stage] + [f.assign(anchor_seed=seeds[0]) for f in (*first, axn_runs)]
     columns = _RUN + _GROUP + ["recall", "recall_se", "dev_recall", "setting", "rows", "per_query"]
     runs = pd.concat([f[columns] for f in frames], ignore_index=True)
     runs["setting"] = runs["setting"].astype(float)
@@ -414,7 +413,7 @@ def summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *, con
     """Test recall per (method, budget, k) with its interval across runs, and the two costs.
 
     :func:`xenbench.methods.protocol.summarize` over runs; a deterministic method is summarized over its splits only
-    (its other anchor seeds repeat them). ``calls`` = B_CE; ``search_ms`` from :func:`search_seconds`;
+    (one run per split). ``calls`` = B_CE; ``search_ms`` from :func:`search_seconds`;
     ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000.
 
     Returns
@@ -427,7 +426,7 @@ def summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *, con
 
     if not (isinstance(ce_seconds, (int, float)) and np.isfinite(ce_seconds) and ce_seconds >= 0):
         raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare.summary")
-    first_seed = runs["anchor_seed"].min()
+    first_seed = runs["anchor_seed"].min()  # a seed-free method counts one run per split, whatever the input repeats
     distinct = runs[~runs["method"].isin(list(_DETERMINISTIC)) | (runs["anchor_seed"] == first_seed)]
     out = summarize(distinct, _GROUP, confidence=confidence)
     settings = distinct.groupby(_GROUP)["setting"].agg(
@@ -503,7 +502,7 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95) -> tuple[pd
             c = experiments.paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence)
             comps.append(c)
             for _, r in c.iterrows():
-                key = {"beats": "below", "trails": "above"}.get(r["verdict"], "within_noise")
+                key = "below" if r["verdict"] == "beats" else "above" if r["verdict"] in _LOSES else "within_noise"
                 row[key].append(str(r["baseline"]))
         table.append(row)
     comparisons = pd.concat(comps, ignore_index=True) if comps else pd.DataFrame()

@@ -21,6 +21,10 @@ from xenbench.studies.findings._words import points, versus
 __all__ = ["CLAIMS", "Claim", "claims_table", "judge_all", "load_committed"]
 
 HOLDS, NOT_HOLD, NOT_TESTED = "holds", "does not hold", "not tested"
+#: Family-wise level of a paired comparison without a saved verdict (notebook 04's results before it saved one).
+ALPHA = 0.05
+#: Verdict words of a lost paired comparison: 03's "trails"; "loses" in the one verdict rule of methods.protocol.
+_LOSES = ("trails", "loses")
 #: A "spike" at k_q = k_i: the diagonal cell's error at least this many times its worse neighbour's.
 SPIKE = 2.0
 
@@ -50,7 +54,7 @@ def _cells(cells: pd.DataFrame) -> Judgement | None:
     cells = cells.sort_values(["budget", "k"])
     wins = cells[cells["verdict"] == "beats"]
     where = ", ".join(f"B_CE = {int(b)}/k = {int(k)}" for b, k in zip(wins["budget"], wins["k"]))
-    n_trails = int((cells["verdict"] == "trails").sum())
+    n_trails = int(cells["verdict"].isin(list(_LOSES)).sum())
     trails = f"; trails at {n_trails}" if n_trails else ""
     if len(wins) == len(cells):
         verdict, row, which = HOLDS, cells.loc[cells["mean"].idxmin()], f"the smallest of {len(cells)} cells"
@@ -167,11 +171,14 @@ def _judge_03(challenger: str, baseline: str) -> Callable[[Docs], Judgement | No
 
 
 def _judge_04(challenger: str, baseline: str) -> Callable[[Docs], Judgement | None]:
-    from xenbench.studies.findings.axn import verdict as axn_verdict
-
     def verdict(row: pd.Series) -> str:
-        return {"beats": "beats", "is behind": "trails"}.get(axn_verdict(float(row["mean"]), float(row["p_holm"])),
-                                                             "within noise")
+        """The saved verdict; results saved before 04 stored one: its findings' rule then (Holm-adjusted paired
+        p < 0.05, direction by the sign of the mean difference)."""
+        if isinstance(row.get("verdict"), str):
+            return row["verdict"]
+        if not np.isfinite(row["p_holm"]) or row["p_holm"] >= ALPHA or row["mean"] == 0:
+            return "level"
+        return "beats" if row["mean"] > 0 else "loses"
 
     def judge(docs: Docs) -> Judgement | None:
         results = docs.get("04_axn_lambda.full")
