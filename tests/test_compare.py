@@ -269,3 +269,19 @@ def test_summary_first_repeats_the_tagged_outputs_after_the_title():
     assert "plotly.js" not in out["cells"][3]["outputs"][0]["data"]["text/html"]  # and only once per page
     untagged = {"cells": nb["cells"][:2]}
     assert summary_first(untagged) is untagged
+
+
+def test_de_query_time_is_measured_without_the_embedding_cache(small, monkeypatch):
+    """U may come from the DE's disk cache; the time per query must not: it is measured on an uncached pass."""
+    from xenbench.models.retrievers import DualEncoder
+
+    setup, _, _, _ = small
+    seen = []
+    encode = DualEncoder.encode
+    monkeypatch.setattr(DualEncoder, "encode", lambda self, texts, **kw: seen.append((self.cache_dir, len(texts)))
+                        or encode(self, texts, **kw))
+    V, U, seconds = compare.de_embeddings(setup, n_timed=8, device="cpu")
+    assert V.shape == (80, 384) and U.shape == (60, 384) and seconds > 0
+    np.testing.assert_allclose(np.linalg.norm(U, axis=1), 1.0, rtol=1e-5)
+    assert [n for _, n in seen] == [80, 60, 8]  # items, every query, then the timed pass
+    assert seen[1][0] is not None and seen[2][0] is None  # only the timed pass skips the cache
