@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from xenbench.notebook import list_notebooks, run_notebook
+from xenbench.notebook import NOTEBOOKS_DIR, SUMMARY_TAG, list_notebooks, run_notebook
 
 NOTEBOOKS = list_notebooks()
 
@@ -47,5 +47,8 @@ def test_notebook_runs_with_quick_profile(name, reports_dir, notebook_kwargs):
     assert len(warnings) <= 5, warnings[:10]
     frozen = re.findall(r"^.*\b(\d+)%\|.*$", text, re.MULTILINE)
     assert all(p == "100" for p in frozen), [line for line in text.splitlines() if "%|" in line][:5]
+    source = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    if any(SUMMARY_TAG in c.metadata.get("tags", []) for c in source.cells):  # its answer comes before the details
+        assert html.index(f"celltag_{SUMMARY_TAG}-copy") < html.index("<h2")
     leftovers = [p.name for p in reports_dir.iterdir() if p.name.startswith(".") or ".failed." in p.name]
     assert not leftovers  # no temporary or failed notebook beside a successful run

@@ -24,8 +24,9 @@ _SUBMODULES: dict[str, str] = {
     "linking": "models.linking", "train": "models.train", "packed": "models.packed",
     "adacur": "methods.adacur", "axn": "methods.axn", "ccsa": "methods.ccsa", "cur": "methods.cur", "mf": "methods.mf",
     "pefa": "methods.pefa", "protocol": "methods.protocol", "trace": "methods.trace",
-    "corpus": "studies.corpus", "experiments": "studies.experiments", "findings": "studies.findings",
-    "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats", "witnesses": "studies.witnesses",
+    "compare": "studies.compare", "corpus": "studies.corpus", "experiments": "studies.experiments",
+    "findings": "studies.findings", "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats",
+    "witnesses": "studies.witnesses",
     "plots": "viz.plots", "widgets": "viz.widgets",
 }
 

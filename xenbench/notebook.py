@@ -80,6 +80,8 @@ __all__ = [
     "notebook_path",
     "load_spec",
     "light_html",
+    "SUMMARY_TAG",
+    "summary_first",
     "profile_values",
     "validate_params",
     "parse_cli_params",
@@ -1417,6 +1419,49 @@ class _Echo:
         self.stream.flush()
 
 
+#: Tag of the cell whose outputs answer a notebook's question; the HTML report shows a copy of them at the top.
+SUMMARY_TAG = "summary"
+_PLOTLY_DIV_ID = re.compile(r'<div id="([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
+
+
+def summary_first(nb: Any) -> Any:
+    """A copy of an executed notebook for its HTML report, with the outputs of every cell tagged :data:`SUMMARY_TAG`
+    repeated right after the first cell (the title and question), so a reader sees the answer before the details.
+
+    The copy's source is a comment naming where the figure is made; a plotly figure's element id is renamed so both
+    copies draw, and an inline plotly.js bundle (the first figure of a notebook carries it) stays with the copy, which
+    now comes first, and leaves the original. The notebook itself is not changed (the executed ``.ipynb`` keeps its
+    order).
+    """
+    import copy
+
+    cells = nb.get("cells", [])
+    tagged = [c for c in cells if SUMMARY_TAG in c.get("metadata", {}).get("tags", [])]
+    if not tagged:
+        return nb
+    out = copy.deepcopy(nb)
+    copies = []
+    for cell in (c for c in out["cells"] if SUMMARY_TAG in c.get("metadata", {}).get("tags", [])):
+        dup = copy.deepcopy(cell)
+        for output in cell.get("outputs", []):  # one plotly.js bundle per page, before the first figure
+            html = output.get("data", {}).get("text/html")
+            if isinstance(html, str):
+                output["data"]["text/html"] = _PLOTLY_INLINE.sub("", html)
+        dup["metadata"] = {"tags": [f"{SUMMARY_TAG}-copy"]}
+        if "id" in dup:
+            dup["id"] = uuid.uuid4().hex[:8]
+        dup["source"] = f"# The summary: a copy of the outputs of the cell tagged '{SUMMARY_TAG}' further down."
+        for output in dup.get("outputs", []):
+            html = output.get("data", {}).get("text/html")
+            if isinstance(html, str):
+                for old in set(_PLOTLY_DIV_ID.findall(html)):
+                    html = html.replace(old, str(uuid.uuid4()))
+                output["data"]["text/html"] = html
+        copies.append(dup)
+    out["cells"] = [out["cells"][0], *copies, *out["cells"][1:]]
+    return out
+
+
 def light_html(body: str, out_dir: Path, *, self_contained: bool = True) -> str:
     """Make an nbconvert HTML report offline, and light on request.
 
@@ -1593,7 +1638,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
         if html:
             from nbconvert import HTMLExporter
 
-            body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(nb))
+            body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(summary_first(nb)))
             write_text_atomic(staged[report], light_html(body, out, self_contained=self_contained))
     except BaseException as exc:
         if echo_err is not None:

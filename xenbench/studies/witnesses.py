@@ -384,3 +384,34 @@ def _ccsa(results: Mapping[str, Any]) -> list[Witness]:
         out.append(Witness("06_ccsa_balance", f"{cell} recall", float(c["recall"]), float(t["recall"]),
                            abs_tol=CCSA_RECALL_ABS_TOL))
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# 07: ANNCUR's test recall at one budget, averaged over every run (07 saves per-method summaries, not runs)
+# ------------------------------------------------------------------------------------------------
+#: Notebook 07's witnessed budget: ANNCUR (dev-chosen k_i per run) at B_CE = 50, k = 1 and 10, over all runs.
+COMPARE_BUDGET = 50
+
+
+@register("07_compare_methods")
+def _compare(results: Mapping[str, Any]) -> list[Witness]:
+    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.experiments import METHODS, chosen_on_dev, load_setup, protocol_runs
+
+    p = results["params"]
+    setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], n_anchor_queries=p["n_anchor_queries"],
+                       seed=p["seed"], max_items=p["max_items"])
+    splits = query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], p["split_seeds"],
+                          max_test=p["max_test_queries"])
+    k_values = [k for k in (1, 10) if k in p["k_values"]]
+    today = chosen_on_dev(protocol_runs(setup.M, splits, p["anchor_seeds"], [COMPARE_BUDGET], methods=["anncur"],
+                                        k_values=k_values, device="cpu"))
+    summary = pd.DataFrame(results["summary"])
+    out = []
+    for k in k_values:
+        c = summary[(summary["method"] == METHODS["anncur"]) & (summary["budget"] == COMPARE_BUDGET)
+                    & (summary["k"] == k)]
+        t = today[(today["method"] == METHODS["anncur"]) & (today["k"] == k)]
+        out.append(Witness("07_compare_methods", f"summary ANNCUR B_CE={COMPARE_BUDGET} k={k} mean test recall over "
+                                                 f"{len(t)} runs", float(c["mean"].iloc[0]), float(t["recall"].mean())))
+    return out

@@ -1,0 +1,145 @@
+"""The claims table at the top of the README's findings: every row agrees with the committed results, a changed result
+changes its row, and a missing one says "not tested"."""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xenbench import findings
+from xenbench.studies.findings import claims
+from xenbench.notebook import REPO_ROOT
+
+DOCS = claims.load_committed(findings.RESULTS_DIR)
+
+
+def _row(docs, paper: str, word: str) -> dict:
+    [row] = [r for r in claims.judge_all(docs) if r["paper"] == paper and word in r["claim"]]
+    return row
+
+
+def test_one_row_per_claim_and_every_committed_claim_is_judged():
+    rows = claims.judge_all(DOCS)
+    assert [r["paper"] for r in rows] == ["ANNCUR", "ANNCUR", "ADACUR", "ADACUR", "AXN", "AXN", "PEFA", "CCSA", "CCSA",
+                                          "CCSA"]
+    assert all(r["verdict"] != claims.NOT_TESTED for r in rows)  # every notebook behind a claim has a committed run
+    table = claims.claims_table(findings.RESULTS_DIR)
+    assert table in findings.readme_section() and table in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    for r in rows:
+        assert f"| {r['paper']} | {r['claim']} | **{r['verdict']}** | {r['number']} | `{r['notebook']}` |" in table
+
+
+def test_adacur_rows_agree_with_the_declared_pairs():
+    comp = pd.DataFrame(DOCS["03_adacur_rounds.full"]["comparisons"])
+    for word, (a, b) in (("beats ANNCUR", ("ADACUR TopK No-Split", "ANNCUR")),
+                         ("re-ranking", ("ADACUR DE+TopK No-Split", "DE re-rank"))):
+        cells = comp[(comp["challenger"] == a) & (comp["baseline"] == b)]
+        row = _row(DOCS, "ADACUR", word)
+        assert (row["verdict"] == "holds") == (cells["verdict"] == "beats").all()
+        weakest = cells.loc[cells["mean"].idxmin()]
+        assert f"{100 * weakest['mean']:+.1f} points [{100 * weakest['lo']:+.1f}, {100 * weakest['hi']:+.1f}]" in row["number"]
+
+
+def test_rank_row_agrees_with_the_two_times_rule():
+    ranks = DOCS["02_rank_cls_vs_emb.full"]["ranks"]
+    numpy_rule = "numpy rank (tol = σ₁·max(m,n)·eps32)"
+    energy = "energy rank 90%, row-centered"
+    ratio_np = ranks["cls-ce"][numpy_rule] / ranks["emb-ce"][numpy_rule]
+    ratio_energy = ranks["cls-ce"][energy] / ranks["emb-ce"][energy]
+    row = _row(DOCS, "ANNCUR", "rank")
+    assert ratio_np < 2 <= ratio_energy and row["verdict"].startswith("holds only by")
+    assert f"{ratio_energy:.2f}" in row["number"] and f"{ratio_np:.2f}" in row["number"]
+
+
+def test_ccsa_rows_agree_with_the_seed_intervals():
+    from xenbench.methods.protocol import t_interval
+
+    for profile in ("full", "large"):
+        binary = pd.DataFrame(DOCS[f"06_ccsa_balance.{profile}"]["binary"])
+        test = binary[binary["split"] == "test"].pivot_table(index="seed", columns="method", values="recall")
+        mean, lo, hi = t_interval((test["CCSA-binary+HNSW"] - test["PQ+HNSW"]).to_numpy(), 0.95)
+        assert f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] across 3 seeds" in _row(DOCS, "CCSA", "binary")["number"]
+        assert hi < 0
+    assert _row(DOCS, "CCSA", "binary")["verdict"] == "does not hold"
+
+
+def test_a_changed_result_changes_its_row():
+    docs = copy.deepcopy(DOCS)
+    for c in docs["03_adacur_rounds.full"]["comparisons"]:
+        if c["challenger"] == "ADACUR TopK No-Split":
+            c["verdict"] = "trails"
+    row = _row(docs, "ADACUR", "beats ANNCUR")
+    assert row["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
+    assert _row(docs, "ADACUR", "re-ranking") == _row(DOCS, "ADACUR", "re-ranking")  # the other rows stay
+
+    for c in docs["03_adacur_rounds.full"]["comparisons"]:  # the one verdict rule's words: beats / level / loses
+        if c["challenger"] == "ADACUR TopK No-Split":
+            c["verdict"] = "loses"
+    assert _row(docs, "ADACUR", "beats ANNCUR")["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
+    for c in docs["03_adacur_rounds.full"]["comparisons"]:
+        if c["challenger"] == "ADACUR TopK No-Split":
+            c["verdict"] = "beats" if c["k"] == 1 else "within noise"
+    assert _row(docs, "ADACUR", "beats ANNCUR")["verdict"] == "holds only at B_CE = 50/k = 1, B_CE = 100/k = 1 (of 5 cells)"
+
+    for r in docs["06_ccsa_balance.large"]["binary"]:  # binary codes as good as PQ in the large run only
+        if r["method"] == "CCSA-binary+HNSW":
+            r["recall"] += 0.5
+    assert _row(docs, "CCSA", "binary")["verdict"] == "holds only at 95,840 items (large)"
+
+    for c in docs["04_axn_lambda.full"]["comparisons"]:  # 04's results before it saved a verdict: Holm p and sign
+        c.pop("verdict", None)
+        c["p_holm"] = 0.5
+    assert _row(docs, "AXN", "prior")["verdict"] == "does not hold"
+    prior = [c for c in docs["04_axn_lambda.full"]["comparisons"] if c["challenger"] == "AXN, tuned λ"]
+    prior[0]["verdict"] = "beats"  # a saved verdict is read as saved
+    assert _row(docs, "AXN", "prior")["verdict"] == (f"holds only at B_CE = {prior[0]['budget']}/k = {prior[0]['k']} "
+                                                     f"(of {len(prior)} cells)")
+
+    pefa = docs["05_pefa_lambda.full"]["summary"]
+    for r in pefa:
+        r["gain"] = -abs(r["gain"])
+    assert _row(docs, "PEFA", "PEFA")["verdict"] == "does not hold"
+
+
+def test_missing_results_are_not_tested_rather_than_invented():
+    docs = {k: v for k, v in DOCS.items() if not k.startswith(("04_", "06_ccsa_balance.large"))}
+    rows = claims.judge_all(docs)
+    axn = [r for r in rows if r["paper"] == "AXN"]
+    assert all(r["verdict"] == "not tested" and r["number"] == "–" for r in axn)
+    ivf = _row(docs, "CCSA", "IVF-PQ")  # the full run alone: no profile comparison in the number
+    assert ivf["verdict"] == "holds" and "large" not in ivf["number"]
+    no_pair = copy.deepcopy(DOCS)
+    no_pair["03_adacur_rounds.full"]["comparisons"] = [
+        c for c in no_pair["03_adacur_rounds.full"]["comparisons"] if c["baseline"] != "DE re-rank"]
+    assert _row(no_pair, "ADACUR", "re-ranking")["verdict"] == "not tested"
+
+
+def test_the_readme_table_follows_the_results_folder(tmp_path):
+    folder = tmp_path / "results"
+    shutil.copytree(findings.RESULTS_DIR, folder)
+    path = folder / "03_adacur_rounds.full.results.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for c in doc["results"]["comparisons"]:
+        c["verdict"] = "within noise"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    before, after = claims.claims_table(findings.RESULTS_DIR), claims.claims_table(folder)
+    assert before != after and after.count("**does not hold**") == before.count("**does not hold**") + 2
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{findings.README_BEGIN}\nold\n{findings.README_END}\n", encoding="utf-8")
+    assert findings.update_readme(readme, folder, allow_no_provenance=True)  # a few committed files predate provenance
+    assert after in readme.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("spikes", [[1.2, 1.5, 1.1], [3.0, 2.5, 9.0]])
+def test_spike_row_uses_the_median_ratio(spikes):
+    docs = copy.deepcopy(DOCS)
+    docs["02_rank_cls_vs_emb.full"]["diagonal_spikes"] = [
+        {"k_q": 10 * (j + 1), "ratio": r, "ce": ce, "value": "error_centered"}
+        for ce in ("cls-ce", "emb-ce") for j, r in enumerate(spikes)]
+    row = _row(docs, "ANNCUR", "spikes")
+    assert row["verdict"] == ("holds" if np.median(spikes) >= claims.SPIKE else "does not hold")
+    assert f"{np.median(spikes):.1f}× the worse neighbour's" in row["number"]

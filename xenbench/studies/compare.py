@@ -1,0 +1,518 @@
+"""Notebook 07: every method of the five papers side by side, at equal CE budget and at equal wall time.
+
+The papers are pieces of one pipeline: a **first stage** proposes items (the dual encoder (DE); the DE with PEFA's
+kNN adapter over labelled training queries; the DE compressed to a few bytes per item) and a **CE stage** spends
+B_CE cross-encoder calls per query (re-rank the first stage's top B_CE; ANNCUR; ADACUR; AXN). This module runs all of
+them on the same splits of one exact score matrix M, with the protocol of notebooks 03/04 rather than a copy of it:
+
+=============================  ==========================================================================
+:func:`de_embeddings`          DE item/query embeddings and the measured seconds to embed one query
+:func:`first_stage_scores`     per split: each first stage's scores of every query (PEFA-XS/XL, PQ codes)
+:func:`protocol_runs`          per-query test recall of every method at its dev-chosen setting
+:func:`search_seconds`         measured search time per query and method, CE calls excluded
+:func:`ce_seconds_per_pair`    the CE's measured seconds per (query, item) pair on a device
+:func:`summary`                test recall per (method, budget, k) with its interval across runs, and costs
+:func:`pareto_front`           the (cost, recall) points no other point beats on both
+:func:`best_per_budget`        per (budget, k): the method best on dev, tested on test against every other
+=============================  ==========================================================================
+
+Protocol (as in 03 and 04): the query rows are split several times (:func:`xenbench.methods.protocol.query_splits`)
+into training/anchor queries (ANNCUR's and ADACUR's R_anc, AXN's scale β and MF-IND's training queries, PEFA's
+labelled training queries), **dev** queries (every setting is chosen there: ANNCUR's k_i, AXN's λ, PEFA's λ) and
+**test** queries (where the chosen setting is reported). ANNCUR/ADACUR are :func:`xenbench.studies.experiments.protocol_runs`
+and :func:`~xenbench.studies.experiments.chosen_on_dev`; AXN is :func:`xenbench.methods.axn.protocol_runs`; a first
+stage's re-ranking is 03's DE re-rank (:func:`xenbench.methods.adacur.rerank_baseline`) of that first stage's ranking. A method without
+anchor-seed randomness (re-rankings, ANNCUR DE, DE-started ADACUR/AXN) gives the same result for every anchor seed of a
+split, so it keeps one run per split (labelled with the first anchor seed): its interval across runs is over splits,
+and a comparison with it pairs the runs of that seed (:func:`xenbench.studies.experiments.paired_comparisons`).
+
+Cost. Every method spends exactly B_CE CE calls per query. Wall time per query = the measured search time without the
+CE calls (DE query embedding where the method uses the DE, the first stage's search, the CE stage's own arithmetic;
+batched over the test queries, so a throughput per query, not a single-query latency) + B_CE × the CE's seconds per
+pair.
+
+References
+----------
+.. [ANNCUR] Yadav et al., EMNLP 2022, §3.2. .. [ADACUR] Yadav et al., Findings of EMNLP 2023, Fig. 2.
+.. [AXN] Yadav et al., ICLR 2024, Eq. 7, §2.1. .. [PEFA] Chang et al., WSDM 2024, Eq. 6, 8.
+.. [CCSA] Lassance et al., §3.2 (codes of C · log2(L) bits; compared with PQ codes of equal bytes).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from xenbench._validation import check_int
+from xenbench.errors import ParameterError
+from xenbench.metrics import BudgetCounter, topk_indices
+from xenbench.studies import experiments
+
+__all__ = ["CE_STAGE", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair", "de_embeddings",
+           "first_stage_scores", "pareto_front", "protocol_runs", "search_seconds", "summary"]
+
+logger = logging.getLogger(__name__)
+
+#: CE-stage methods of 03 (registry keys of :data:`xenbench.studies.experiments.COMPARABLE`).
+CE_STAGE: tuple[str, ...] = ("de_rerank", "anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit")
+#: AXN methods of 04 (its labels at the dev-chosen λ) -> the label used here.
+_AXN = {"AXN DE, tuned λ": "AXN DE", "AXN DE, MF-IND, tuned λ": "AXN DE, MF-IND"}
+#: First stages other than the exact DE whose top B_CE the CE re-ranks -> label of that re-ranking.
+FIRST_STAGE_RERANK = {"PEFA-XS": "PEFA-XS re-rank", "PEFA-XL": "PEFA-XL re-rank", "PQ": "PQ codes re-rank"}
+#: Which methods read the DE at query time (they pay its query embedding) and how each is described.
+STAGES: dict[str, dict[str, Any]] = {
+    "DE re-rank": {"stage": "first stage: DE", "uses_de": True},
+    "ANNCUR": {"stage": "CE stage", "uses_de": False},
+    "ANNCUR DE": {"stage": "CE stage", "uses_de": True},
+    "ADACUR TopK No-Split": {"stage": "CE stage", "uses_de": False},
+    "ADACUR DE+TopK No-Split": {"stage": "CE stage", "uses_de": True},
+    "AXN DE": {"stage": "CE stage", "uses_de": True},
+    "AXN DE, MF-IND": {"stage": "CE stage", "uses_de": True},
+    "PEFA-XS re-rank": {"stage": "first stage: PEFA", "uses_de": True},
+    "PEFA-XL re-rank": {"stage": "first stage: PEFA", "uses_de": True},
+    "PQ codes re-rank": {"stage": "first stage: compressed", "uses_de": True},
+}
+#: Methods whose result does not depend on the anchor seed (given the split).
+_DETERMINISTIC = {"DE re-rank", "ANNCUR DE", "ADACUR DE+TopK No-Split", "AXN DE", "AXN DE, MF-IND", *FIRST_STAGE_RERANK.values()}
+#: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of methods.protocol).
+_LOSES = {"trails", "loses"}
+_RUN = ["split_seed", "anchor_seed"]
+_GROUP = ["method", "budget", "k"]
+
+
+# ==============================================================================================
+# inputs: DE embeddings, first stages, the CE's cost
+# ==============================================================================================
+def de_embeddings(setup: experiments.Setup, *, n_timed: int = 256, device: str | torch.device = "auto"
+                  ) -> tuple[np.ndarray, np.ndarray, float]:
+    """The DE's item embeddings V (n_items, d), query embeddings U (n_queries, d), both L2-normalized float64, and
+    the measured seconds to embed one query: the first ``n_timed`` queries embedded again with the DE's embedding cache
+    off (batched, on ``device``), since U itself may come from that cache."""
+    from xenbench.models.retrievers import DualEncoder
+
+    de = DualEncoder(device=device).fit([setup.dataset.items[i] for i in setup.items])
+    U = de.embed_queries(setup.dataset.queries)
+    timed = list(setup.dataset.queries[:check_int(n_timed, "n_timed", 1, None, "de_embeddings")])
+    cache, de.cache_dir = de.cache_dir, None
+    try:
+        t0 = time.perf_counter()
+        de.embed_queries(timed)
+        seconds = (time.perf_counter() - t0) / len(timed)
+    finally:
+        de.cache_dir = cache
+    return de.item_embeddings_.astype(np.float64), U.astype(np.float64), seconds
+
+
+def _dense(D: np.ndarray, I: np.ndarray, n_items: int) -> np.ndarray:
+    """Scores of a top-m search as an (nq, n_items) array, -inf outside the m found (ranks the same top m)."""
+    out = np.full((I.shape[0], n_items), -np.inf)
+    rows = np.repeat(np.arange(I.shape[0]), I.shape[1])
+    ok = I.ravel() >= 0
+    out[rows[ok], I.ravel()[ok]] = D.ravel()[ok]
+    return out
+
+
+def pq_codes(V: np.ndarray, n_bytes: int, *, seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """A faiss product quantizer of the DE's item embeddings with ``n_bytes`` bytes per item (inner product).
+
+    Eight-bit sub-quantizers need 39 · 256 training vectors by faiss's rule of thumb; with fewer items the codes use
+    4 bits (M = 2 · n_bytes sub-quantizers of 16 centroids), the same bytes. Trained on the items themselves.
+
+    Returns the trained, filled ``faiss.IndexPQ`` and its description (``M``, ``nbits``, ``bytes_per_item``).
+    """
+    import faiss
+
+    X = np.ascontiguousarray(V, dtype=np.float32)
+    d = X.shape[1]
+    for nbits in (8, 4):
+        m = 8 * n_bytes // nbits
+        if d % m == 0 and (X.shape[0] >= 39 * 2**nbits or nbits == 4):
+            break
+    else:
+        raise ParameterError("pq_bytes", f"a number of bytes whose 8-bit or 4-bit sub-quantizers divide d = {d}",
+                             n_bytes, "pq_codes")
+    if X.shape[0] < 2**nbits:
+        raise ParameterError("pq_bytes", f"PQ codes need at least {2**nbits} items to train", X.shape[0], "pq_codes")
+    index = faiss.IndexPQ(d, m, nbits, faiss.METRIC_INNER_PRODUCT)
+    index.pq.cp.seed = seed
+    # faiss prints a warning per sub-quantizer below 39 points per centroid; the description says how many it had.
+    index.pq.cp.min_points_per_centroid = min(39, X.shape[0] // 2**nbits)
+    index.train(X)
+    index.add(X)
+    return index, {"M": m, "nbits": nbits, "bytes_per_item": m * nbits / 8,
+                   "train_points_per_centroid": X.shape[0] / 2**nbits}
+
+
+def first_stage_scores(setup: experiments.Setup, split: Any, V: np.ndarray, U: np.ndarray, *, depth: int,
+                       pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32,
+                       pq: Any = None) -> tuple[dict[str, dict[float, np.ndarray]], dict[str, float]]:
+    """The first stages' scores of **every** query row on the items, for one split, and their search seconds.
+
+    Parameters
+    ----------
+    setup : experiments.Setup
+        The dataset (gold labels of the training queries) and the kept items.
+    split : xenbench.methods.protocol.Split
+        ``split.anchor`` are the labelled training queries of PEFA ([PEFA] §3: Y of those queries).
+    V, U : ndarray of shape (n_items, d), (n_queries, d)
+        The DE's embeddings (:func:`de_embeddings`).
+    depth : int
+        Items each first stage returns per query (the largest budget).
+    pefa_lambdas : sequence of float
+        λ of PEFA's Eq. 2 to choose from on dev (λ = 1 is the DE alone, so it is left out).
+    pefa_neighbors : int
+        k of PEFA-XL's NN(q̂, Q; k) (capped at the number of training queries).
+    pq : faiss.Index, optional
+        :func:`pq_codes` of V: its first stage is a search of the codes (asymmetric inner products).
+
+    Returns
+    -------
+    scores : dict
+        ``"PEFA-XS"``, ``"PEFA-XL"`` (when some training query has a gold item among the kept items) and ``"PQ"``
+        (when ``pq`` is given) -> {λ (NaN when there is no setting): (n_queries, n_items) scores, -inf where the
+        first stage did not return the item}.
+    seconds : dict
+        The same keys -> measured search seconds per query (without the DE query embedding), plus ``"DE"``: exact
+        inner products and top-``depth`` over the items.
+    """
+    from xenbench.methods import pefa
+
+    Uf = np.ascontiguousarray(U, dtype=np.float32)
+    t0 = time.perf_counter()
+    topk_indices(Uf @ V.T.astype(np.float32), depth)
+    seconds = {"DE": (time.perf_counter() - t0) / len(U)}
+    scores: dict[str, dict[float, np.ndarray]] = {}
+    Y = pefa.relevance_matrix(setup.dataset, split.anchor, setup.items)
+    if Y.nnz:
+        neighbors = min(int(pefa_neighbors), int(split.anchor.size))
+        for name, make in (("PEFA-XS", lambda lam: pefa.PefaXS(lam)),
+                           ("PEFA-XL", lambda lam: pefa.PefaXL(lam, neighbors))):
+            scores[name], spent = {}, []
+            for lam in pefa_lambdas:
+                model = make(float(lam)).fit(V, U[split.anchor], Y)
+                t0 = time.perf_counter()
+                D, I = model.search(U, depth)
+                spent.append(time.perf_counter() - t0)
+                scores[name][float(lam)] = _dense(D.astype(np.float64), I, V.shape[0])
+            seconds[name] = float(np.mean(spent)) / len(U)
+    if pq is not None:
+        t0 = time.perf_counter()
+        D, I = pq.search(Uf, depth)
+        seconds["PQ"] = (time.perf_counter() - t0) / len(U)
+        scores["PQ"] = {float("nan"): _dense(D.astype(np.float64), I.astype(np.int64), V.shape[0])}
+    return scores, seconds
+
+
+def ce_seconds_per_pair(model: str, setup: experiments.Setup, *, n_pairs: int = 512, device: str = "auto",
+                        seed: int = 0) -> dict[str, Any]:
+    """The CE's measured seconds per (query, item) pair: :func:`xenbench.models.scoring.score_matrix` (the batched
+    scorer behind the score stores) on a seeded sample of about ``n_pairs`` pairs of ``setup``'s data, after one
+    warm-up batch. Returns ``seconds_per_pair``, ``n_pairs``, ``device``, ``precision``, ``batch_size``."""
+    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.scoring import score_matrix
+    from xenbench.sampling import sample_rows
+
+    n_pairs = check_int(n_pairs, "n_pairs", 1, None, "ce_seconds_per_pair")
+    ce = load_cross_encoder(model)
+    n_items = min(len(setup.items), 64)
+    n_queries = max(1, min(len(setup.dataset.queries), -(-n_pairs // n_items)))
+    queries = [setup.dataset.queries[r] for r in sample_rows(len(setup.dataset.queries), n_queries, seed,
+                                                                kind="queries")]
+    items = [setup.dataset.items[setup.items[c]] for c in sample_rows(len(setup.items), n_items, seed, kind="items")]
+    score_matrix(ce, queries[:1], items[:8], device=device, progress=False)  # warm-up: lazy init, first kernels
+    timing = score_matrix(ce, queries, items, device=device, progress=False).timing
+    return {"seconds_per_pair": timing.wall_s / timing.n_pairs, "n_pairs": timing.n_pairs, "device": timing.device,
+            "precision": timing.precision, "batch_size": timing.batch_size, "source": f"measured: {model}"}
+
+
+# ==============================================================================================
+# the runs
+# ==============================================================================================
+def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], label: str, budgets: Sequence[int],
+                 k_values: Sequence[int]) -> pd.DataFrame:
+    """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.adacur.rerank_baseline`, the DE
+    re-rank of 03 on other scores) on the split's dev and test rows; its setting (PEFA's λ) is chosen per
+    (budget, k) on the dev rows (:func:`xenbench.methods.protocol.choose_on_dev`), the test rows are read at it."""
+    from xenbench.methods.adacur import rerank_baseline
+    from xenbench.methods.protocol import at_chosen, choose_on_dev
+    from xenbench.metrics import mean_se, recall_under_budget
+
+    rows_of = {"dev": np.asarray(split.dev), "test": np.asarray(split.test)}
+    out = []
+    for lam, sc in scores.items():
+        for part, rows in rows_of.items():
+            order = topk_indices(sc[rows], max(budgets))
+            for budget in budgets:
+                counter = BudgetCounter(M[rows], budget)
+                _, I = rerank_baseline(counter, order, budget)
+                for k in (k for k in k_values if k <= budget):
+                    r = recall_under_budget(M[rows], I, k, calls=counter.calls, budget=budget, per_query=True)
+                    out.append({"split_seed": int(split.seed), "anchor_seed": 0, "part": part, "method": label,
+                                "budget": int(budget), "k": int(k), "recall": float(r.mean()),
+                                "recall_se": mean_se(r)[1], "setting": lam, "rows": rows, "per_query": r})
+    runs = pd.DataFrame(out)
+    by = _RUN + _GROUP
+    dev, test = runs[runs["part"] == "dev"], runs[runs["part"] == "test"]
+    if runs["setting"].isna().all():  # nothing to choose
+        return test.merge(dev[by + ["recall"]].rename(columns={"recall": "dev_recall"}), on=by, how="left")
+    chosen = choose_on_dev(dev, by=by, setting="setting")
+    test = at_chosen(test, chosen, by=by, setting="setting")
+    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["setting"], how="left")
+
+
+def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds: Sequence[int],
+                  budgets: Sequence[int], *, V: np.ndarray, U: np.ndarray, k_values: Sequence[int] = (1, 10, 100),
+                  n_rounds: int = 5, axn_lambdas: Sequence[float] = (0.0, 0.4, 0.8, 0.9, 1.0),
+                  mf_items_per_query: int = 100, mf_epochs: int = 3, mf_lr: float = 0.005,
+                  pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32, pq_bytes: int | None = 12,
+                  device: str | torch.device = "auto", progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Per-query test recall of every method at its dev-chosen setting, per run (query split × anchor seed).
+
+    Parameters
+    ----------
+    setup : experiments.Setup
+        Exact scores ``setup.M`` (n_queries, n_items) and the dataset.
+    splits : sequence of xenbench.methods.protocol.Split
+        Anchor (training) / dev / test rows.
+    anchor_seeds : sequence of int
+        ANNCUR's anchor draw and ADACUR's first round; AXN's random first round is not compared here (its DE-started
+        variants are), so 04's protocol runs with the first seed only.
+    budgets, k_values, n_rounds
+        B_CE values, k of Top-k-Recall (k > B_CE skipped) and rounds of ADACUR/AXN.
+    V, U : ndarray
+        DE embeddings (:func:`de_embeddings`).
+    axn_lambdas, mf_items_per_query, mf_epochs, mf_lr
+        AXN's λ grid (chosen on dev) and MF-IND's training, as in :func:`xenbench.methods.axn.protocol_runs`
+        (``mf_epochs=0``: no MF-IND).
+    pefa_lambdas, pefa_neighbors
+        PEFA's λ grid (chosen on dev by the re-ranking's Top-k-Recall) and k of PEFA-XL.
+    pq_bytes : int, optional
+        Bytes per item of the compressed first stage (:func:`pq_codes`); None: none.
+
+    Returns
+    -------
+    runs : DataFrame
+        Test rows, one per run (a method without anchor-seed randomness: one per split, at the first anchor seed):
+        ``split_seed``, ``anchor_seed``, ``method``, ``budget``, ``k``, ``recall``, ``recall_se``,
+        ``dev_recall`` (the run's dev recall at its chosen setting), ``setting`` (k_i, λ or NaN), ``rows``,
+        ``per_query`` (arrays, for paired tests).
+    info : dict
+        What was run: ``first_stages`` (names), ``pq`` (its description) and ``first_stage_seconds`` (per query, of
+        the first split).
+    """
+    from tqdm.auto import tqdm
+
+    from xenbench.methods import axn
+
+    M = setup.M
+    de = U @ V.T
+    seeds = [int(s) for s in anchor_seeds]
+    budgets = sorted({int(b) for b in budgets})
+    depth = min(max(budgets), M.shape[1])
+    bar = tqdm(total=3 + len(splits), desc="07 protocol (stage × split)", disable=not progress)
+    # a method without anchor-seed randomness runs with the first anchor seed only: one run per split
+    seed_free = [key for key in CE_STAGE if experiments.COMPARABLE[key].label in _DETERMINISTIC]
+    ce_stage = experiments.chosen_on_dev(pd.concat([experiments.protocol_runs(
+        M, splits, run_seeds, budgets, methods=keys, k_values=k_values, de_scores=de, n_rounds=n_rounds,
+        device=device) for keys, run_seeds in (([k for k in CE_STAGE if k not in seed_free], seeds),
+                                               (seed_free, seeds[:1]))], ignore_index=True)
+                                           ).rename(columns={"n_anchor_items": "setting"})
+    bar.update(1)
+    axn_runs, axn_dev = axn.protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets,
+                                          k_values=k_values, n_rounds=n_rounds, mf_items_per_query=mf_items_per_query,
+                                          mf_epochs=mf_epochs, mf_lr=mf_lr, progress=False, device=device)
+    axn_runs = axn_runs[axn_runs["method"].isin(list(_AXN))]
+    dev_best = (axn_dev.groupby(["split", "method", "budget", "k"])["recall"].max().rename("dev_recall")
+                .reset_index().assign(method=lambda d: d["method"] + ", tuned λ"))
+    axn_runs = (axn_runs.merge(dev_best, on=["split", "method", "budget", "k"], how="left")
+                .rename(columns={"split": "split_seed", "seed": "anchor_seed", "lam": "setting"})
+                .assign(method=lambda d: d["method"].map(_AXN)))
+    bar.update(1)
+    pq, pq_info = (None, None) if pq_bytes is None else pq_codes(V, int(pq_bytes), seed=int(splits[0].seed))
+    bar.update(1)
+    first, seconds = [], None
+    for sp in splits:
+        scores, spent = first_stage_scores(setup, sp, V, U, depth=depth, pefa_lambdas=pefa_lambdas,
+                                           pefa_neighbors=pefa_neighbors, pq=pq)
+        seconds = seconds or spent
+        for name, sc in scores.items():
+            first.append(_rerank_runs(M, sp, sc, FIRST_STAGE_RERANK[name], budgets, k_values))
+        bar.update(1)
+    bar.close()
+    frames = [ce_stage] + [f.assign(anchor_seed=seeds[0]) for f in (*first, axn_runs)]
+    columns = _RUN + _GROUP + ["recall", "recall_se", "dev_recall", "setting", "rows", "per_query"]
+    runs = pd.concat([f[columns] for f in frames], ignore_index=True)
+    runs["setting"] = runs["setting"].astype(float)
+    info = {"first_stages": sorted({m for m in runs["method"] if m in FIRST_STAGE_RERANK.values()}),
+            "pq": pq_info, "first_stage_seconds": seconds}
+    return runs, info
+
+
+# ==============================================================================================
+# cost
+# ==============================================================================================
+def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.ndarray, U: np.ndarray,
+                   embed_seconds: float, first_stage_seconds: Mapping[str, float], n_rounds: int = 5,
+                   lam: float = 0.5, seed: int = 0, device: str | torch.device = "auto") -> pd.DataFrame:
+    """Measured search seconds per test query of every method at every budget, CE calls excluded.
+
+    Each CE-stage method runs once on ``split``'s test rows (batched, as in the protocol; the CE calls are lookups of
+    M and their share is negligible): its time divided by the number of queries, averaged over its k_i grid (ANNCUR).
+    AXN is timed at λ = ``lam`` on the DE's embeddings; MF-IND's AXN is charged the same (its query MLP costs
+    microseconds). A method that reads the DE adds ``embed_seconds`` (embedding the query) and the DE's exact search
+    (``first_stage_seconds["DE"]``); a first-stage re-ranking adds that first stage's search instead.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, ``budget``, ``search_s`` (seconds per query).
+    """
+    from xenbench.methods.adacur import SearchOptions, rerank_baseline, search_device
+    from xenbench.methods.axn import Axn, prior_scale
+
+    owner = "search_seconds"
+    device = search_device(device, owner)
+    test = np.asarray(split.test)
+    M_test = M[test]
+    de = U @ V.T
+    order = topk_indices(de[test], min(max(budgets), M.shape[1]))
+    state = experiments.SplitState(M[split.anchor], test, {"de_scores": order}, n_rounds,
+                                   experiments.SPLIT_FRACTIONS, 1.0, seed, SearchOptions(device=device))
+    de_cost = embed_seconds + first_stage_seconds["DE"]
+    beta = prior_scale(M[split.anchor], de[split.anchor])
+    out = []
+    for budget in sorted({int(b) for b in budgets}):
+        k = 1
+        for key in CE_STAGE:
+            method = experiments.COMPARABLE[key]
+            spent = []
+            for variant in method.variants(state, budget):
+                t0 = time.perf_counter()
+                variant.search(BudgetCounter(M_test, budget), k)
+                spent.append(time.perf_counter() - t0)
+            if spent:
+                extra = de_cost if STAGES[method.label]["uses_de"] else 0.0
+                out.append({"method": method.label, "budget": budget, "search_s": float(np.mean(spent)) / test.size
+                            + extra})
+        engine = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed,
+                     options=SearchOptions(device=device)).fit(V)
+        t0 = time.perf_counter()
+        engine.run(M_test, u_param=beta * U[test], candidates=order, query_ids=test)
+        axn_s = (time.perf_counter() - t0) / test.size + de_cost
+        out += [{"method": label, "budget": budget, "search_s": axn_s} for label in _AXN.values()]
+        t0 = time.perf_counter()
+        rerank_baseline(BudgetCounter(M_test, budget), order, budget)
+        rerank_s = (time.perf_counter() - t0) / test.size
+        for name, label in FIRST_STAGE_RERANK.items():
+            if name in first_stage_seconds:
+                out.append({"method": label, "budget": budget,
+                            "search_s": embed_seconds + first_stage_seconds[name] + rerank_s})
+    return pd.DataFrame(out, columns=["method", "budget", "search_s"])
+
+
+# ==============================================================================================
+# summaries
+# ==============================================================================================
+def summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *, confidence: float = 0.95) -> pd.DataFrame:
+    """Test recall per (method, budget, k) with its interval across runs, and the two costs.
+
+    :func:`xenbench.methods.protocol.summarize` over runs; a deterministic method is summarized over its splits only
+    (one run per split). ``calls`` = B_CE; ``search_ms`` from :func:`search_seconds`;
+    ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, ``stage``, ``budget``, ``k``, ``mean``, ``lo``, ``hi``, ``n_runs``, ``setting`` (the dev
+        choices, value×runs), ``calls``, ``search_ms``, ``wall_ms``, ``recall`` (= mean) and ``recall_se``.
+    """
+    from xenbench.methods.protocol import summarize
+
+    if not (isinstance(ce_seconds, (int, float)) and np.isfinite(ce_seconds) and ce_seconds >= 0):
+        raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare.summary")
+    first_seed = runs["anchor_seed"].min()  # a seed-free method counts one run per split, whatever the input repeats
+    distinct = runs[~runs["method"].isin(list(_DETERMINISTIC)) | (runs["anchor_seed"] == first_seed)]
+    out = summarize(distinct, _GROUP, confidence=confidence)
+    settings = distinct.groupby(_GROUP)["setting"].agg(
+        lambda s: ", ".join(f"{v:g}×{c}" for v, c in s.dropna().value_counts().sort_index().items()))
+    out = out.merge(settings.rename("setting").reset_index(), on=_GROUP, how="left")
+    out = out.merge(seconds, on=["method", "budget"], how="left")
+    out.insert(1, "stage", out["method"].map(lambda m: STAGES.get(m, {}).get("stage", "")))
+    out["calls"] = out["budget"].astype(int)
+    out["search_ms"] = 1e3 * out.pop("search_s")
+    out["wall_ms"] = out["search_ms"] + 1e3 * out["calls"] * float(ce_seconds)
+    out["recall"], out["recall_se"] = out["mean"], out["sd_runs"] / np.sqrt(out["n_runs"])
+    return out[["method", "stage", "budget", "k", "mean", "lo", "hi", "n_runs", "setting", "calls", "search_ms",
+                "wall_ms", "recall", "recall_se"]]
+
+
+def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean", by: Sequence[str] = ("k",), *,
+                 rel_tol: float = 0.01) -> pd.Series:
+    """Whether each point is on the Pareto front of its group: no other point of the group costs at most as much
+    and reaches at least as much ``value``, better on one of the two.
+
+    Costs within ``rel_tol`` of each other count as equal (a measured time is not exact to the last percent: without
+    it, a method whose search is 0.1 ms cheaper at the same B_CE would sit on the front below a better one).
+
+    >>> df = pd.DataFrame({"k": 1, "wall_ms": [1.0, 2.0, 3.0, 3.0], "mean": [0.5, 0.4, 0.7, 0.6]})
+    >>> pareto_front(df).tolist()
+    [True, False, True, False]
+    >>> pareto_front(pd.DataFrame({"k": 1, "wall_ms": [100.0, 100.5], "mean": [0.3, 0.6]})).tolist()
+    [False, True]
+    """
+    if not (isinstance(rel_tol, float) and 0 <= rel_tol < 1):
+        raise ParameterError("rel_tol", "a float in [0, 1)", rel_tol, "pareto_front")
+    on = pd.Series(False, index=points.index)
+    for _, g in points.groupby(list(by)):
+        c, v = g[cost].to_numpy(float), g[value].to_numpy(float)
+        for i, idx in enumerate(g.index):
+            cheaper = c < c[i] * (1 - rel_tol)
+            dominated = (c <= c[i] * (1 + rel_tol)) & (v >= v[i]) & (cheaper | (v > v[i]))
+            on[idx] = not dominated.any()
+    return on
+
+
+def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (budget, k): the method with the best **dev** recall (mean over runs), then paired tests on the **test**
+    queries of that method against every other (:func:`xenbench.studies.experiments.paired_comparisons`: per-query
+    paired tests over the pooled test queries, Holm-adjusted over the comparisons of that cell, the run interval).
+
+    Choosing the best on dev keeps the test comparisons honest: the best is named before its test numbers are read.
+    (A tuned method's dev recall is read at the setting chosen on those dev queries, a small edge when choosing.)
+
+    Returns
+    -------
+    table : DataFrame
+        One row per (budget, k): ``best``, ``best_mean``, ``best_lo``, ``best_hi`` (test recall across runs),
+        ``within_noise``, ``below`` (methods it beats on test), ``above`` (methods that beat it on test), each a
+        list of labels, and ``n_methods``.
+    comparisons : DataFrame
+        The paired comparisons, ``challenger`` = the best.
+    """
+    from xenbench.methods.protocol import summarize
+
+    first_seed = runs["anchor_seed"].min()
+    table, comps = [], []
+    for (budget, k), g in runs.groupby(["budget", "k"], sort=True):
+        dev = g.groupby("method")["dev_recall"].mean().sort_index()
+        best = str(dev.idxmax())
+        others = [m for m in dev.index if m != best]
+        distinct = g[(g["method"] == best) & (~g["method"].isin(list(_DETERMINISTIC)) | (g["anchor_seed"] == first_seed))]
+        s = summarize(distinct, ["method"], confidence=confidence).iloc[0]
+        row = {"budget": int(budget), "k": int(k), "best": best, "best_dev": float(dev[best]),
+               "best_mean": float(s["mean"]), "best_lo": float(s["lo"]), "best_hi": float(s["hi"]),
+               "within_noise": [], "below": [], "above": [], "n_methods": int(len(dev))}
+        if others:
+            c = experiments.paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence)
+            comps.append(c)
+            for _, r in c.iterrows():
+                key = "below" if r["verdict"] == "beats" else "above" if r["verdict"] in _LOSES else "within_noise"
+                row[key].append(str(r["baseline"]))
+        table.append(row)
+    comparisons = pd.concat(comps, ignore_index=True) if comps else pd.DataFrame()
+    return pd.DataFrame(table), comparisons

@@ -1,0 +1,91 @@
+"""Findings of notebook 07 (every method side by side): the best method per budget and who is within noise of it, what
+a better first stage and a better CE stage each buy over DE re-ranking, and the Pareto front on wall time; all computed
+from the saved ``summary``, ``best``, ``protocol`` and ``ce_cost``."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from xenbench.studies.findings import register
+from xenbench.studies.findings._words import points
+
+#: The method every gain is measured from: the plain first stage, re-ranked.
+BASELINE = "DE re-rank"
+
+
+def _names(labels: Sequence[str]) -> str:
+    return ", ".join(labels) if labels else "none"
+
+
+def best_line(row: Mapping[str, Any]) -> str:
+    """One cell of the best-per-budget table in words."""
+    interval = (f" (95% interval across runs {row['best_lo']:.3f} to {row['best_hi']:.3f})"
+                if pd.notna(row["best_lo"]) else "")
+    text = (f"**B_CE = {int(row['budget'])}, k = {int(row['k'])}**: best on dev **{row['best']}**, test recall "
+            f"{row['best_mean']:.3f}{interval}; within noise of it: {_names(row['within_noise'])}; "
+            f"below it: {len(row['below'])} of {int(row['n_methods']) - 1}")
+    if row["above"]:
+        text += f"; **above it on test**: {_names(row['above'])}"
+    return text + "."
+
+
+def stage_gains(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (budget, k): the best first-stage re-ranking other than the DE's and the best CE-stage method, each as its
+    test recall minus DE re-rank's (differences of means across runs, in [−1, 1]); NaN where there is none."""
+    out = []
+    for (budget, k), g in summary.groupby(["budget", "k"], sort=True):
+        base = g[g["method"] == BASELINE]
+        if base.empty:
+            continue
+        b = float(base["mean"].iloc[0])
+        row: dict[str, Any] = {"budget": int(budget), "k": int(k), "baseline": b}
+        for kind, mask in (("first", g["stage"].str.startswith("first stage") & (g["method"] != BASELINE)),
+                           ("ce", g["stage"] == "CE stage")):
+            sub = g[mask]
+            top = sub.loc[sub["mean"].idxmax()] if not sub.empty else None
+            row[f"{kind}_method"] = None if top is None else top["method"]
+            row[f"{kind}_gain"] = float("nan") if top is None else float(top["mean"]) - b
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _stage_line(g: pd.Series) -> str:
+    first = ("no other first stage" if g["first_method"] is None
+             else f"the best other first stage ({g['first_method']}) {points(g['first_gain'])} points")
+    return (f"B_CE = {g['budget']}, k = {g['k']}: over {BASELINE} ({g['baseline']:.3f}), {first}; the best CE stage "
+            f"({g['ce_method']}) {points(g['ce_gain'])} points")
+
+
+def front_line(summary: pd.DataFrame, k: int, column: str = "pareto_wall") -> str:
+    """The Pareto front on wall time at one k, cheapest first."""
+    f = summary[(summary["k"] == k) & summary[column].astype(bool)].sort_values("wall_ms")
+    cells = [f"{m} at B_CE = {int(b)} ({w:.0f} ms, {r:.3f})" for m, b, w, r in
+             zip(f["method"], f["budget"], f["wall_ms"], f["mean"])]
+    return f"Pareto front on wall time per query, k = {k} (cheapest first): " + "; ".join(cells) + "."
+
+
+@register("07_compare_methods")
+def findings(results: Mapping[str, Any]) -> list[str]:
+    """The protocol and the CE's cost in one line; per (budget, k) the best method on dev and its test comparisons; what
+    a better first stage and a better CE stage buy over DE re-ranking; the Pareto front on wall time per k."""
+    proto, cost = results["protocol"], results["ce_cost"]
+    summary = pd.DataFrame(results["summary"])
+    best = pd.DataFrame(results["best"])
+    ms = 1e3 * float(cost["seconds_per_pair"])
+    search = summary.groupby("method")["search_ms"].max()
+    out = [f"{summary['method'].nunique()} methods on {proto['ce']} ({proto['n_items']} items, {proto['dataset']}): "
+           f"settings and the best method chosen on {proto['n_dev_queries']} dev queries per split; test recall over "
+           f"{proto['n_splits']} splits × {proto['n_anchor_seeds']} anchor seeds ({proto['n_test_queries']} test queries "
+           f"per split). One CE call costs {ms:.3g} ms ({cost['source']}); the slowest search without CE calls, "
+           f"{search.idxmax()}, takes {search.max():.3g} ms per query, so CE calls are "
+           f"{'most' if ms * summary['calls'].min() > search.max() else 'not all'} of a query's time at every budget."]
+    out += [best_line(row) for row in best.to_dict("records")]
+    gains = stage_gains(summary)
+    if not gains.empty:
+        out.append("What each stage buys (difference of mean test recall): "
+                   + "; ".join(_stage_line(g) for _, g in gains.iterrows()) + ".")
+    if "pareto_wall" in summary:
+        out += [front_line(summary, int(k)) for k in sorted(summary["k"].unique())]
+    return out
