@@ -92,9 +92,9 @@ def _save(model, tokenizer, folder: Path) -> Path:
 
 def _seeded(build: Callable[[Path], Path]) -> Callable[[Path], Path]:
     @functools.wraps(build)
-    def run(folder: Path) -> Path:
+    def run(folder: Path, **options) -> Path:
         torch.manual_seed(0)
-        return build(Path(folder))
+        return build(Path(folder), **options)
 
     return run
 
@@ -177,15 +177,19 @@ def deberta_v2(folder: Path) -> Path:
 
 
 @_seeded
-def qwen3(folder: Path) -> Path:
-    """A Qwen3-Reranker-style causal LM: ``*ForCausalLM``, byte-level BPE with 'yes'/'no', a chat template."""
+def qwen3(folder: Path, answers: bool = True) -> Path:
+    """A Qwen3-Reranker-style causal LM: ``*ForCausalLM``, byte-level BPE with 'yes'/'no' (unless not
+    ``answers``: then the words are split into smaller tokens), a chat template."""
     from transformers import Qwen2Tokenizer, Qwen3Config, Qwen3ForCausalLM
 
     vocab, merges = bpe_vocab(CHAT_SPECIALS)
+    if not answers:
+        vocab = {t: i for t, i in vocab.items() if t not in ("yes", "no")}
+        merges = [m for m in merges if "".join(m) not in ("yes", "no")]
     tok = Qwen2Tokenizer(vocab=vocab, merges=merges, model_max_length=CAUSAL_MAX_LEN)
     tok.add_tokens(CHAT_SPECIALS[1:], special_tokens=True)
     tok.chat_template = CHAT_TEMPLATE
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    cfg = Qwen3Config(vocab_size=max(tok.get_vocab().values()) + 1, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=8, intermediate_size=64, initializer_range=0.3,
                       max_position_embeddings=128, tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
     model = Qwen3ForCausalLM(cfg)
