@@ -25,6 +25,8 @@ from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: 
 from xenbench.models.scoring import PairAssembler, score_matrix, score_to_store  # noqa: E402
 
 TOL = 1e-4  # of the reference scores' std
+#: Which families the padding-free forward reproduces (the README's "Supported cross-encoders" table says the same).
+PACKED = {"bert", "electra", "roberta", "xlm-roberta"}
 KINDS = {"bert": "cls", "electra": "cls", "roberta": "cls", "xlm-roberta": "cls", "modernbert": "cls",
          "deberta-v2": "cls", "qwen3": "lm"}
 
@@ -162,3 +164,40 @@ def test_ray_backend_gives_the_library_scores(ray_cluster, folders, data, refere
         store = score_to_store(ce, queries, items, tmp_path / name, batch_size=8, device="cpu", progress=False,
                                query_chunk=2, backend="ray", ray_options={"workers": 2})
         assert_exact(store.to_numpy(), reference[name], f"{name} (ray)")
+
+
+@pytest.mark.parametrize("name", sorted(tiny.FAMILIES))
+def test_packed_path_equals_the_padded_forward(name, folders, data) -> None:
+    """Each family the packed forward supports gives the padded scores on the scorer's own length-sorted batches
+    (the [CLS] head, and the same encoder as an [EMB]-CE); the others are refused and scored padded."""
+    from xenbench.models import packed, scoring
+
+    queries, items = data
+    ce = load_cross_encoder(folders[name])
+    assert packed.supports(ce) == (name in PACKED)
+    if name not in PACKED:
+        assert scoring._forward(ce) is ce
+        return
+    emb = load_cross_encoder(folders[name], kind="emb")
+    for model in (ce, emb):
+        asm = PairAssembler(model.pairs, model.pairs.encode_queries(queries), model.pairs.encode_items(items))
+        rows, cols = (a.ravel() for a in np.meshgrid(np.arange(len(queries)), np.arange(len(items)), indexing="ij"))
+        order = np.argsort(asm.lengths(rows, cols), kind="stable")
+        for s in range(0, len(order), 16):
+            batch = asm.batch(rows[order[s:s + 16]], cols[order[s:s + 16]])
+            with torch.inference_mode():
+                ref, got = model(batch), packed.packed_forward(model, batch, attention="padded")
+            assert float((got - ref).abs().max()) <= 1e-5 * max(1.0, float(ref.abs().max())), name
+
+
+def test_readme_table_states_each_familys_path() -> None:
+    """The README's "Supported cross-encoders" table says packed exactly for the families packed_forward reproduces."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Supported cross-encoders", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    paths = {r[0].strip(): r[2].strip() for r in rows[1:]}
+    names = {"BERT": "bert", "ELECTRA": "electra", "RoBERTa": "roberta", "XLM-R": "xlm-roberta",
+             "ModernBERT": "modernbert", "DeBERTa-v2": "deberta-v2", "LLM reranker (causal LM)": "qwen3"}
+    assert set(names) <= set(paths), paths
+    for row, fam in names.items():
+        assert paths[row].startswith("packed" if fam in PACKED else "padded"), (row, paths[row])

@@ -596,6 +596,16 @@ def _auto_class(kind: str):
     raise ParameterError("kind", "'cls', 'emb' or 'lm'", kind, "CEConfig")
 
 
+def _from_pretrained(model_cls, path: Path, **kwargs):
+    """``model_cls.from_pretrained``; a bare encoder without its pooler where the class has one (unused weights)."""
+    if model_cls is AutoModel:
+        try:
+            return model_cls.from_pretrained(path, add_pooling_layer=False, **kwargs)
+        except TypeError:  # e.g. ELECTRA has no pooler argument
+            pass
+    return model_cls.from_pretrained(path, **kwargs)
+
+
 def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
     """A fresh cross-encoder on ``config.backbone``; a new [CLS] head is initialized from ``seed``."""
     path = _backbone_path(config.backbone)
@@ -607,10 +617,8 @@ def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
     with quiet_loading():  # the "newly initialized head" report is expected here
         if config.kind == "cls":
             model = model_cls.from_pretrained(path, num_labels=1)
-        elif config.kind == "emb":
-            model = model_cls.from_pretrained(path, add_pooling_layer=False)
         else:
-            model = model_cls.from_pretrained(path)
+            model = _from_pretrained(model_cls, path)
     return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
 
 
@@ -763,10 +771,9 @@ def _load_hf(path: Path, kind: str | None, st: dict | None = None) -> CrossEncod
         raise DataError(path / "config.json", f"has a {hf.num_labels}-label head: expected one score per pair "
                                               "(num_labels 1)")
     model_cls = _auto_class(kind)
-    extra = {"add_pooling_layer": False} if kind == "emb" else {}
     with quiet_loading():  # every missing tensor becomes the error below, so the report is not lost
         try:
-            model, info = model_cls.from_pretrained(path, output_loading_info=True, **extra)
+            model, info = _from_pretrained(model_cls, path, output_loading_info=True)
         except (ValueError, OSError, RuntimeError) as err:
             raise DataError(path, f"transformers cannot load it as {model_cls.__name__} "
                                   f"({str(err).splitlines()[0]})") from None
