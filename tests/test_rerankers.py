@@ -201,3 +201,21 @@ def test_readme_table_states_each_familys_path() -> None:
     assert set(names) <= set(paths), paths
     for row, fam in names.items():
         assert paths[row].startswith("packed" if fam in PACKED else "padded"), (row, paths[row])
+
+
+def test_llm_rows_share_the_query_prefix_and_score_the_same(folders, data, monkeypatch) -> None:
+    """A causal reranker's row runs its prefix (system text, query) once and reuses its key/value cache for every
+    item batch; the scores equal the whole-pair forward (``ce.score_pairs``), truncated pairs included."""
+    queries, items = data
+    ce = load_cross_encoder(folders["qwen3"])
+    assert ce.reuses_prefix
+    calls = []
+    real = ce.encode_prefix
+    monkeypatch.setattr(ce, "encode_prefix", lambda ids: calls.append(len(ids)) or real(ids))
+    got = score_matrix(ce, queries, items, batch_size=4, device="cpu", progress=False).scores
+    assert len(calls) == len(queries)  # one prefix per query, not per batch (3 batches per row here)
+    whole = ce.score_pairs([q for q in queries for _ in items], [it for _ in queries for it in items]).numpy()
+    whole = whole.reshape(len(queries), len(items))
+    assert float(np.abs(got - whole).max()) <= 1e-5 * float(whole.std())
+    # The long query's prefix was cut to the model's maximum length minus the template's tail, as the library cuts.
+    assert max(calls) == ce.config.max_length - len(ce.pairs.template.suffix)

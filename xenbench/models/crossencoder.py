@@ -484,6 +484,42 @@ class CrossEncoder(nn.Module):
         hidden = self.model(**inputs).last_hidden_state  # (B, L, d)
         return self.pair_score(*self.embed_pair(hidden, batch))
 
+    @property
+    def reuses_prefix(self) -> bool:
+        """Whether a score row can share its query's prefix (:meth:`encode_prefix`): an LLM reranker on its chat
+        template (the text before the document, system text and query included, is the same for every item of a
+        row, and a truncated pair keeps the whole of it or the same cut of it), with full attention in every layer
+        (a sliding window would see a different prefix)."""
+        types = getattr(self.model.config, "layer_types", None) or ["full_attention"]
+        return (self.config.kind == "lm" and self.config.layout == "chat"
+                and all(t == "full_attention" for t in types)
+                and not getattr(self.model.config, "use_sliding_window", False))
+
+    def encode_prefix(self, prefix_ids: torch.Tensor) -> Any:
+        """The key/value cache of one query's prefix ids (P,): computed once, reused for each item of its row."""
+        return self.model.base_model(input_ids=prefix_ids[None], use_cache=True).past_key_values
+
+    def score_after_prefix(self, cache: Any, tails: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Scores (B,) of B pairs that share the prefix in ``cache``: ``tails`` holds what follows it,
+        ``input_ids``/``attention_mask`` of shape (B, L), right-padded.
+
+        The same computation as :meth:`forward` on the whole pairs, with the prefix's keys and values read from the
+        cache instead of recomputed per item; the tail tokens take positions P, P + 1, ... after the prefix.
+        """
+        from transformers import DynamicCache
+
+        ids, att = tails["input_ids"], tails["attention_mask"]
+        B, L = ids.shape
+        layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
+        P = layers[0][0].shape[2]
+        full_att = torch.cat([att.new_ones(B, P), att], dim=1)
+        positions = torch.arange(P, P + L, device=ids.device)[None].expand(B, L)
+        hidden = self.model.base_model(input_ids=ids, attention_mask=full_att, position_ids=positions,
+                                       past_key_values=DynamicCache(ddp_cache_data=layers), use_cache=True
+                                       ).last_hidden_state  # (B, L, d)
+        last = att.sum(1) - 1
+        return self.answer_score(hidden[torch.arange(B, device=ids.device), last])
+
     def answer_score(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """An LLM reranker's score from the last token's hidden state (B, d): logit(true) − logit(false)
         (sentence-transformers' ``LogitScore``), or logit(true) when no false token is set."""

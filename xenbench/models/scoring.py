@@ -308,6 +308,10 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
     out = torch.empty(len(order), dtype=torch.float32, device=asm.device)
     if precision == "bf16-weights":  # a bf16 copy of the weights: the caller's CE keeps its fp32 weights
         ce = copy.deepcopy(ce).to(torch.bfloat16)
+    if ce.reuses_prefix:
+        with torch.inference_mode(), _autocast(asm.device, precision):
+            out = _score_by_prefix(ce, asm, q_rows, i_rows, batch_size=batch_size, on_batch=on_batch)
+        return out.cpu().numpy()
     forward = _forward(ce)
     with torch.inference_mode(), _autocast(asm.device, precision):
         for s in range(0, len(order), batch_size):
@@ -318,6 +322,34 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
     scores = np.empty(len(order), dtype=np.float32)
     scores[order] = out.cpu().numpy()
     return scores
+
+
+def _score_by_prefix(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_rows: np.ndarray, *,
+                     batch_size: int, on_batch: Callable[[int], None]) -> torch.Tensor:
+    """Scores (B,) float32 of an LLM reranker's pairs, one query at a time: the query's prefix (system text,
+    instruction, query: everything before the document) is run once and its key/value cache reused by every batch
+    of its items (length-sorted), so a row of m items costs one prefix + m tails instead of m whole pairs."""
+    out = torch.empty(len(q_rows), dtype=torch.float32, device=asm.device)
+    order = np.argsort(q_rows, kind="stable")
+    starts = np.flatnonzero(np.r_[True, q_rows[order][1:] != q_rows[order][:-1]])
+    for s, e in zip(starts, np.r_[starts[1:], len(order)]):
+        idx = order[s:e]
+        q = int(q_rows[idx[0]])
+        idx = idx[np.argsort(asm.lengths(np.full(len(idx), q), i_rows[idx]), kind="stable")]
+        cache, start = None, None
+        for b in range(0, len(idx), batch_size):
+            part = idx[b:b + batch_size]
+            batch = asm.batch(np.full(len(part), q), i_rows[part])
+            qlen = batch["query_len"]
+            if cache is None:
+                start = int(qlen[0])  # the query's kept prefix: the same for each of its items (chat truncation)
+                cache = ce.encode_prefix(batch["input_ids"][0, :start])
+            if bool((qlen != start).any()):  # pragma: no cover - guarded by CrossEncoder.reuses_prefix
+                raise RuntimeError("pairs of one query with different prefixes cannot share a cache")
+            tails = {k: batch[k][:, start:] for k in ("input_ids", "attention_mask")}
+            out[torch.as_tensor(part, device=asm.device)] = ce.score_after_prefix(cache, tails).float()
+            on_batch(len(part))
+    return out
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
