@@ -90,7 +90,7 @@ def _save(model, tokenizer, folder: Path) -> Path:
     return folder
 
 
-def _seeded(build: Callable[[Path], Path]) -> Callable[[Path], Path]:
+def _seeded(build: Callable[..., Path]) -> Callable[..., Path]:
     @functools.wraps(build)
     def run(folder: Path, **options) -> Path:
         torch.manual_seed(0)
@@ -100,47 +100,50 @@ def _seeded(build: Callable[[Path], Path]) -> Callable[[Path], Path]:
 
 
 @_seeded
-def bert(folder: Path) -> Path:
+def bert(folder: Path, sizes: dict | None = None, max_len: int = MAX_LEN) -> Path:
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
-    tok = BertTokenizer(vocab=wordpiece_vocab(), model_max_length=MAX_LEN)
-    cfg = BertConfig(vocab_size=len(tok), max_position_embeddings=64, num_labels=1, **SIZES)
+    tok = BertTokenizer(vocab=wordpiece_vocab(), model_max_length=max_len)
+    cfg = BertConfig(vocab_size=len(tok), max_position_embeddings=max(64, max_len), num_labels=1,
+                     **(sizes or SIZES))
     return _save(BertForSequenceClassification(cfg), tok, folder)
 
 
 @_seeded
-def electra(folder: Path) -> Path:
+def electra(folder: Path, sizes: dict | None = None, max_len: int = MAX_LEN) -> Path:
     from transformers import ElectraConfig, ElectraForSequenceClassification, ElectraTokenizer
 
-    tok = ElectraTokenizer(vocab=wordpiece_vocab(), model_max_length=MAX_LEN)
-    cfg = ElectraConfig(vocab_size=len(tok), embedding_size=32, max_position_embeddings=64, num_labels=1, **SIZES)
+    tok = ElectraTokenizer(vocab=wordpiece_vocab(), model_max_length=max_len)
+    cfg = ElectraConfig(vocab_size=len(tok), embedding_size=(sizes or SIZES)["hidden_size"] // 2,  # projected up
+                        max_position_embeddings=max(64, max_len), num_labels=1,
+                     **(sizes or SIZES))
     return _save(ElectraForSequenceClassification(cfg), tok, folder)
 
 
 @_seeded
-def roberta(folder: Path) -> Path:
+def roberta(folder: Path, sizes: dict | None = None, max_len: int = MAX_LEN) -> Path:
     from transformers import RobertaConfig, RobertaForSequenceClassification, RobertaTokenizer
 
     vocab, merges = bpe_vocab(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    tok = RobertaTokenizer(vocab=vocab, merges=merges, model_max_length=MAX_LEN)
-    cfg = RobertaConfig(vocab_size=len(tok), max_position_embeddings=MAX_LEN + 2, type_vocab_size=1,
-                        pad_token_id=tok.pad_token_id, num_labels=1, **SIZES)
+    tok = RobertaTokenizer(vocab=vocab, merges=merges, model_max_length=max_len)
+    cfg = RobertaConfig(vocab_size=len(tok), max_position_embeddings=max_len + 2, type_vocab_size=1,
+                        pad_token_id=tok.pad_token_id, num_labels=1, **(sizes or SIZES))
     return _save(RobertaForSequenceClassification(cfg), tok, folder)
 
 
 @_seeded
-def xlm_roberta(folder: Path) -> Path:
+def xlm_roberta(folder: Path, sizes: dict | None = None, max_len: int = MAX_LEN) -> Path:
     from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification, XLMRobertaTokenizer
 
     vocab = unigram_vocab(["<s>", "<pad>", "</s>", "<unk>"]) + [("<mask>", 0.0)]
-    tok = XLMRobertaTokenizer(vocab=vocab, model_max_length=MAX_LEN)
-    cfg = XLMRobertaConfig(vocab_size=len(tok), max_position_embeddings=MAX_LEN + 2, type_vocab_size=1,
-                           pad_token_id=tok.pad_token_id, num_labels=1, **SIZES)
+    tok = XLMRobertaTokenizer(vocab=vocab, model_max_length=max_len)
+    cfg = XLMRobertaConfig(vocab_size=len(tok), max_position_embeddings=max_len + 2, type_vocab_size=1,
+                           pad_token_id=tok.pad_token_id, num_labels=1, **(sizes or SIZES))
     return _save(XLMRobertaForSequenceClassification(cfg), tok, folder)
 
 
 @_seeded
-def modernbert(folder: Path) -> Path:
+def modernbert(folder: Path, sizes: dict | None = None, max_len: int = MAX_LEN) -> Path:
     from transformers import ModernBertConfig, ModernBertForSequenceClassification, PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
@@ -153,10 +156,9 @@ def modernbert(folder: Path) -> Path:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     # ModernBERT's published tokenizer is a generic fast tokenizer without token type ids.
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
-                                  unk_token="[UNK]", mask_token="[MASK]", model_max_length=MAX_LEN,
+                                  unk_token="[UNK]", mask_token="[MASK]", model_max_length=max_len,
                                   model_input_names=["input_ids", "attention_mask"])
-    cfg = ModernBertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, initializer_range=0.3, max_position_embeddings=64,
+    cfg = ModernBertConfig(vocab_size=len(tok), **(sizes or SIZES), max_position_embeddings=max(64, max_len),
                            pad_token_id=vocab["[PAD]"], cls_token_id=cls, sep_token_id=sep, bos_token_id=cls,
                            eos_token_id=sep, num_labels=1, local_attention=16, global_attn_every_n_layers=2,
                            classifier_pooling="mean")
@@ -164,20 +166,20 @@ def modernbert(folder: Path) -> Path:
 
 
 @_seeded
-def deberta_v2(folder: Path) -> Path:
+def deberta_v2(folder: Path, sizes: dict | None = None, max_len: int = MAX_LEN) -> Path:
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Tokenizer
 
     vocab = unigram_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    tok = DebertaV2Tokenizer(vocab=vocab, model_max_length=MAX_LEN)
-    cfg = DebertaV2Config(vocab_size=len(tok), max_position_embeddings=64, type_vocab_size=0,
-                          relative_attention=True, position_buckets=16, max_relative_positions=64,
+    tok = DebertaV2Tokenizer(vocab=vocab, model_max_length=max_len)
+    cfg = DebertaV2Config(vocab_size=len(tok), max_position_embeddings=max(64, max_len), type_vocab_size=0,
+                          relative_attention=True, position_buckets=16, max_relative_positions=max(64, max_len),
                           pos_att_type=["p2c", "c2p"], position_biased_input=False, pad_token_id=tok.pad_token_id,
-                          num_labels=1, **SIZES)
+                          num_labels=1, **(sizes or SIZES))
     return _save(DebertaV2ForSequenceClassification(cfg), tok, folder)
 
 
 @_seeded
-def qwen3(folder: Path, answers: bool = True) -> Path:
+def qwen3(folder: Path, answers: bool = True, sizes: dict | None = None, max_len: int = CAUSAL_MAX_LEN) -> Path:
     """A Qwen3-Reranker-style causal LM: ``*ForCausalLM``, byte-level BPE with 'yes'/'no' (unless not
     ``answers``: then the words are split into smaller tokens), a chat template."""
     from transformers import Qwen2Tokenizer, Qwen3Config, Qwen3ForCausalLM
@@ -186,12 +188,14 @@ def qwen3(folder: Path, answers: bool = True) -> Path:
     if not answers:
         vocab = {t: i for t, i in vocab.items() if t not in ("yes", "no")}
         merges = [m for m in merges if "".join(m) not in ("yes", "no")]
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, model_max_length=CAUSAL_MAX_LEN)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, model_max_length=max_len)
     tok.add_tokens(CHAT_SPECIALS[1:], special_tokens=True)
     tok.chat_template = CHAT_TEMPLATE
-    cfg = Qwen3Config(vocab_size=max(tok.get_vocab().values()) + 1, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, intermediate_size=64, initializer_range=0.3,
-                      max_position_embeddings=128, tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
+    sz = {**SIZES, "num_attention_heads": 4, **(sizes or {})}
+    cfg = Qwen3Config(vocab_size=max(tok.get_vocab().values()) + 1, **sz,
+                      num_key_value_heads=sz["num_attention_heads"] // 2,
+                      head_dim=sz["hidden_size"] // sz["num_attention_heads"], max_position_embeddings=max(128, max_len),
+                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
     model = Qwen3ForCausalLM(cfg)
     with torch.no_grad():  # Qwen3 normalizes q and k per head: sharper attention spreads the last token's scores
         for layer in model.model.layers:
@@ -200,7 +204,7 @@ def qwen3(folder: Path, answers: bool = True) -> Path:
     return _save(model, tok, folder)
 
 
-FAMILIES: dict[str, Callable[[Path], Path]] = {
+FAMILIES: dict[str, Callable[..., Path]] = {
     "bert": bert, "electra": electra, "roberta": roberta, "xlm-roberta": xlm_roberta, "modernbert": modernbert,
     "deberta-v2": deberta_v2, "qwen3": qwen3,
 }
