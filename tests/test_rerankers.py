@@ -26,9 +26,10 @@ from xenbench.models.scoring import PairAssembler, score_matrix, score_to_store 
 
 TOL = 1e-4  # of the reference scores' std
 #: Which families the padding-free forward reproduces (the README's "Supported cross-encoders" table says the same).
-PACKED = {"bert", "electra", "roberta", "xlm-roberta"}
+PACKED = {"bert", "electra", "roberta", "xlm-roberta", "qwen3", "qwen3-plain"}
 KINDS = {"bert": "cls", "electra": "cls", "roberta": "cls", "xlm-roberta": "cls", "modernbert": "cls",
-         "deberta-v2": "cls", "qwen3": "lm"}
+         "deberta-v2": "cls", "qwen3": "lm", "qwen3-plain": "lm"}
+NAMES = sorted(KINDS)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,7 +40,11 @@ def _threads(one_thread):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny-ce")
-    return {name: build(root / name) for name, build in tiny.FAMILIES.items()}
+    out = {name: build(root / name) for name, build in tiny.FAMILIES.items()}
+    # The same causal LM without a chat template: the library then scores tokenizer(query, document), left-padded.
+    out["qwen3-plain"] = Path(shutil.copytree(out["qwen3"], root / "qwen3-plain"))
+    (out["qwen3-plain"] / "chat_template.jinja").unlink()
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,7 @@ def assert_exact(got: np.ndarray, ref: np.ndarray, name: str) -> None:
     assert err <= TOL * std, f"{name}: max |xenbench - sentence-transformers| = {err:.2e} > {TOL} x std {std:.3g}"
 
 
-@pytest.mark.parametrize("name", sorted(tiny.FAMILIES))
+@pytest.mark.parametrize("name", NAMES)
 def test_scores_equal_sentence_transformers(name, folders, data, reference) -> None:
     queries, items = data
     ce = load_cross_encoder(folders[name])
@@ -86,7 +91,7 @@ def test_scores_equal_sentence_transformers(name, folders, data, reference) -> N
     assert lengths.max() == ce.config.max_length
 
 
-@pytest.mark.parametrize("name", sorted(tiny.FAMILIES))
+@pytest.mark.parametrize("name", NAMES)
 def test_pair_ids_equal_the_library_tokenization(name, folders, data) -> None:
     """The assembled ids (one tokenization per query and per item) are the ids sentence-transformers feeds the
     model for every pair, truncated ones included."""
@@ -166,7 +171,7 @@ def test_ray_backend_gives_the_library_scores(ray_cluster, folders, data, refere
         assert_exact(store.to_numpy(), reference[name], f"{name} (ray)")
 
 
-@pytest.mark.parametrize("name", sorted(tiny.FAMILIES))
+@pytest.mark.parametrize("name", NAMES)
 def test_packed_path_equals_the_padded_forward(name, folders, data) -> None:
     """Each family the packed forward supports gives the padded scores on the scorer's own length-sorted batches
     (the [CLS] head, and the same encoder as an [EMB]-CE); the others are refused and scored padded."""
@@ -178,8 +183,8 @@ def test_packed_path_equals_the_padded_forward(name, folders, data) -> None:
     if name not in PACKED:
         assert scoring._forward(ce) is ce
         return
-    emb = load_cross_encoder(folders[name], kind="emb")
-    for model in (ce, emb):
+    models = [ce] if ce.config.kind == "lm" else [ce, load_cross_encoder(folders[name], kind="emb")]
+    for model in models:
         asm = PairAssembler(model.pairs, model.pairs.encode_queries(queries), model.pairs.encode_items(items))
         rows, cols = (a.ravel() for a in np.meshgrid(np.arange(len(queries)), np.arange(len(items)), indexing="ij"))
         order = np.argsort(asm.lengths(rows, cols), kind="stable")

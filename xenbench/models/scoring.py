@@ -183,10 +183,8 @@ class PairAssembler:
         self._const = [torch.tensor(list(r) or [self.pad_id], dtype=torch.long, device=self.device)
                        for r in (t.prefix, t.mid, t.suffix)]
         self._n = (len(t.prefix), len(t.mid), len(t.suffix))
-        width = int(self.lengths(np.argmax(self.q_len, keepdims=True), np.argmax(self.i_len, keepdims=True))[0]) \
-            if len(self.q_len) and len(self.i_len) else 0
-        width = max(width, sum(self._n) + int(self.q_len.max(initial=0)) + int(self.i_len.max(initial=0))
-                    + (t.query_pad_to or 0))
+        # No pair is longer than its constant regions, both longest segments and the query padding together.
+        width = sum(self._n) + int(self.q_len.max(initial=0)) + int(self.i_len.max(initial=0)) + (t.query_pad_to or 0)
         self._pos = torch.arange(width, device=self.device)
 
     def _table(self, rows: Sequence[list[int]], width: int) -> torch.Tensor:
@@ -288,7 +286,7 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
 
 def _forward(ce: CrossEncoder) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
     """The batch -> scores function the engine calls: the padding-free :func:`~xenbench.models.packed.packed_forward`
-    for a BERT CE (the same scores, tested; no FLOPs on the pads a length-bucketed batch still carries), else the
+    for a CE it supports (BERT, ELECTRA, RoBERTa, XLM-R, Llama-style LLM rerankers; the same scores, tested; no FLOPs on the pads a length-bucketed batch still carries), else the
     padded ``ce(batch)``. Attention stays the exact re-padded SDPA: the CUDA varlen kernel is used by the scorer only
     once it is measured on a GPU (``benchmarks/bench_packed.py --device cuda``)."""
     if packed.supports(ce):
