@@ -7,7 +7,6 @@ library| <= 1e-4 of the library scores' standard deviation, on the default path 
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _tiny_models as tiny  # noqa: E402
 
 from xenbench.data.datasets import Item, Query, load_dataset  # noqa: E402
-from xenbench.errors import DataError  # noqa: E402
 from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: E402
 from xenbench.models.scoring import PairAssembler, score_matrix, score_to_store  # noqa: E402
 

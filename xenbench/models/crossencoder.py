@@ -36,7 +36,6 @@ The item text of the ``"pair"`` and ``"chat"`` layouts is ``"title text"`` (:fun
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -44,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -197,7 +197,7 @@ def truncated_lengths(a: Any, b: Any, template: PairTemplate) -> tuple[Any, Any]
     budget = template.budget
     if budget is None:
         return a, b
-    lib = torch if isinstance(a, torch.Tensor) else __import__("numpy")
+    lib = torch if isinstance(a, torch.Tensor) else np
     a_arr, b_arr = lib.asarray(a), lib.asarray(b)
     budget = lib.asarray(budget)
     if lib is torch:
@@ -207,7 +207,7 @@ def truncated_lengths(a: Any, b: Any, template: PairTemplate) -> tuple[Any, Any]
         qa = lib.minimum(a_arr, budget)
         qb = lib.minimum(b_arr, budget - qa)
     else:
-        short, long_ = lib.minimum(a_arr, b_arr), lib.maximum(a_arr, b_arr)
+        short = lib.minimum(a_arr, b_arr)
         n_long = lib.where(short > budget, short, lib.maximum(short, budget - short))
         n_short = short
         both = (n_short + n_long) > budget
