@@ -12,8 +12,8 @@ from transformers import (
     BertConfig,
     BertForSequenceClassification,
     BertModel,
-    RobertaConfig,
-    RobertaModel,
+    DebertaV2Config,
+    DebertaV2Model,
 )
 
 from xenbench.data.datasets import load_dataset
@@ -234,12 +234,12 @@ def test_empty_pair_is_refused():
 
 
 def test_unsupported_architectures_raise_a_clear_error(tokenizer):
-    roberta = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
+    deberta = DebertaV2Model(DebertaV2Config(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64))
     config = CEConfig(kind="emb", scale=None)
-    ce = CrossEncoder(roberta.eval(), tokenizer, config)
+    ce = CrossEncoder(deberta.eval(), tokenizer, config)
     batch = ce.pairs.collate([[2000]], [[3000]])
-    with pytest.raises(ParameterError, match="'ce' parameter of packed_forward must be a BERT cross-encoder .*Got 'RobertaModel'"):
+    with pytest.raises(ParameterError, match="'ce' parameter of packed_forward must be a BERT-style cross-encoder .*Got 'DebertaV2Model'"):
         packed_forward(ce, batch)
     mismatched = CrossEncoder(tiny_ce(tokenizer, "emb").model, tokenizer, CEConfig(kind="cls"))
     with pytest.raises(ParameterError, match="kind 'cls' needs BertForSequenceClassification.*Got 'BertModel'"):  # a bare encoder has no [CLS] head to reproduce
@@ -273,8 +273,8 @@ def test_the_scorer_runs_a_bert_ce_packed_and_gets_the_padded_scores(monkeypatch
 def test_the_scorer_keeps_the_padded_forward_for_other_architectures(tokenizer):
     from xenbench.models import packed, scoring
 
-    roberta = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
-    ce = CrossEncoder(roberta.eval(), tokenizer, CEConfig(kind="emb", scale=None))
+    deberta = DebertaV2Model(DebertaV2Config(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64))
+    ce = CrossEncoder(deberta.eval(), tokenizer, CEConfig(kind="emb", scale=None))
     assert not packed.supports(ce) and scoring._forward(ce) is ce
     assert packed.supports(tiny_ce(tokenizer, "cls")) and packed.supports(tiny_ce(tokenizer, "emb"))

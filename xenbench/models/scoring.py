@@ -40,7 +40,13 @@ from xenbench import __version__
 from xenbench._validation import check_int
 from xenbench._device import resolve_device
 from xenbench.models import packed
-from xenbench.models.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder
+from xenbench.models.crossencoder import (
+    CEConfig,
+    CrossEncoder,
+    build_cross_encoder,
+    load_cross_encoder,
+    truncated_lengths,
+)
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.data.store import ScoreStore, writer_lock
@@ -149,14 +155,15 @@ def _check_common(ce: Any, queries: Any, items: Any, batch_size: Any, precision:
 class PairAssembler:
     """Builds :meth:`PairEncoder.collate` batches for (query row, item row) index pairs, vectorized.
 
-    Each query's head ``[CLS] q [SEP] (pad to query_pad_to)`` and each item's tail ``i [SEP]`` is stored
-    once in a padded id table on ``device``; a batch is two gathers and a ``where``. The output equals
-    ``ce.pairs.collate([q_ids[r] ...], [i_ids[c] ...])`` exactly (tested).
+    Each query's and each item's segment ids are stored once in a padded id table on ``device``; a batch is a
+    few gathers and ``where``s over the regions of ``pairs.template`` (``prefix · query · mid · pad · item ·
+    suffix``), with each pair's segments truncated as the template says (:func:`truncated_lengths`). The output
+    equals ``ce.pairs.collate([q_ids[r] ...], [i_ids[c] ...])`` exactly (tested).
 
     Parameters
     ----------
     pairs : PairEncoder
-        ``ce.pairs`` (special token ids and input format).
+        ``ce.pairs`` (its ``template``).
     q_ids, i_ids : list of list of int
         Segment token ids from ``encode_queries`` / ``encode_items``.
     device : torch.device
@@ -165,34 +172,43 @@ class PairAssembler:
 
     def __init__(self, pairs: Any, q_ids: Sequence[list[int]], i_ids: Sequence[list[int]],
                  device: torch.device | str = "cpu") -> None:
-        pad_to = pairs.fmt.query_pad_to or 0
-        heads = [[pairs.cls_id, *q, pairs.sep_id] for q in q_ids]
-        self.head_true = np.array([len(h) for h in heads], dtype=np.int64)  # attended head tokens
-        self.head_len = np.maximum(self.head_true, pad_to)  # where the item segment starts
-        tails = [[*i, pairs.sep_id] for i in i_ids]
-        self.tail_len = np.array([len(t) for t in tails], dtype=np.int64)
-        self.pad_id = int(pairs.pad_id)
+        self.template = t = pairs.template
+        self.pad_id = int(t.pad_id)
         self.device = torch.device(device)
-        self._head_ids = self._table(heads, int(self.head_len.max()))
-        self._tail_ids = self._table(tails, int(self.tail_len.max()))
-        ht = torch.as_tensor(self.head_true)
-        self._head_att = (torch.arange(self._head_ids.shape[1])[None, :] < ht[:, None]).long().to(self.device)
-        self._head_len_t = torch.as_tensor(self.head_len, device=self.device)
-        self._tail_len_t = torch.as_tensor(self.tail_len, device=self.device)
-        width = int(self.head_len.max() + self.tail_len.max())
+        self.q_len = np.array([len(q) for q in q_ids], dtype=np.int64)
+        self.i_len = np.array([len(i) for i in i_ids], dtype=np.int64)
+        self._q_ids = self._table(q_ids, max(int(self.q_len.max(initial=0)), 1))
+        self._i_ids = self._table(i_ids, max(int(self.i_len.max(initial=0)), 1))
+        self._q_len_t = torch.as_tensor(self.q_len, device=self.device)
+        self._i_len_t = torch.as_tensor(self.i_len, device=self.device)
+        self._const = [torch.tensor(list(r) or [self.pad_id], dtype=torch.long, device=self.device)
+                       for r in (t.prefix, t.mid, t.suffix)]
+        self._n = (len(t.prefix), len(t.mid), len(t.suffix))
+        # No pair is longer than its constant regions, both longest segments and the query padding together.
+        width = sum(self._n) + int(self.q_len.max(initial=0)) + int(self.i_len.max(initial=0)) + (t.query_pad_to or 0)
         self._pos = torch.arange(width, device=self.device)
 
-    def _table(self, rows: list[list[int]], width: int) -> torch.Tensor:
+    def _table(self, rows: Sequence[list[int]], width: int) -> torch.Tensor:
         table = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        lens = np.array([len(r) for r in rows])
+        lens = np.array([len(r) for r in rows], dtype=np.int64)
         # One flat copy instead of a Python loop of row assignments.
         table[np.arange(width)[None, :] < lens[:, None]] = np.fromiter(
             (t for r in rows for t in r), dtype=np.int64, count=int(lens.sum()))
         return torch.from_numpy(table).to(self.device)
 
+    def _layout(self, a, b):
+        """Region ends of pairs with segment lengths ``a``, ``b`` (numpy or torch): (a', b', head, item start)."""
+        n_prefix, n_mid, _ = self._n
+        a, b = truncated_lengths(a, b, self.template)
+        head = n_prefix + a + n_mid
+        pad_to = self.template.query_pad_to or 0
+        start = head + ((pad_to - head).clip(min=0) if isinstance(head, np.ndarray) else (pad_to - head).clamp(min=0))
+        return a, b, head, start
+
     def lengths(self, q_rows: np.ndarray, i_rows: np.ndarray) -> np.ndarray:
         """Padded length of each pair: ndarray of shape (B,), int64."""
-        return self.head_len[q_rows] + self.tail_len[i_rows]
+        _, b, _, start = self._layout(self.q_len[q_rows], self.i_len[i_rows])
+        return start + b + self._n[2]
 
     def batch(self, q_rows: np.ndarray | torch.Tensor, i_rows: np.ndarray | torch.Tensor,
               width: int | None = None) -> dict[str, torch.Tensor]:
@@ -212,21 +228,36 @@ class PairAssembler:
         """
         qr = torch.as_tensor(q_rows, device=self.device)
         ir = torch.as_tensor(i_rows, device=self.device)
-        h = self._head_len_t[qr][:, None]
-        t = self._tail_len_t[ir][:, None]
+        n_prefix, n_mid, n_suffix = self._n
+        a, b, head, start = self._layout(self._q_len_t[qr], self._i_len_t[ir])
+        a, b, head, start = a[:, None], b[:, None], head[:, None], start[:, None]
+        end = start + b
         if width is None:
-            width = int((h + t).max())
+            width = int((end + n_suffix).max())
         pos = self._pos[:width][None, :]
-        in_head = pos < h
-        tpos = pos - h
-        in_tail = (tpos >= 0) & (tpos < t)
-        hcol = pos.clamp(max=self._head_ids.shape[1] - 1)
-        tcol = tpos.clamp(0, self._tail_ids.shape[1] - 1)
-        head_ids = self._head_ids[qr[:, None], hcol]
-        tail_ids = self._tail_ids[ir[:, None], tcol]
-        ids = torch.where(in_head, head_ids, torch.where(in_tail, tail_ids, self.pad_id))
-        att = torch.where(in_head, self._head_att[qr[:, None], hcol], in_tail.long())
-        return {"input_ids": ids, "attention_mask": att, "token_type_ids": in_tail.long(), "query_len": h[:, 0]}
+        types = self.template.types
+        ids = torch.full((len(qr), width), self.pad_id, dtype=torch.long, device=self.device)
+        tt = torch.zeros_like(ids)
+        att = torch.zeros_like(ids)
+        # (mask, ids) of each attended region, in order; positions outside a region keep pad / 0.
+        q_col = (pos - n_prefix).clamp(0, self._q_ids.shape[1] - 1)
+        i_col = (pos - start).clamp(0, self._i_ids.shape[1] - 1)
+        regions = (
+            (pos < n_prefix, lambda: self._const[0][pos.clamp(max=max(n_prefix - 1, 0))], types[0]),
+            ((pos >= n_prefix) & (pos < n_prefix + a), lambda: self._q_ids[qr[:, None], q_col], types[1]),
+            ((pos >= n_prefix + a) & (pos < head), lambda: self._const[1][(pos - n_prefix - a).clamp(0, max(n_mid - 1, 0))],
+             types[2]),
+            ((pos >= start) & (pos < end), lambda: self._i_ids[ir[:, None], i_col], types[3]),
+            ((pos >= end) & (pos < end + n_suffix), lambda: self._const[2][(pos - end).clamp(0, max(n_suffix - 1, 0))],
+             types[4]),
+        )
+        for mask, gather, ty in regions:
+            mask = mask.expand_as(ids)
+            ids = torch.where(mask, gather().expand_as(ids), ids)
+            att = att | mask.long()
+            if ty:
+                tt = torch.where(mask, ty, tt)
+        return {"input_ids": ids, "attention_mask": att, "token_type_ids": tt, "query_len": start[:, 0]}
 
 
 # -- the engine -----------------------------------------------------------------------------------
@@ -256,7 +287,7 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
 
 def _forward(ce: CrossEncoder) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
     """The batch -> scores function the engine calls: the padding-free :func:`~xenbench.models.packed.packed_forward`
-    for a BERT CE (the same scores, tested; no FLOPs on the pads a length-bucketed batch still carries), else the
+    for a CE it supports (BERT, ELECTRA, RoBERTa, XLM-R, Llama-style LLM rerankers; the same scores, tested; no FLOPs on the pads a length-bucketed batch still carries), else the
     padded ``ce(batch)``. Attention stays the exact re-padded SDPA: the CUDA varlen kernel is used by the scorer only
     once it is measured on a GPU (``benchmarks/bench_packed.py --device cuda``)."""
     if packed.supports(ce):
@@ -276,6 +307,10 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
     out = torch.empty(len(order), dtype=torch.float32, device=asm.device)
     if precision == "bf16-weights":  # a bf16 copy of the weights: the caller's CE keeps its fp32 weights
         ce = copy.deepcopy(ce).to(torch.bfloat16)
+    if ce.reuses_prefix:
+        with torch.inference_mode(), _autocast(asm.device, precision):
+            out = _score_by_prefix(ce, asm, q_rows, i_rows, batch_size=batch_size, on_batch=on_batch)
+        return out.cpu().numpy()
     forward = _forward(ce)
     with torch.inference_mode(), _autocast(asm.device, precision):
         for s in range(0, len(order), batch_size):
@@ -286,6 +321,34 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
     scores = np.empty(len(order), dtype=np.float32)
     scores[order] = out.cpu().numpy()
     return scores
+
+
+def _score_by_prefix(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_rows: np.ndarray, *,
+                     batch_size: int, on_batch: Callable[[int], None]) -> torch.Tensor:
+    """Scores (B,) float32 of an LLM reranker's pairs, one query at a time: the query's prefix (system text,
+    instruction, query: everything before the document) is run once and its key/value cache reused by every batch
+    of its items (length-sorted), so a row of m items costs one prefix + m tails instead of m whole pairs."""
+    out = torch.empty(len(q_rows), dtype=torch.float32, device=asm.device)
+    order = np.argsort(q_rows, kind="stable")
+    starts = np.flatnonzero(np.r_[True, q_rows[order][1:] != q_rows[order][:-1]])
+    for s, e in zip(starts, np.r_[starts[1:], len(order)]):
+        idx = order[s:e]
+        q = int(q_rows[idx[0]])
+        idx = idx[np.argsort(asm.lengths(np.full(len(idx), q), i_rows[idx]), kind="stable")]
+        cache, start = None, None
+        for b in range(0, len(idx), batch_size):
+            part = idx[b:b + batch_size]
+            batch = asm.batch(np.full(len(part), q), i_rows[part])
+            qlen = batch["query_len"]
+            if cache is None:
+                start = int(qlen[0])  # the query's kept prefix: the same for each of its items (chat truncation)
+                cache = ce.encode_prefix(batch["input_ids"][0, :start])
+            if bool((qlen != start).any()):  # pragma: no cover - guarded by CrossEncoder.reuses_prefix
+                raise RuntimeError("pairs of one query with different prefixes cannot share a cache")
+            tails = {k: batch[k][:, start:] for k in ("input_ids", "attention_mask")}
+            out[torch.as_tensor(part, device=asm.device)] = ce.score_after_prefix(cache, tails).float()
+            on_batch(len(part))
+    return out
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
