@@ -158,7 +158,9 @@ def test_padded_attention_path_is_forced_and_autocast_runs(tokenizer, texts):
     batch = scorer_batches(ce, *(t[:6] for t in texts), batch_size=36)[0]
     with torch.inference_mode():
         ref = ce(batch)
-        torch.testing.assert_close(packed_forward(ce, batch, attention="padded"), ref, rtol=1e-6, atol=1e-5)
+        # fp32, reductions in another order (SDPA vs the eager attention): 1.5e-5 measured on an AVX-512 Xeon, on
+        # scores up to 5.8 (2.6e-6 relative), so the bound is relative
+        torch.testing.assert_close(packed_forward(ce, batch, attention="padded"), ref, rtol=1e-5, atol=1e-5)
         with torch.autocast("cpu", dtype=torch.bfloat16):  # low precision: close, not equal
             low_ref, low = ce(batch).float(), packed_forward(ce, batch).float()
     assert float((low - low_ref).abs().max()) < 0.1 * float(ref.std()) + 1e-3
