@@ -120,3 +120,28 @@ def test_train_to_convergence_reports_the_index_and_the_curve():
         assert row.imbalance == pytest.approx(imbalance_factor(sizes)) and row.code_usage == code_usage(sizes)
         assert row.mse == pytest.approx(curve["mse"].tail(10).mean())
         assert row.detectable_imbalance == pytest.approx((row.chunk_size - 1) / 99)
+
+
+def test_study_adds_the_paper_objective_sweep_with_its_own_learning_rate():
+    import pandas as pd
+    import scipy.sparse as sp
+
+    from xenbench.methods.ccsa import balance_sweep, exact_topk, query_split, study
+
+    X = _clustered(300, d=16)
+    queries = X[:60]
+    relevant = sp.csr_matrix((np.ones(60), (np.arange(60), np.arange(60))), shape=(60, 300))
+    res = study(X, X, queries, relevant, seeds=[3], regs=[0.0], batch_size=50, batch_sizes=[50], reg_for_batches=0.0,
+                n_chunks=4, chunk_size=4, nprobes=[1], binary_bits=8, n_eval_queries=40, k=5, m=10, shortlist=50,
+                steps=4, lr=1e-3, paper_regs=[0.0, 10.0], paper_lr=1e-2, progress=False, device="cpu")
+    assert (res.by_reg["objective"] == "normalized").all() and (res.paper_objective["objective"] == "paper").all()
+    assert set(res.paper_frequencies) == {0.0, 10.0}
+    rows, split = query_split(60, 40, 3)
+    direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (10.0, 50)], exact=exact_topk(queries[rows], X, 5),
+                              relevant=relevant[rows], split=split, n_chunks=4, chunk_size=4, k=5, m=10, steps=4,
+                              shortlist=50, seed=3, lr=1e-2, objective="paper", progress=False, device="cpu")
+    pd.testing.assert_frame_equal(res.paper_objective.drop(columns="seed"), direct)
+    none = study(X, X, queries, relevant, seeds=[3], regs=[0.0], batch_size=50, batch_sizes=[50], reg_for_batches=0.0,
+                 n_chunks=4, chunk_size=4, nprobes=[1], binary_bits=8, n_eval_queries=40, k=5, m=10, shortlist=50,
+                 steps=4, progress=False, device="cpu")
+    assert none.paper_objective.empty and none.paper_frequencies == {}

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -909,6 +909,9 @@ class Study:
     ``by_reg``: the λ sweep at batch size B; ``by_batch``: the B sweep at λ = ``reg_for_batches`` (sharing the
     models the λ sweep already trained); ``baselines``: :func:`faiss_baselines`; ``binary``: :func:`binary_hnsw`.
     ``frequencies``: (λ, B) -> :func:`activation_frequency` of the first seed's index (Fig. 2/3).
+    ``paper_objective``: the λ sweep at batch size B under the paper's literal objective (``objective="paper"``,
+    its own learning rate), ``paper_frequencies`` its first seed's λ -> :func:`activation_frequency` (both empty
+    without ``paper_regs``).
     """
 
     by_reg: pd.DataFrame
@@ -916,16 +919,22 @@ class Study:
     baselines: pd.DataFrame
     binary: pd.DataFrame
     frequencies: dict[tuple[float, int], np.ndarray]
+    paper_objective: pd.DataFrame = field(default_factory=pd.DataFrame)
+    paper_frequencies: dict[float, np.ndarray] = field(default_factory=dict)
 
 
 def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *, seeds: Sequence[int],
           regs: Sequence[float], batch_size: int, batch_sizes: Sequence[int], reg_for_batches: float,
           n_chunks: int, chunk_size: int, nprobes: Sequence[int], binary_bits: int, n_eval_queries: int,
-          k: int = 10, m: int = 100, shortlist: int = 1000, progress: bool = True, **fit_params) -> Study:
+          k: int = 10, m: int = 100, shortlist: int = 1000, paper_regs: Sequence[float] = (),
+          paper_lr: float = 1e-4, progress: bool = True, **fit_params) -> Study:
     """Notebook 06's experiments, repeated per seed in ``seeds``, so every number has a spread across seeds.
 
     Per seed s: :func:`query_split` draws ``n_eval_queries`` rows of ``queries`` (half dev, half test) with seed s;
     every CCSA model (``fit_params``: steps, temperature, lr, device, ...) and the faiss k-means are seeded with s.
+    ``regs`` and ``batch_sizes`` train on the normalized objective; ``paper_regs`` (the paper's grid
+    {0, 0.1, 1, 10, 100}) adds a λ sweep at B = ``batch_size`` on the paper's literal objective with Adam's
+    learning rate ``paper_lr`` (the paper's 1e-4), everything else alike.
 
     Parameters
     ----------
@@ -941,8 +950,9 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
     settings_batch = [(float(reg_for_batches), int(b)) for b in batch_sizes]
     extra = [s for s in settings_batch if s not in settings_reg]
     pq = pq_for_bytes(n_chunks, chunk_size, items.shape[1])
-    tables: dict[str, list[pd.DataFrame]] = {"models": [], "baselines": [], "binary": []}
+    tables: dict[str, list[pd.DataFrame]] = {"models": [], "baselines": [], "binary": [], "paper": []}
     frequencies: dict[tuple[float, int], np.ndarray] = {}
+    paper_frequencies: dict[float, np.ndarray] = {}
     for seed in tqdm(seeds, desc="CCSA seeds", disable=not progress or len(seeds) == 1):
         rows, split = query_split(len(queries), n_eval_queries, seed)
         Q, rel = queries[rows], relevant[rows]
@@ -952,6 +962,13 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
         models, freq = balance_sweep(train, items, Q, settings_reg + extra, n_chunks=n_chunks, chunk_size=chunk_size,
                                      shortlist=shortlist, seed=seed, progress=progress, **common, **fit_params)
         tables["models"].append(models.assign(seed=seed))
+        if len(paper_regs):
+            paper, pfreq = balance_sweep(train, items, Q, [(float(r), int(batch_size)) for r in paper_regs],
+                                         n_chunks=n_chunks, chunk_size=chunk_size, shortlist=shortlist, seed=seed,
+                                         progress=progress, **common, **{**fit_params, "lr": paper_lr,
+                                                                         "objective": "paper"})
+            tables["paper"].append(paper.assign(seed=seed))
+            paper_frequencies = paper_frequencies or {reg: f for (reg, _), f in pfreq.items()}
         tables["baselines"].append(faiss_baselines(train, items, Q, chunk_size, nprobes, pq=pq, shortlist=shortlist,
                                                    seed=seed, **common).assign(seed=seed))
         tables["binary"].append(binary_hnsw(train, items, Q, binary_bits, shortlist=min(shortlist, len(items)),
@@ -964,7 +981,9 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
     in_batch = pd.Series(list(zip(models["reg"], models["batch_size"]))).isin(settings_batch).to_numpy()
     return Study(by_reg=models[in_reg].reset_index(drop=True), by_batch=models[in_batch].reset_index(drop=True),
                  baselines=pd.concat(tables["baselines"], ignore_index=True),
-                 binary=pd.concat(tables["binary"], ignore_index=True), frequencies=frequencies)
+                 binary=pd.concat(tables["binary"], ignore_index=True), frequencies=frequencies,
+                 paper_objective=(pd.concat(tables["paper"], ignore_index=True) if tables["paper"] else pd.DataFrame()),
+                 paper_frequencies=paper_frequencies)
 
 
 def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = ("recall", "gold_recall", "imbalance",
