@@ -99,6 +99,8 @@ def lambda_curve(rows: pd.DataFrame, *, objective: str, lr: float | None = None,
         text = f"λ = {reg:g}: imbalance {_interval(at['imbalance'].to_numpy(), '.2f')}"
         if "code_usage" in at and at["code_usage"].min() < 1:
             text += f", {100 * at['code_usage'].mean():.0f}% of codes used"
+        if "sharing" in at:  # the work an imbalanced index adds
+            text += f", {at['sharing'].mean():.0f} items sharing a code with a query"
         if reg == base:
             text += (f", Top-k-Recall {_interval(at['recall'].to_numpy(), '.3f')}, gold Recall@k "
                      f"{_interval(at['gold_recall'].to_numpy(), '.3f')}")
@@ -119,10 +121,12 @@ def lambda_curve(rows: pd.DataFrame, *, objective: str, lr: float | None = None,
     chosen = [float(g.loc[g["recall"].idxmax(), "reg"]) for _, g in dev.groupby("seed")]
     picked = pd.DataFrame([test[(test["seed"] == sd) & (test["reg"] == lam)].iloc[0]
                            for sd, lam in zip(sorted(dev["seed"].unique()), chosen)])
-    steps = sorted({int(v) for v in test["steps"]})
-    shape_text = f"C = {n_chunks}, L = {chunk_size}, " if n_chunks and chunk_size else ""
-    setting = (f"{shape_text}{test['bytes_per_item'].iloc[0]:g} B/item, B = {int(test['batch_size'].iloc[0])}, "
-               f"{'/'.join(map(str, steps))} steps" + (f", lr {lr:g}" if lr is not None else ""))
+    setting = [f"C = {n_chunks}, L = {chunk_size}" if n_chunks and chunk_size else "",
+               f"{test['bytes_per_item'].iloc[0]:g} B/item" if "bytes_per_item" in test else "",
+               f"B = {int(test['batch_size'].iloc[0])}" if "batch_size" in test else "",
+               f"{'/'.join(str(int(v)) for v in sorted(test['steps'].unique()))} steps" if "steps" in test else "",
+               f"lr {lr:g}" if lr is not None else ""]
+    setting = ", ".join(part for part in setting if part) or "settings of the run"
     n = f"{len(seeds)} seeds, 95% interval across seeds" if len(seeds) > 1 else "1 seed"
     return [f"**The λ curve, {OBJECTIVE_TEXT[objective]}** ({setting}; test queries, mean over {n}; recall "
             f"differences paired within a seed): " + "; ".join(parts) + f". The imbalance {shape}. λ chosen on dev "
@@ -194,7 +198,8 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     out += lambda_curve(_seeded(results, "paper_objective"), objective="paper", lr=params.get("paper_lr"), **shape)
     out += collapse(results)
     if not by_batch.empty and by_batch["batch_size"].nunique() > 1:
-        out.append(_trend(by_batch[by_batch["split"] == "test"], "batch_size", "Batch size B"))
+        out.append(_trend(by_batch[by_batch["split"] == "test"], "batch_size",
+                          f"Batch size B (normalized objective, λ = {by_batch['reg'].iloc[0]:g})"))
     base = _seeded(results, "baselines")
     chosen, matches = [], {}
     for seed, g in by_reg.groupby("seed"):
@@ -217,7 +222,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         note = f"; NOT equal work: {', '.join(unequal)}" if unequal else ""
         clauses.append(f"{method} (w = {'/'.join(map(str, widths))}, {b['bytes_per_item']:g} B/item, {b['postings']:.0f} "
                        f"postings, {b['scored']:.0f} re-ranked{note}): Top-k-Recall {words[0]}, gold Recall@k {words[1]}")
-    out.append(f"**CCSA (λ chosen on dev per seed: {', '.join(f'{v:g}' for v in lams)}; {c['bytes_per_item']:g} B/item, "
+    out.append(f"**CCSA (normalized objective, λ chosen on dev per seed: {', '.join(f'{v:g}' for v in lams)}; {c['bytes_per_item']:g} B/item, "
                f"{c['postings']:.0f} postings touched, {c['scored']:.0f} items re-ranked per query) against faiss at the "
                f"nprobe touching the closest number of postings**: " + "; ".join(clauses) + ".")
     hn = _seeded(results, "binary")
