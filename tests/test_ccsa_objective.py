@@ -145,3 +145,18 @@ def test_study_adds_the_paper_objective_sweep_with_its_own_learning_rate():
                  n_chunks=4, chunk_size=4, nprobes=[1], binary_bits=8, n_eval_queries=40, k=5, m=10, shortlist=50,
                  steps=4, progress=False, device="cpu")
     assert none.paper_objective.empty and none.paper_frequencies == {}
+
+
+def test_quick_profile_trains_every_faiss_quantizer_on_39_rows_per_centroid():
+    # faiss warns ("please provide at least 39 * k training points") below 39 rows per centroid: the quick profile's
+    # corpus must cover the IVF lists (L), the PQ codebooks of CCSA's bytes, OPQ's inner 8-bit PQ and HNSW's PQ
+    from xenbench.data.datasets import load_dataset
+    from xenbench.methods.ccsa import pq_for_bytes
+    from xenbench.notebook import load_spec, profile_values
+    from xenbench.studies.corpus import corpus_specs
+
+    quick = profile_values(load_spec("06_ccsa_balance"), "quick")
+    rows = sum(len(ds.items) + len(ds.queries) for ds in map(load_dataset, corpus_specs(quick["dataset"])))
+    _, nbits = pq_for_bytes(quick["n_chunks"], quick["chunk_size"], 384)
+    centroids = max(quick["chunk_size"], 2**nbits, 256)  # 256: OPQ's inner PQ and HNSW-PQ are 8-bit
+    assert rows >= 39 * centroids, (rows, centroids)
