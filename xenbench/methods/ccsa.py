@@ -719,8 +719,9 @@ def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, set
     -------
     results : DataFrame
         One row per (λ, B, split): ``objective`` (:func:`ccsa_loss`), ``reg``, ``batch_size``, ``steps``,
-        ``bytes_per_item``, ``imbalance`` (:func:`imbalance_factor`), ``code_usage`` (:func:`code_usage`), ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), ``sharing`` (mean items
-        sharing a code with the query: the work an imbalanced index adds), ``shortlist`` (R or None) and the columns
+        ``bytes_per_item``, ``imbalance`` (:func:`imbalance_factor`), ``code_usage`` (:func:`code_usage`),
+        ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), ``sharing`` (mean items sharing a code with the query:
+        the work an imbalanced index adds), ``shortlist`` (R or None) and the columns
         of :func:`retrieval_metrics`.
     frequencies : dict
         (λ, B) -> :func:`activation_frequency` of its index (Fig. 2/3).
