@@ -25,8 +25,14 @@ literally, λ · L_UR swamps the reconstruction at every λ ≥ 0.001. We theref
 
 (squared error summed over the d coordinates and averaged over the batch: 1 = reconstructing a unit
 vector by 0; the uniformity term is 1 for random codes and 0 for a perfectly balanced batch), so both terms
-are O(1) and λ ≈ 1 is where balance and reconstruction trade off. ``history_`` also logs the paper's
-per-coordinate ``mse`` and the raw ``uniformity`` (L_UR). Each (chunk, code) is a posting list
+are O(1) and λ ≈ 1 is where balance and reconstruction trade off (``objective="normalized"``, the default). The
+paper's literal objective (Eq. 6 with Eq. 5) is ``objective="paper"``:
+
+    loss = mean over the batch and the d coordinates of (x − f(x))²  +  λ · L_UR
+
+on which λ = 1 weighs the regularizer about sqrt(C (1 − 1/L)) · d times more heavily than the normalized λ = 1
+(:func:`ccsa_loss` computes both). ``history_`` also logs the paper's per-coordinate ``mse`` and the raw
+``uniformity`` (L_UR). Each (chunk, code) is a posting list
 of an inverted index; a query scores the items that share its code in each chunk (the number of shared
 codes, 0..C). The index is balanced when every list holds N / L items; :func:`imbalance_factor` is
 faiss's single-number summary k · Σ n_i² / (Σ n_i)² (1 = perfect).
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -49,11 +55,12 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from xenbench._validation import check_array, check_float, check_int, check_is_fitted
+from xenbench._validation import check_array, check_choice, check_float, check_int, check_is_fitted
 from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import topk_recall
 
-__all__ = ["CodeIndex", "CompositeCodeAE", "Study", "activation_frequency", "balance_sweep", "binary_hnsw", "code_bytes",
+__all__ = ["OBJECTIVES", "CodeIndex", "CompositeCodeAE", "Study", "activation_frequency", "balance_sweep", "binary_hnsw",
+           "ccsa_loss", "code_bytes", "code_usage", "expected_uniformity_sq", "train_to_convergence",
            "exact_topk", "faiss_baselines", "imbalance_factor", "normalized_uniformity_loss", "over_seeds",
            "pq_for_bytes", "query_split", "rerank", "retrieval_metrics", "study", "ur_noise_floor", "uniformity_loss"]
 
@@ -69,9 +76,55 @@ def ur_noise_floor(n_chunks: int, chunk_size: int) -> float:
     return float(np.sqrt(n_chunks * (1 - 1 / chunk_size)))
 
 
+def expected_uniformity_sq(imbalance: float, n_chunks: int, chunk_size: int, batch_size: int) -> float:
+    """E[L_UR²] / (C (1 − 1/L)) for a batch of B items drawn (with replacement) from an index whose every chunk has
+    faiss imbalance factor F: ``1 + (B − 1)(F − 1) / (L − 1)``.
+
+    Per chunk with list shares p_j, a count n_j ~ Binomial(B, p_j) has E[(n_j − B/L)²] = B p_j (1 − p_j) +
+    B² (p_j − 1/L)²; summed over j with Σ p_j² = F / L this is B (1 − F/L) + B² (F − 1) / L, and over C chunks,
+    divided by B: E[L_UR²] = C (1 − F/L) + B C (F − 1) / L. Eq. 5's batch estimate therefore tells an imbalanced
+    index from a balanced one only when the second term rises above the sampling noise, F − 1 ≳ (L − 1) / (B − 1):
+    at L = 64, B = 1,000 an index of F = 1.06 gives a batch L_UR twice (in square) that of a perfect one; at
+    L = 256, B = 1,000 only F ≳ 1.26 does.
+    """
+    check_float(imbalance, "imbalance", 1, None, "expected_uniformity_sq")
+    F, L, B = float(imbalance), int(chunk_size), int(batch_size)
+    return (n_chunks * (1 - F / L) + B * n_chunks * (F - 1) / L) / (n_chunks * (1 - 1 / L))
+
+
 def normalized_uniformity_loss(codes: torch.Tensor, n_chunks: int, chunk_size: int) -> torch.Tensor:
     """L_UR / sqrt(C (1 − 1/L)): 0 for a perfectly balanced batch, about 1 (E[·²] = 1) for random codes."""
     return uniformity_loss(codes, chunk_size) / ur_noise_floor(n_chunks, chunk_size)
+
+
+OBJECTIVES = ("normalized", "paper")
+
+
+def ccsa_loss(x: torch.Tensor, decoded: torch.Tensor, codes: torch.Tensor, *, reg: float, n_chunks: int,
+              chunk_size: int, objective: str = "normalized") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The training loss of a batch, with its reconstruction and uniformity terms.
+
+    Parameters
+    ----------
+    x, decoded : Tensor of shape (B, d)
+        The inputs and f(x) = d(g(e(x))).
+    codes : Tensor of shape (B, C·L)
+        g(e(x)), one-hot per chunk (or relaxed).
+    objective : {"normalized", "paper"}
+        ``"paper"``: Eq. 6, MSE (mean over the B·d entries) + λ · L_UR (Eq. 5). ``"normalized"``: xenbench's
+        Σ_d (x − f(x))² averaged over the batch + λ · L_UR / sqrt(C (1 − 1/L)) (module docstring).
+
+    Returns
+    -------
+    loss, mse, ur : Tensor (scalars)
+        The loss, the per-coordinate MSE and the raw L_UR.
+    """
+    err = (decoded - x) ** 2
+    mse = err.mean()
+    ur = uniformity_loss(codes, chunk_size)
+    if objective == "paper":
+        return mse + reg * ur, mse, ur
+    return err.sum(dim=1).mean() + reg * ur / ur_noise_floor(n_chunks, chunk_size), mse, ur
 
 
 def _hard_gumbel_softmax(logits: torch.Tensor, tau: float, generator: torch.Generator) -> torch.Tensor:
@@ -107,8 +160,8 @@ class CompositeCodeAE:
     chunk_size : int, default 64
         L, codes per chunk (posting lists per chunk).
     reg : float, default 0.0
-        λ, weight of the *normalized* uniformity term L_UR / sqrt(C (1 − 1/L)) against the summed squared
-        reconstruction error (module docstring; the paper weighs the raw L_UR against the mean MSE).
+        λ, weight of the uniformity term: of L_UR / sqrt(C (1 − 1/L)) against the summed squared reconstruction
+        error (``objective="normalized"``), or of the raw L_UR against the mean MSE (``"paper"``).
     temperature : float, default 1.0
         τ of the Gumbel-softmax (the paper: 100 for retrieval, 1 for binary codes).
     batch_size : int, default 1000
@@ -116,7 +169,16 @@ class CompositeCodeAE:
     epochs : int, default 100
         Passes over the rows of X (ignored when ``steps`` is given).
     steps : int, optional
-        Train exactly this many optimizer steps (batches), reshuffling after each pass ([CCSA] §4: ~8,800).
+        Train this many optimizer steps (batches), reshuffling after each pass ([CCSA] §4: ~8,800); with ``tol``,
+        the most steps.
+    objective : {"normalized", "paper"}, default "normalized"
+        The loss (:func:`ccsa_loss`): xenbench's normalized variant, or the paper's Eq. 6 taken literally.
+    tol : float, optional
+        Stop early when the mean loss of the last ``window`` steps is less than ``tol`` (relative) below the mean
+        of the ``window`` steps before them: ``(prev − last) / |prev| < tol``, checked after every step from step
+        2 · ``window`` on. None: train all ``steps`` (or ``epochs``).
+    window : int, default 200
+        Steps per window of the stopping rule (the per-step loss is noisy: batch sampling and Gumbel noise).
     lr : float, default 1e-3
         Adam learning rate.
     seed : int, default 0
@@ -133,8 +195,12 @@ class CompositeCodeAE:
     history_ : list of dict
         Per pass over the data: mean ``loss``, ``recon`` (‖x − f(x)‖²), ``mse`` (per coordinate),
         ``uniformity`` (raw L_UR) and ``uniformity_norm`` (L_UR / floor) over its batches.
+    curve_ : DataFrame
+        One row per optimizer step: ``step`` (1-based), ``loss``, ``mse``, ``uniformity`` (raw L_UR).
     steps_ : int
         Optimizer steps taken.
+    converged_ : bool
+        Whether the ``tol`` rule stopped training (False when it ran to its step cap, or without ``tol``).
     net_ : torch.nn.Module
         The trained network (eval mode).
     encoder_ : tuple of ndarray
@@ -143,7 +209,8 @@ class CompositeCodeAE:
 
     def __init__(self, n_chunks: int = 16, chunk_size: int = 64, *, reg: float = 0.0, temperature: float = 1.0,
                  batch_size: int = 1000, epochs: int = 100, lr: float = 1e-3, seed: int = 0,
-                 steps: int | None = None, progress: bool = True, device: str | torch.device = "auto") -> None:
+                 steps: int | None = None, objective: str = "normalized", tol: float | None = None,
+                 window: int = 200, progress: bool = True, device: str | torch.device = "auto") -> None:
         self.n_chunks = n_chunks
         self.chunk_size = chunk_size
         self.reg = reg
@@ -153,6 +220,9 @@ class CompositeCodeAE:
         self.lr = lr
         self.seed = seed
         self.steps = steps
+        self.objective = objective
+        self.tol = tol
+        self.window = window
         self.progress = progress
         self.device = device
 
@@ -168,6 +238,9 @@ class CompositeCodeAE:
         check_float(self.reg, "reg", 0, None, owner)
         check_float(self.temperature, "temperature", 0, None, owner, closed="neither")
         check_float(self.lr, "lr", 0, None, owner, closed="neither")
+        check_choice(self.objective, "objective", OBJECTIVES, owner)
+        check_float(self.tol, "tol", 0, None, owner, allow_none=True)
+        check_int(self.window, "window", 1, 2**31, owner, "2**31")
 
     def fit(self, X: np.ndarray) -> "CompositeCodeAE":
         """Train on the rows of X (N × d) with Adam; returns self."""
@@ -186,33 +259,38 @@ class CompositeCodeAE:
         total = self.steps if self.steps is not None else self.epochs * per_pass
         floor = ur_noise_floor(self.n_chunks, self.chunk_size)
         self.history_ = []
+        curve: list[tuple[float, float, float]] = []
         net.train()
         bar = tqdm(total=total, desc="CCSA steps", disable=not self.progress)
-        done = 0
-        while done < total:
+        done, converged = 0, False
+        while done < total and not converged:
             order = torch.randperm(len(X), generator=generator, device=device)
             sums = np.zeros(5)
             n_batches = 0
             for start in range(0, per_pass * batch, batch):
-                if done == total:
+                if done == total or converged:
                     break
                 x = data[order[start:start + batch]]
                 codes = _hard_gumbel_softmax(net.logits(x), self.temperature, generator).flatten(1)
-                err = (net.decoder(codes) - x) ** 2
-                recon = err.sum(dim=1).mean()
-                ur = uniformity_loss(codes, self.chunk_size)
-                loss = recon + self.reg * ur / floor
+                loss, mse, ur = ccsa_loss(x, net.decoder(codes), codes, reg=self.reg, n_chunks=self.n_chunks,
+                                          chunk_size=self.chunk_size, objective=self.objective)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                sums += (loss.item(), recon.item(), recon.item() / x.shape[1], ur.item(), ur.item() / floor)
+                step = (loss.item(), mse.item(), ur.item())
+                curve.append(step)
+                sums += (step[0], step[1] * x.shape[1], step[1], step[2], step[2] / floor)
                 n_batches += 1
                 done += 1
                 bar.update(1)
+                converged = self.tol is not None and _stalled([c[0] for c in curve], self.window, self.tol)
             self.history_.append(dict(zip(("loss", "recon", "mse", "uniformity", "uniformity_norm"),
                                           sums / n_batches)))
         bar.close()
+        self.curve_ = pd.DataFrame(curve, columns=["loss", "mse", "uniformity"])
+        self.curve_.insert(0, "step", np.arange(1, done + 1))
         self.steps_ = done
+        self.converged_ = converged
         self.device_ = device
         self.net_ = net.eval()
         self.encoder_ = _fold_batchnorm(net.norm, net.encoder)
@@ -239,6 +317,16 @@ class CompositeCodeAE:
         codes = torch.from_numpy(self.encode(X)).to(self.device_)
         one_hot = torch.nn.functional.one_hot(codes, self.chunk_size).flatten(1).float()
         return self.net_.decoder(one_hot).cpu().numpy()
+
+
+def _stalled(losses: Sequence[float], window: int, tol: float) -> bool:
+    """The stopping rule of :class:`CompositeCodeAE`: the last ``window`` losses' mean is less than ``tol``
+    (relative) below the mean of the ``window`` before them."""
+    if len(losses) < 2 * window:
+        return False
+    prev = float(np.mean(losses[-2 * window:-window]))
+    last = float(np.mean(losses[-window:]))
+    return (prev - last) < tol * abs(prev)
 
 
 @torch.no_grad()
@@ -487,6 +575,15 @@ def imbalance_factor(list_sizes: np.ndarray) -> float:
     return float(n.size * (n ** 2).sum() / n.sum() ** 2)
 
 
+def code_usage(list_sizes: np.ndarray) -> float:
+    """Share of the C·L code dimensions (posting lists) that hold at least one item (1 = every code used; a
+    collapsed autoencoder ignores most of them, [CCSA] §3.1.3)."""
+    n = np.asarray(list_sizes).reshape(-1)
+    if n.size == 0:
+        raise ParameterError("list_sizes", "a non-empty array", n.tolist(), "code_usage")
+    return float((n > 0).mean())
+
+
 def activation_frequency(list_sizes: np.ndarray) -> np.ndarray:
     """Share of the items that switch on each dimension, sorted descending ([CCSA] Fig. 2/3); ideal 1 / L."""
     sizes = np.asarray(list_sizes, dtype=np.float64)
@@ -621,9 +718,10 @@ def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, set
     Returns
     -------
     results : DataFrame
-        One row per (λ, B, split): ``reg``, ``batch_size``, ``steps``, ``bytes_per_item``, ``imbalance``
-        (:func:`imbalance_factor`), ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), ``sharing`` (mean items
-        sharing a code with the query: the work an imbalanced index adds), ``shortlist`` (R or None) and the columns
+        One row per (λ, B, split): ``objective`` (:func:`ccsa_loss`), ``reg``, ``batch_size``, ``steps``,
+        ``bytes_per_item``, ``imbalance`` (:func:`imbalance_factor`), ``code_usage`` (:func:`code_usage`),
+        ``recon`` / ``mse`` / ``uniformity_norm`` (last pass), ``sharing`` (mean items sharing a code with the query:
+        the work an imbalanced index adds), ``shortlist`` (R or None) and the columns
         of :func:`retrieval_metrics`.
     frequencies : dict
         (λ, B) -> :func:`activation_frequency` of its index (Fig. 2/3).
@@ -637,7 +735,8 @@ def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, set
         I = rerank(queries, items, cands, m)
         scored = np.array([c.size for c in cands])
         last = ae.history_[-1]
-        head = {"method": "CCSA", "reg": float(reg), "batch_size": int(batch), "steps": ae.steps_,
+        head = {"method": "CCSA", "objective": ae.objective, "reg": float(reg), "batch_size": int(batch),
+                "steps": ae.steps_, "code_usage": code_usage(index.list_sizes),
                 "bytes_per_item": code_bytes(n_chunks, chunk_size), "imbalance": imbalance_factor(index.list_sizes),
                 "recon": last["recon"], "mse": last["mse"], "uniformity_norm": last["uniformity_norm"],
                 "shortlist": None if shortlist is None else int(shortlist)}
@@ -645,6 +744,44 @@ def balance_sweep(train: np.ndarray, items: np.ndarray, queries: np.ndarray, set
             rows.append({**head, **row})
         frequencies[float(reg), int(batch)] = activation_frequency(index.list_sizes)
     return pd.DataFrame(rows), frequencies
+
+
+def train_to_convergence(train: np.ndarray, items: np.ndarray, *, n_chunks: int, chunk_sizes: Sequence[int],
+                         batch_size: int, max_steps: int, tol: float, window: int, reg: float = 0.0,
+                         seed: int = 0, progress: bool = True, **fit_params) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
+    """Does the λ = ``reg`` autoencoder collapse ([CCSA] §3.1.3: "the network could ignore most of the dimensions")
+    once trained to convergence? One model per L in ``chunk_sizes``, trained until the :class:`CompositeCodeAE`
+    ``tol``/``window`` rule stops it or ``max_steps``, then the items indexed.
+
+    Returns
+    -------
+    table : DataFrame
+        One row per L: ``n_chunks``, ``chunk_size``, ``batch_size``, ``reg``, ``objective``, ``steps``,
+        ``max_steps``, ``converged``, ``tol``, ``window``, ``imbalance`` and ``code_usage`` of the item index,
+        ``mse`` (mean of the last window), ``uniformity_norm`` (L_UR of the training batches / noise floor, last
+        window), ``expected_uniformity_norm`` (what a batch drawn from the index would give,
+        sqrt(:func:`expected_uniformity_sq`)) and ``detectable_imbalance`` ((L − 1)/(B − 1): the imbalance excess
+        F − 1 at which a batch's L_UR² is twice its noise floor).
+    curves : dict
+        L -> :attr:`CompositeCodeAE.curve_` (the loss curve).
+    """
+    rows, curves = [], {}
+    for L in chunk_sizes:
+        ae = CompositeCodeAE(n_chunks, int(L), reg=reg, batch_size=batch_size, steps=max_steps, tol=tol, window=window,
+                             seed=seed, progress=progress, **fit_params).fit(train)
+        sizes = CodeIndex(n_chunks, int(L)).add(ae.encode(items)).list_sizes
+        tail = ae.curve_.tail(window)
+        F = imbalance_factor(sizes)
+        B = min(int(batch_size), len(train))
+        rows.append({"n_chunks": int(n_chunks), "chunk_size": int(L), "batch_size": B, "reg": float(reg),
+                     "objective": ae.objective, "steps": ae.steps_, "max_steps": int(max_steps),
+                     "converged": bool(ae.converged_), "tol": float(tol), "window": int(window), "imbalance": F,
+                     "code_usage": code_usage(sizes), "mse": float(tail["mse"].mean()),
+                     "uniformity_norm": float(tail["uniformity"].mean()) / ur_noise_floor(n_chunks, int(L)),
+                     "expected_uniformity_norm": float(np.sqrt(expected_uniformity_sq(F, n_chunks, int(L), B))),
+                     "detectable_imbalance": (int(L) - 1) / (B - 1)})
+        curves[int(L)] = ae.curve_
+    return pd.DataFrame(rows), curves
 
 
 def faiss_baselines(train: np.ndarray, items: np.ndarray, queries: np.ndarray, n_lists: int, nprobes: Sequence[int], *,
@@ -773,6 +910,9 @@ class Study:
     ``by_reg``: the λ sweep at batch size B; ``by_batch``: the B sweep at λ = ``reg_for_batches`` (sharing the
     models the λ sweep already trained); ``baselines``: :func:`faiss_baselines`; ``binary``: :func:`binary_hnsw`.
     ``frequencies``: (λ, B) -> :func:`activation_frequency` of the first seed's index (Fig. 2/3).
+    ``paper_objective``: the λ sweep at batch size B under the paper's literal objective (``objective="paper"``,
+    its own learning rate), ``paper_frequencies`` its first seed's λ -> :func:`activation_frequency` (both empty
+    without ``paper_regs``).
     """
 
     by_reg: pd.DataFrame
@@ -780,16 +920,22 @@ class Study:
     baselines: pd.DataFrame
     binary: pd.DataFrame
     frequencies: dict[tuple[float, int], np.ndarray]
+    paper_objective: pd.DataFrame = field(default_factory=pd.DataFrame)
+    paper_frequencies: dict[float, np.ndarray] = field(default_factory=dict)
 
 
 def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *, seeds: Sequence[int],
           regs: Sequence[float], batch_size: int, batch_sizes: Sequence[int], reg_for_batches: float,
           n_chunks: int, chunk_size: int, nprobes: Sequence[int], binary_bits: int, n_eval_queries: int,
-          k: int = 10, m: int = 100, shortlist: int = 1000, progress: bool = True, **fit_params) -> Study:
+          k: int = 10, m: int = 100, shortlist: int = 1000, paper_regs: Sequence[float] = (),
+          paper_lr: float = 1e-4, progress: bool = True, **fit_params) -> Study:
     """Notebook 06's experiments, repeated per seed in ``seeds``, so every number has a spread across seeds.
 
     Per seed s: :func:`query_split` draws ``n_eval_queries`` rows of ``queries`` (half dev, half test) with seed s;
     every CCSA model (``fit_params``: steps, temperature, lr, device, ...) and the faiss k-means are seeded with s.
+    ``regs`` and ``batch_sizes`` train on the normalized objective; ``paper_regs`` (the paper's grid
+    {0, 0.1, 1, 10, 100}) adds a λ sweep at B = ``batch_size`` on the paper's literal objective with Adam's
+    learning rate ``paper_lr`` (the paper's 1e-4), everything else alike.
 
     Parameters
     ----------
@@ -805,8 +951,9 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
     settings_batch = [(float(reg_for_batches), int(b)) for b in batch_sizes]
     extra = [s for s in settings_batch if s not in settings_reg]
     pq = pq_for_bytes(n_chunks, chunk_size, items.shape[1])
-    tables: dict[str, list[pd.DataFrame]] = {"models": [], "baselines": [], "binary": []}
+    tables: dict[str, list[pd.DataFrame]] = {"models": [], "baselines": [], "binary": [], "paper": []}
     frequencies: dict[tuple[float, int], np.ndarray] = {}
+    paper_frequencies: dict[float, np.ndarray] = {}
     for seed in tqdm(seeds, desc="CCSA seeds", disable=not progress or len(seeds) == 1):
         rows, split = query_split(len(queries), n_eval_queries, seed)
         Q, rel = queries[rows], relevant[rows]
@@ -816,6 +963,13 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
         models, freq = balance_sweep(train, items, Q, settings_reg + extra, n_chunks=n_chunks, chunk_size=chunk_size,
                                      shortlist=shortlist, seed=seed, progress=progress, **common, **fit_params)
         tables["models"].append(models.assign(seed=seed))
+        if len(paper_regs):
+            paper, pfreq = balance_sweep(train, items, Q, [(float(r), int(batch_size)) for r in paper_regs],
+                                         n_chunks=n_chunks, chunk_size=chunk_size, shortlist=shortlist, seed=seed,
+                                         progress=progress, **common, **{**fit_params, "lr": paper_lr,
+                                                                         "objective": "paper"})
+            tables["paper"].append(paper.assign(seed=seed))
+            paper_frequencies = paper_frequencies or {reg: f for (reg, _), f in pfreq.items()}
         tables["baselines"].append(faiss_baselines(train, items, Q, chunk_size, nprobes, pq=pq, shortlist=shortlist,
                                                    seed=seed, **common).assign(seed=seed))
         tables["binary"].append(binary_hnsw(train, items, Q, binary_bits, shortlist=min(shortlist, len(items)),
@@ -828,7 +982,9 @@ def study(train: np.ndarray, items: np.ndarray, queries: np.ndarray, relevant, *
     in_batch = pd.Series(list(zip(models["reg"], models["batch_size"]))).isin(settings_batch).to_numpy()
     return Study(by_reg=models[in_reg].reset_index(drop=True), by_batch=models[in_batch].reset_index(drop=True),
                  baselines=pd.concat(tables["baselines"], ignore_index=True),
-                 binary=pd.concat(tables["binary"], ignore_index=True), frequencies=frequencies)
+                 binary=pd.concat(tables["binary"], ignore_index=True), frequencies=frequencies,
+                 paper_objective=(pd.concat(tables["paper"], ignore_index=True) if tables["paper"] else pd.DataFrame()),
+                 paper_frequencies=paper_frequencies)
 
 
 def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = ("recall", "gold_recall", "imbalance",
