@@ -269,8 +269,7 @@ HARDENING = [
          r"'--device' parameter of xenbench eval-ce must be", ("ce",)),
     # --- findings: NaN where a number is needed
     Case("findings-nan-in-results", lambda t: ["findings", "--results-dir", str(_results_with_nan(t))],
-         r"results/04_axn_lambda\.full\.results\.json: its results cannot be turned into findings \(ValueError: "
-         r"cannot convert float NaN to integer\)"),
+         r"results/04_axn_lambda\.full\.results\.json: its results cannot be turned into findings \("),
 ]
 
 CASES = [

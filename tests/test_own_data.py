@@ -150,7 +150,7 @@ def tiny_store_and_corpus_runs(scores: Path, corpus: str) -> dict[str, list[str]
     faiss's OPQ trains on at least d rows). The BEIR and ZESHEL tests run the same protocol."""
     return {
         "02_rank_cls_vs_emb": ["-p", "scores_dir", str(scores), "-p", "k_q_values", "[5, 10]", "-p", "k_i_values",
-                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5",
+                               "[5, 10]", "-p", "n_test", "10", "-p", "budget", "20", "-p", "k", "5", "-p", "m", "10",
                                "-p", "max_queries", "null"],
         "06_ccsa_balance": ["-p", "dataset", corpus, "-p", "n_chunks", "3", "-p", "chunk_size", "4", "-p", "batch_size",
                             "20", "-p", "batch_sizes", "[10, 20]", "-p", "steps", "5", "-p", "k", "5", "-p", "m", "10",
@@ -228,7 +228,7 @@ def test_a_store_notebook_checks_sizes_against_the_store(tmp_path):
     for ce in ("cls-ce", "emb-ce"):
         assert main(["score", "tfidf", beir, "--out", str(scores / ce)]) == 0
     values = {**xnb.profile_values("02_rank_cls_vs_emb"), "scores_dir": str(scores), "max_queries": None,
-              "k_q_values": [5, 10], "k_i_values": [5, 10], "n_test": 10, "budget": 20, "k": 5}
+              "k_q_values": [5, 10], "k_i_values": [5, 10], "n_test": 10, "budget": 20, "k": 5, "m": 10}
     assert xnb.check_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
     assert xnb.data_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
     with pytest.raises(ParameterError, match=r"'k_i_values' parameter of notebook 02_rank_cls_vs_emb must be ints "

@@ -27,7 +27,7 @@ from typing import Any
 from xenbench import provenance
 from xenbench._io import REPO_ROOT, write_text_atomic
 from xenbench._lazy import submodules
-from xenbench.errors import DataError, ParameterError, XenbenchError
+from xenbench.errors import DataError, ParameterError
 
 __all__ = [
     "RESULTS_DIR",
@@ -97,9 +97,9 @@ def _lines_of(path: Path, doc: Mapping[str, Any]) -> list[str]:
     needed: NaN itself is valid in these files, e.g. an undefined p-value) is one error naming the file."""
     try:
         return lines(doc["notebook"], doc["results"])
-    except XenbenchError:
+    except DataError:  # already names its file
         raise
-    except (ValueError, TypeError, KeyError, IndexError) as err:
+    except (ParameterError, ValueError, TypeError, KeyError, IndexError) as err:  # ParameterError: a helper's input
         raise DataError(path, f"its results cannot be turned into findings ({type(err).__name__}: {err}): a value is "
                               "NaN, missing or of another type where a number is needed; rerun the notebook") from None
 
@@ -208,7 +208,7 @@ def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
 
     folder = Path(results_dir)
     fns = registered()
-    parts = [claims_table(folder)]
+    parts = []
     for path in _committed_paths(folder):
         doc = load_results(path)
         name = doc["notebook"]
@@ -217,7 +217,8 @@ def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
         head = f"**{name}**" + (f", profile `{doc['profile']}`" if doc["profile"] != "full" else "")
         body = _lines_of(path, doc) + [line for line in [cost_line(doc)] if line] + [provenance_line(doc)]
         parts.append(f"{head} (`notebooks/results/{path.name}`):\n\n" + "\n".join(f"* {line}" for line in body))
-    return "\n\n".join(parts)
+    # the table last: each file's own findings above have vetted its values, so a bad one is named by its file
+    return "\n\n".join([claims_table(folder), *parts])
 
 
 def update_readme(readme: str | os.PathLike[str], results_dir: str | os.PathLike[str] = RESULTS_DIR, *,
