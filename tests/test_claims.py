@@ -99,9 +99,9 @@ def test_a_changed_result_changes_its_row():
     assert _row(docs, "AXN", "prior")["verdict"] == (f"holds only at B_CE = {prior[0]['budget']}/k = {prior[0]['k']} "
                                                      f"(of {len(prior)} cells)")
 
-    pefa = docs["05_pefa_lambda.full"]["summary"]
+    pefa = docs["05_pefa_lambda.full"]["comparisons"]  # the verdict rule is re-applied to the saved numbers
     for r in pefa:
-        r["gain"] = -abs(r["gain"])
+        r["run_lo"], r["run_mean"], r["run_hi"] = -abs(r["run_hi"]), -abs(r["run_mean"]), -abs(r["run_lo"])
     assert _row(docs, "PEFA", "PEFA")["verdict"] == "does not hold"
 
 

@@ -188,28 +188,30 @@ def _judge_04(challenger: str, baseline: str) -> Callable[[Docs], Judgement | No
 
 
 def _judge_pefa(docs: Docs) -> Judgement | None:
+    """The one verdict rule over 05's declared family (as 05's findings apply it): the claim holds in a split regime
+    where PEFA beats the DE overall at some k."""
+    from xenbench.studies.findings.pefa import _family
+
     results = docs.get("05_pefa_lambda.full")
-    summary = pd.DataFrame((results or {}).get("summary") or [])
-    if summary.empty:
+    if not results or not results.get("comparisons"):  # saved before per-query comparisons: no verdict to read
         return None
-    overall = summary[summary["subset"] == "all"]
-    wins: dict[str, pd.DataFrame] = {}
-    for regime, g in overall.groupby("split", sort=False):
-        beats = g[[versus(float(x), float(s)) == "higher" for x, s in zip(g["gain"], g["gain_se"])]]
-        if not beats.empty:
-            wins[str(regime)] = beats
+    overall = _family(results)
+    overall = overall[overall["subset"] == "all"]
     regimes = list(dict.fromkeys(overall["split"]))
+    wins = {str(r): g[g["verdict"] == "beats"] for r, g in overall.groupby("split", sort=False)}
+    wins = {r: g for r, g in wins.items() if not g.empty}
     if len(wins) == len(regimes):
         verdict = HOLDS
     elif not wins:
         verdict = NOT_HOLD
     else:
         verdict = "holds only in the " + " and ".join(f"{r} split" for r in wins) + " (" + ", ".join(
-            f"{r}: no gain beyond 2 SE" for r in regimes if r not in wins) + ")"
+            f"{r}: no win by the verdict rule" for r in regimes if r not in wins) + ")"
     pool = pd.concat(wins.values()) if wins else overall
-    top = pool.loc[pool["gain"].idxmax()]
-    number = (f"Recall@{int(top['k'])} {points(top['gain'])} ± {100 * top['gain_se']:.1f} points (± 1 paired SE; {top['method']}, "
-              f"{top['split']} split, {int(top['seeds_positive'])}/{int(top['n_seeds'])} seeds > 0)")
+    top = pool.loc[pool["run_mean"].idxmax()]
+    number = (f"Recall@{int(top['k'])} {points(top['run_mean'])} points [{points(top['run_lo'])}, "
+              f"{points(top['run_hi'])}] across {int(top['n_runs'])} splits, Holm-adjusted p {top['p_holm']:.2g} "
+              f"({top['method']}, {top['split']} split)")
     return verdict, number
 
 
