@@ -282,7 +282,7 @@ AXN_LAMBDA, AXN_BUDGET = 0.8, 50
 @register("04_axn_lambda")
 def _axn(results: Mapping[str, Any]) -> list[Witness]:
     from xenbench.methods.axn import lambda_sweep, prior_scale
-    from xenbench.methods.protocol import query_splits
+    from xenbench.methods.protocol import query_splits, run_seed
     from xenbench.studies.experiments import de_embeddings, load_setup
 
     p = results["params"]
@@ -297,7 +297,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     out = [Witness("04_axn_lambda", "beta_first_split", float(results["beta_first_split"]), float(beta),
                    rel_tol=1e-6, abs_tol=0.0)]
     committed = pd.DataFrame(results["sweep_dev_first_run"])
-    seed = p["first_round_seeds"][0]
+    seed = run_seed(int(first.seed), int(p["first_round_seeds"][0]))  # the run's seed, as the protocol draws it
     de_order = np.argsort(-de, axis=1, kind="stable")
     dev = first.dev
     for method, cand in (("AXN DE", de_order[dev]), ("AXN", None)):
