@@ -1458,6 +1458,23 @@ def summary_first(nb: Any) -> Any:
                     html = html.replace(old, str(uuid.uuid4()))
                 output["data"]["text/html"] = html
         copies.append(dup)
+    # The page's one plotly.js bundle may sit in an earlier figure's output, below where the copies go: move it to
+    # the first copy, so that no figure is drawn before Plotly is defined.
+    bundle = None
+    for output in (o for c in out["cells"] for o in c.get("outputs", [])):
+        html = output.get("data", {}).get("text/html")
+        if isinstance(html, str) and (m := _PLOTLY_INLINE.search(html)):
+            bundle = m.group(0)
+            output["data"]["text/html"] = html.replace(bundle, "", 1)
+            break
+    if bundle is not None and copies:
+        first = next((o for o in copies[0].get("outputs", []) if isinstance(o.get("data", {}).get("text/html"), str)),
+                     None)
+        if first is None:
+            copies[0].setdefault("outputs", []).insert(0, {"output_type": "display_data", "metadata": {},
+                                                             "data": {"text/html": bundle}})
+        else:
+            first["data"]["text/html"] = bundle + first["data"]["text/html"]
     out["cells"] = [out["cells"][0], *copies, *out["cells"][1:]]
     return out
 
