@@ -242,16 +242,23 @@ ADACUR_METHODS = ("anncur", "adacur_nosplit")
 ADACUR_BUDGET = 50
 
 
-@register("03_adacur_rounds")
-def _adacur(results: Mapping[str, Any]) -> list[Witness]:
+def _store_setup(p: Mapping[str, Any], split_seeds: list[int]) -> tuple[Any, list[Any]]:
+    """The exact matrix of a store-reading notebook (03, 07) and its query splits, as its parameters ``p`` made them."""
     from xenbench.methods.protocol import query_splits
-    from xenbench.studies.experiments import METHODS, chosen_on_dev, load_setup, protocol_runs
+    from xenbench.studies.experiments import load_setup
 
-    p = results["params"]
     setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], n_anchor_queries=p["n_anchor_queries"],
                        seed=p["seed"], max_items=p["max_items"])
-    split = query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], p["split_seeds"][:1],
-                         max_test=p["max_test_queries"])
+    return setup, query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], split_seeds,
+                               max_test=p["max_test_queries"])
+
+
+@register("03_adacur_rounds")
+def _adacur(results: Mapping[str, Any]) -> list[Witness]:
+    from xenbench.studies.experiments import METHODS, chosen_on_dev, protocol_runs
+
+    p = results["params"]
+    setup, split = _store_setup(p, p["split_seeds"][:1])
     seed = p["anchor_seeds"][0]
     k_values = sorted({int(r["k"]) for r in results["test_at_dev_choice"]} & {1, 10})
     runs = protocol_runs(setup.M, split, [seed], [ADACUR_BUDGET], methods=ADACUR_METHODS, k_values=k_values,
@@ -395,14 +402,10 @@ COMPARE_BUDGET = 50
 
 @register("07_compare_methods")
 def _compare(results: Mapping[str, Any]) -> list[Witness]:
-    from xenbench.methods.protocol import query_splits
-    from xenbench.studies.experiments import METHODS, chosen_on_dev, load_setup, protocol_runs
+    from xenbench.studies.experiments import METHODS, chosen_on_dev, protocol_runs
 
     p = results["params"]
-    setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], n_anchor_queries=p["n_anchor_queries"],
-                       seed=p["seed"], max_items=p["max_items"])
-    splits = query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], p["split_seeds"],
-                          max_test=p["max_test_queries"])
+    setup, splits = _store_setup(p, p["split_seeds"])
     k_values = [k for k in (1, 10) if k in p["k_values"]]
     today = chosen_on_dev(protocol_runs(setup.M, splits, p["anchor_seeds"], [COMPARE_BUDGET], methods=["anncur"],
                                         k_values=k_values, device="cpu"))
