@@ -143,3 +143,33 @@ def test_spike_row_uses_the_median_ratio(spikes):
     row = _row(docs, "ANNCUR", "spikes")
     assert row["verdict"] == ("holds" if np.median(spikes) >= claims.SPIKE else "does not hold")
     assert f"{np.median(spikes):.1f}× the worse neighbour's" in row["number"]
+
+
+def _balance_doc(curve: dict[float, list[float]], paper: dict[float, list[float]] | None = None) -> dict:
+    """A 06 result with test imbalance per λ and seed (dev rows too, which the row must ignore)."""
+    def rows(c):
+        return [{"reg": reg, "seed": s, "split": split, "imbalance": v + (5.0 if split == "dev" else 0.0), "recall": 0.5}
+                for reg, vals in c.items() for s, v in enumerate(vals) for split in ("dev", "test")]
+    return {"06_ccsa_balance.full": {"n_items": 8428, "by_reg": rows(curve),
+                                     **({"paper_objective": rows(paper)} if paper else {})}}
+
+
+def test_balance_row_reads_the_whole_lambda_curve_of_each_objective():
+    from xenbench.methods.protocol import t_interval
+
+    falling = {0.0: [3.0, 3.2, 2.9], 0.1: [2.5, 2.8, 2.6], 1.0: [1.5, 1.6, 1.4], 10.0: [1.1, 1.2, 1.05]}
+    verdict, number = claims._judge_balance(_balance_doc(falling))
+    assert verdict == "holds"
+    for reg in (0.1, 1.0, 10.0):  # every λ against λ = 0, paired within a seed, not only the end points
+        mean, lo, hi = t_interval(np.array(falling[reg]) - np.array(falling[0.0]), 0.95)
+        assert f"λ {reg:g}: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] across 3 seeds" in number
+
+    bumpy = {**falling, 10.0: [3.5, 3.9, 3.6]}  # balances at small λ, worse than λ = 0 at the largest
+    verdict, number = claims._judge_balance(_balance_doc(bumpy))
+    assert verdict == "holds only at λ = 0.1, 1 (full, normalized, 8,428 items)" and "(not monotone)" in number
+
+    flat = {reg: [3.0, 3.2, 2.9] for reg in falling}
+    assert claims._judge_balance(_balance_doc(flat))[0] == "does not hold"
+    verdict, number = claims._judge_balance(_balance_doc(flat, paper=falling))
+    assert verdict == "holds only at λ = 0.1, 1, 10 (full, paper objective, 8,428 items)"
+    assert number.startswith("normalized imbalance against λ 0: ") and "; paper objective imbalance" in number

@@ -82,7 +82,7 @@ def _pair(results: Mapping[str, Any], challenger: str, baseline: str, verdict: C
 
 
 def _across_profiles(per_profile: Mapping[str, tuple[bool, str, int]]) -> Judgement | None:
-    """Combine (holds?, number, n_items) of the full and large runs: holds in both, in neither, or only in one."""
+    """Combine (holds?, number, n_items) of the runs (full, large, ...): holds in all, in none, or only in some."""
     if not per_profile:
         return None
     held = {p: v for p, v in per_profile.items() if v[0]}
@@ -216,7 +216,7 @@ def _judge_pefa(docs: Docs) -> Judgement | None:
 
 
 def _ccsa_profiles(docs: Docs) -> dict[str, Mapping[str, Any]]:
-    return {p: docs[f"06_ccsa_balance.{p}"] for p in ("full", "large") if f"06_ccsa_balance.{p}" in docs}
+    return {p: docs[f"06_ccsa_balance.{p}"] for p in ("full", "large", "regime") if f"06_ccsa_balance.{p}" in docs}
 
 
 def _seeded(results: Mapping[str, Any], key: str) -> pd.DataFrame:
@@ -225,20 +225,44 @@ def _seeded(results: Mapping[str, Any], key: str) -> pd.DataFrame:
 
 
 def _judge_balance(docs: Docs) -> Judgement | None:
-    out = {}
+    """The whole λ curve of each objective against λ = 0 (test queries, paired within a seed). Per run: the λ values
+    whose interval lies below 0 ("balances"); the claim holds where every λ > 0 balances and the mean imbalance never
+    rises as λ grows, and holds only at the balancing λ values where some do. The number lists every λ."""
+    runs: dict[str, tuple[list[float], bool, str, int]] = {}  # label -> (balancing λs, all and monotone, text, n)
     for profile, results in _ccsa_profiles(docs).items():
-        test = _seeded(results, "by_reg")
-        if test.empty:
-            continue
-        test = test[test["split"] == "test"]
-        lo_reg, hi_reg = test["reg"].min(), test["reg"].max()
-        diffs = [g.loc[g["reg"] == hi_reg, "imbalance"].iloc[0] - g.loc[g["reg"] == lo_reg, "imbalance"].iloc[0]
-                 for _, g in test.groupby("seed")]
-        mean, lo, hi = _interval(np.array(diffs))
-        falls = len(diffs) > 1 and hi < 0
-        out[profile] = (falls, f"imbalance λ {lo_reg:g} → {hi_reg:g}: {_diff_text(mean, lo, hi, len(diffs))}",
-                        int(results.get("n_items", 0)))
-    return _across_profiles(out)
+        for key, objective in (("by_reg", "normalized"), ("paper_objective", "paper objective")):
+            test = _seeded(results, key)
+            if test.empty:
+                continue
+            test = test[test["split"] == "test"]
+            regs = sorted(test["reg"].unique())
+            base = test[test["reg"] == regs[0]].set_index("seed")["imbalance"]
+            steps, means, balancing = [], [], []
+            for reg in regs[1:]:
+                cur = test[test["reg"] == reg].set_index("seed")["imbalance"]
+                diffs = (cur - base.reindex(cur.index)).dropna().to_numpy()
+                mean, lo, hi = _interval(diffs)
+                means.append(mean)
+                if len(diffs) > 1 and hi < 0:
+                    balancing.append(float(reg))
+                steps.append(f"λ {reg:g}: {_diff_text(mean, lo, hi, len(diffs))}")
+            if not steps:
+                continue
+            monotone = all(b <= a for a, b in zip([0.0, *means], means))
+            text = f"{objective} imbalance against λ {regs[0]:g}{'' if monotone else ' (not monotone)'}: " + "; ".join(steps)
+            runs[f"{profile}, {objective}"] = (balancing, monotone and len(balancing) == len(steps), text,
+                                               int(results.get("n_items", 0)))
+    if not runs:
+        return None
+    number = "; ".join(f"{text} ({label}, {n:,} items)" if len(runs) > 1 else text
+                       for label, (_, _, text, n) in runs.items())
+    if all(full for _, full, _, _ in runs.values()):
+        return HOLDS, number
+    some = {label: (lams, n) for label, (lams, _, _, n) in runs.items() if lams}
+    if not some:
+        return NOT_HOLD, number
+    where = "; ".join(f"λ = {', '.join(f'{v:g}' for v in lams)} ({label}, {n:,} items)" for label, (lams, n) in some.items())
+    return f"holds only at {where}", number
 
 
 def _ccsa_vs(docs: Docs, key: str, challenger: str | None, baseline: str) -> Judgement | None:
