@@ -217,3 +217,23 @@ def test_a_fragment_named_unlike_its_script_is_listed_once(tmp_path):
     (tmp_path / "bench_z.json").write_text(json.dumps(_fragment("bench_z")), encoding="utf-8")
     results = [{**_fragment("y_named_otherwise"), "status": "ok", "fragment": "bench_y"}]
     assert [r["benchmark"] for r in run_all.collect(results, tmp_path)] == ["y_named_otherwise", "bench_z"]
+
+
+@pytest.mark.parametrize("script, args", [
+    ("bench_scoring", ["--ce", "models/cls-ce", "--n-queries", "2", "--n-items", "3", "--repeats", "1"]),
+    ("bench_packed", ["--ce", "models/cls-ce", "--n-queries", "2", "--n-items", "3", "--repeats", "1"]),
+    ("bench_rerankers", ["--families", "bert", "qwen3", "--n-queries", "1", "--n-items", "3", "--repeats", "1",
+                         "--hidden", "128", "--layers", "2"]),
+])
+def test_scorer_benchmarks_still_run_against_the_package(tmp_path, script, args):
+    """The scorer benchmarks call the package's internals (PairAssembler, packed_forward, the loaders); a refactor
+    once left bench_scoring crashing unseen until `make bench`. A tiny run must still write a valid fragment."""
+    import subprocess
+
+    out = tmp_path / f"{script}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), *args, "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    frag = run_all.load_fragment(out)
+    assert frag["benchmark"] == script and frag["rows"]
+    assert all(r["ours"] > 0 and r["baseline"] > 0 for r in frag["rows"])

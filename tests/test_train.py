@@ -1,6 +1,7 @@
 """CE training: an interrupted run resumes to exactly the weights of an uninterrupted one."""
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 import torch
@@ -143,8 +144,36 @@ def test_runs_saved_before_the_pooling_key_still_match(tmp_path) -> None:
     assert not train._same_config(None, cfg)
 
 
+def test_a_resumed_run_may_checkpoint_more_often_but_not_change_what_it_trains() -> None:
+    cfg = _cfg("emb")
+    saved = train._jsonable(train.asdict(cfg))
+    assert train._same_config(saved, dataclasses.replace(cfg, checkpoint_every=cfg.checkpoint_every * 10))
+    assert not train._same_config(saved, dataclasses.replace(cfg, lr=cfg.lr * 2))
+
+
 def test_marker_pooling_parameter_errors(tmp_path) -> None:
     with pytest.raises(ParameterError, match="'pooling' parameter of TrainConfig must be 'mean' or 'markers'"):
         train.train_cross_encoder(_cfg("emb", "max"), tmp_path, data=_tiny_data(), device="cpu")
     with pytest.raises(ParameterError, match="'pooling' parameter of TrainConfig"):
         train.train_cross_encoder(_cfg("cls", "markers"), tmp_path, data=_tiny_data(), device="cpu")
+
+
+def test_mined_negatives_are_read_back_by_a_resumed_run(tmp_path, monkeypatch) -> None:
+    """Mining (~11 CPU-min for the bundled CEs) runs once per run folder; a run with other domains mines anew."""
+    calls = []
+    rows = np.array([3, 1, 2], dtype=np.int64)
+
+    def fake_mine(domains, n_negatives):
+        calls.append(list(domains))
+        return train.TrainingData([train.load_wordnet_el(d) for d in domains], [(0, 4, rows)])
+
+    monkeypatch.setattr(train, "mine_training_data", fake_mine)
+    cfg = dataclasses.replace(_cfg("emb"), domains=["noun.cognition"], n_negatives=2)
+    path = tmp_path / train.MINED_NAME
+    first = train._mined(path, cfg)
+    again = train._mined(path, cfg)
+    assert calls == [["noun.cognition"]] and path.is_file()
+    assert [(d, q, r.tolist()) for d, q, r in again.examples] == [(0, 4, [3, 1, 2])]
+    assert again.datasets[0].items == first.datasets[0].items
+    train._mined(path, dataclasses.replace(cfg, domains=["noun.food"]))
+    assert calls == [["noun.cognition"], ["noun.food"]]

@@ -35,6 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from xenbench._device import resolve_device
+from xenbench._io import write_text_atomic
 from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, load_cross_encoder
 from xenbench.data.datasets import Dataset, load_wordnet_el, sample_queries
 from xenbench._validation import check_choice, check_float, check_int, check_seed
@@ -44,6 +45,8 @@ from xenbench.models.retrievers import DualEncoder
 
 log = logging.getLogger(__name__)
 STATE_NAME = "train_state.pt"
+#: The mined examples of a run in progress (mining costs ~11 CPU-min; a resumed run reads them instead).
+MINED_NAME = "train_mined.json"
 
 
 @dataclass
@@ -152,6 +155,23 @@ def mine_training_data(domains: list[str], n_negatives: int, *, de: DualEncoder 
     return TrainingData(datasets, examples)
 
 
+def _mined(path: Path, cfg: TrainConfig) -> TrainingData:
+    """:func:`mine_training_data` for ``cfg``, read from ``path`` when a run with the same domains and negatives
+    wrote it there (mining is deterministic: the bundled DE and exact search), else mined and written."""
+    key = {"domains": list(cfg.domains), "n_negatives": int(cfg.n_negatives)}
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        if saved.get("key") == key:
+            return TrainingData([load_wordnet_el(name) for name in cfg.domains],
+                                [(d, q, np.asarray(rows, dtype=np.int64)) for d, q, rows in saved["examples"]])
+    data = mine_training_data(cfg.domains, cfg.n_negatives)
+    write_text_atomic(path, json.dumps({"key": key, "examples": [[d, q, rows.tolist()] for d, q, rows in data.examples]}))
+    return data
+
+
 def trainable_parameter_names(ce: CrossEncoder, trainable_layers: int) -> list[str]:
     """Names of the parameters trained: the top ``trainable_layers`` encoder layers and any head."""
     n_layers = ce.model.config.num_hidden_layers
@@ -201,7 +221,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     body = [params[n] for n in names if "classifier" not in n and "pooler" not in n]
     opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr}, {"params": head, "lr": cfg.head_lr}], weight_decay=0.01)
 
-    data = data or mine_training_data(cfg.domains, cfg.n_negatives)
+    data = data or _mined(out / MINED_NAME, cfg)
     rng = np.random.default_rng(cfg.seed)
     n_ex = len(data.examples) if cfg.max_queries is None else min(cfg.max_queries, len(data.examples))
     chosen = rng.permutation(len(data.examples))[:n_ex]
@@ -259,6 +279,7 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     }
     ce.save(out)
     state_path.unlink(missing_ok=True)  # finished: the saved model supersedes the resume state
+    (out / MINED_NAME).unlink(missing_ok=True)
     return ce
 
 
@@ -317,11 +338,14 @@ def _save_state(path: Path, ce, opt, sched, step, losses, wall, cfg) -> None:
 
 def _same_config(saved: dict | None, cfg: TrainConfig) -> bool:
     """Whether a saved ``train_config`` is ``cfg``; keys added to :class:`TrainConfig` since (e.g. ``pooling``)
-    count as their defaults, so runs saved before a key existed still match."""
+    count as their defaults, so runs saved before a key existed still match. ``checkpoint_every`` is not compared:
+    it changes when state is written, never the weights, so a resumed run may save more or less often."""
     if saved is None:
         return False
     defaults = _jsonable(asdict(TrainConfig()))
-    return {**defaults, **saved} == _jsonable(asdict(cfg))
+    ignore = {"checkpoint_every"}
+    a = {k: v for k, v in {**defaults, **saved}.items() if k not in ignore}
+    return a == {k: v for k, v in _jsonable(asdict(cfg)).items() if k not in ignore}
 
 
 def _jsonable(obj):
