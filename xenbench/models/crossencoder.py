@@ -524,13 +524,17 @@ class CrossEncoder(nn.Module):
     def answer_score(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """An LLM reranker's score from the last token's hidden state (B, d): logit(true) − logit(false)
         (sentence-transformers' ``LogitScore``), or logit(true) when no false token is set."""
-        logits = self.model.get_output_embeddings()(last_hidden)  # (B, V), as the model's LM head computes them
+        true_id, false_id = (list(self.config.answer_tokens or []) + [None, None])[:2]
+        ids = [true_id] if false_id is None else [true_id, false_id]
+        # Only the answer tokens' rows of the LM head: the full (B, V) logits cost B x V x d for two columns
+        # (V = 151k for Qwen3: as much as a layer of the tail); each kept logit is the same dot product.
+        head = self.model.get_output_embeddings()
+        logits = torch.nn.functional.linear(last_hidden, head.weight[ids],
+                                            None if head.bias is None else head.bias[ids])  # (B, 1 or 2)
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         if cap:
             logits = torch.tanh(logits / cap) * cap
-        true_id, false_id = (list(self.config.answer_tokens or []) + [None, None])[:2]
-        score = logits[:, true_id]
-        return score if false_id is None else score - logits[:, false_id]
+        return logits[:, 0] if false_id is None else logits[:, 0] - logits[:, 1]
 
     def pair_score(self, q: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         """An [EMB]-CE's score of its pair embeddings (B, d) each: ``scale`` · cosine, or the raw dot product."""
