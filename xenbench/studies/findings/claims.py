@@ -226,8 +226,9 @@ def _seeded(results: Mapping[str, Any], key: str) -> pd.DataFrame:
 
 def _judge_balance(docs: Docs) -> Judgement | None:
     """The whole λ curve of each objective against λ = 0 (test queries, paired within a seed). Per run: the λ values
-    whose interval lies below 0 ("balances"); the claim holds where every λ > 0 balances and the mean imbalance never
-    rises as λ grows, and holds only at the balancing λ values where some do. The number lists every λ."""
+    whose interval lies below 0 ("balances"); the claim holds where every λ > 0 balances and the imbalance never
+    rises from one λ to the next (a rise: that step's paired interval above 0, so a wobble within noise is not one),
+    and holds only at the balancing λ values where some do. The number lists every λ."""
     runs: dict[str, tuple[list[float], bool, str, int]] = {}  # label -> (balancing λs, all and monotone, text, n)
     for profile, results in _ccsa_profiles(docs).items():
         for key, objective in (("by_reg", "normalized"), ("paper_objective", "paper objective")):
@@ -236,21 +237,26 @@ def _judge_balance(docs: Docs) -> Judgement | None:
                 continue
             test = test[test["split"] == "test"]
             regs = sorted(test["reg"].unique())
-            base = test[test["reg"] == regs[0]].set_index("seed")["imbalance"]
-            steps, means, balancing = [], [], []
-            for reg in regs[1:]:
-                cur = test[test["reg"] == reg].set_index("seed")["imbalance"]
-                diffs = (cur - base.reindex(cur.index)).dropna().to_numpy()
-                mean, lo, hi = _interval(diffs)
-                means.append(mean)
-                if len(diffs) > 1 and hi < 0:
+            by = {reg: test[test["reg"] == reg].set_index("seed")["imbalance"] for reg in regs}
+
+            def change(a: float, b: float) -> tuple[int, float, float, float]:
+                diffs = (by[b] - by[a].reindex(by[b].index)).dropna().to_numpy()
+                return (len(diffs), *_interval(diffs))
+
+            steps, balancing, rises = [], [], []
+            for prev, reg in zip(regs[:-1], regs[1:]):
+                n, mean, lo, hi = change(regs[0], reg)
+                if n > 1 and hi < 0:
                     balancing.append(float(reg))
-                steps.append(f"λ {reg:g}: {_diff_text(mean, lo, hi, len(diffs))}")
+                steps.append(f"λ {reg:g}: {_diff_text(mean, lo, hi, n)}")
+                n, _, lo, _ = change(prev, reg)
+                if prev != regs[0] and n > 1 and lo > 0:
+                    rises.append(f"{prev:g} → {reg:g}")
             if not steps:
                 continue
-            monotone = all(b <= a for a, b in zip([0.0, *means], means))
-            text = f"{objective} imbalance against λ {regs[0]:g}{'' if monotone else ' (not monotone)'}: " + "; ".join(steps)
-            runs[f"{profile}, {objective}"] = (balancing, monotone and len(balancing) == len(steps), text,
+            shape = f" (rises from λ {', '.join(rises)})" if rises else ""
+            text = f"{objective} imbalance against λ {regs[0]:g}{shape}: " + "; ".join(steps)
+            runs[f"{profile}, {objective}"] = (balancing, not rises and len(balancing) == len(steps), text,
                                                int(results.get("n_items", 0)))
     if not runs:
         return None
