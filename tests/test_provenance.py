@@ -93,6 +93,7 @@ def test_save_results_round_trip_records_commit_params_versions_and_inputs(tmp_p
     assert prov["packages"]["torch"] in (torch.__version__, torch.__version__.split("+")[0])
     assert set(prov["packages"]) == set(provenance.PACKAGES)
     assert prov["machine"]["device"] in ("cpu", "cuda", "mps") and prov["machine"]["cpu"]
+    assert prov["machine"]["torch_threads"] == torch.get_num_threads()
     assert prov["inputs"] == [{"kind": "score store", "path": str((tmp_path / "store").resolve()),
                                "sha256": provenance.content_sha256(tmp_path / "store")}]
     assert "a clean tree" in findings.provenance_line(doc) or "a dirty tree" in findings.provenance_line(doc)

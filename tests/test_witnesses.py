@@ -25,6 +25,20 @@ def test_witness_tolerance_and_line():
     assert Witness("n", "c", 3.0, 3.0, abs_tol=0.0).line() == "n: c: committed 3, today 3 (tolerance exact)"
 
 
+@pytest.mark.parametrize("recorded", [1, 3, None])
+def test_witnesses_run_at_the_torch_thread_count_the_run_recorded(monkeypatch, recorded):
+    """A CPU-trained model ends differently at another thread count: the witness re-derives it at the recorded one
+    (a file from before the count was recorded: this process's), and leaves the process's count as it was."""
+    import torch
+
+    seen = []
+    monkeypatch.setitem(witnesses._REGISTRY, "nb_threads", lambda results: seen.append(torch.get_num_threads()) or [])
+    before = torch.get_num_threads()
+    machine = {"cores": 2} if recorded is None else {"cores": 2, "torch_threads": recorded}
+    witnesses.witnesses({"notebook": "nb_threads", "results": {}, "provenance": {"machine": machine}})
+    assert seen == [recorded or before] and torch.get_num_threads() == before
+
+
 def test_every_notebook_declares_witnesses():
     from xenbench.notebook import list_notebooks
 

@@ -7,7 +7,7 @@ Every results file written by :func:`xenbench.notebook.save_results` carries a `
      "params": {...},                                     # the notebook's resolved parameters
      "packages": {"numpy": "2.3.1", "torch": "2.13.0", ...},
      "python": "3.12.3",
-     "machine": {"device": "cpu", "gpu": null, "cpu": "AMD EPYC ...", "cores": 2},
+     "machine": {"device": "cpu", "gpu": null, "cpu": "AMD EPYC ...", "cores": 2, "torch_threads": 2},
      "inputs": [{"kind": "score store", "path": "data/scores/noun.cognition/cls-ce", "sha256": "..."}, ...]}
 
 Inputs are recorded explicitly: each loader of the data layer and the models layer reports what it opened
@@ -120,20 +120,21 @@ def _cpu_model() -> str:
 
 def environment() -> dict[str, Any]:
     """Versions of xenbench, Python and :data:`PACKAGES`, and the machine: the device ``"auto"`` resolves to
-    (:func:`xenbench._device.resolve_device`), the GPU's name, the CPU model and its core count."""
+    (:func:`xenbench._device.resolve_device`), the GPU's name, the CPU model, its core count and torch's threads."""
     from xenbench._device import resolve_device  # imports torch: only when a run is recorded
 
-    device = resolve_device("auto")
-    gpu = None
-    if device.type == "cuda":
-        import torch
+    import torch
 
-        gpu = torch.cuda.get_device_name(device)
+    device = resolve_device("auto")
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
         "xenbench": __version__,
         "python": platform.python_version(),
         "packages": {name: _version(dists) for name, dists in PACKAGES.items()},
-        "machine": {"device": device.type, "gpu": gpu, "cpu": _cpu_model(), "cores": os.cpu_count()},
+        # torch's intra-op threads: a model trained on the CPU (06's CCSA) ends differently at another count
+        # (1 vs 2 threads: 2.8e-4 relative in a balance), so a witness re-derives it at the recorded count.
+        "machine": {"device": device.type, "gpu": gpu, "cpu": _cpu_model(), "cores": os.cpu_count(),
+                    "torch_threads": torch.get_num_threads()},
     }
 
 
@@ -194,7 +195,8 @@ def summary(prov: Mapping[str, Any]) -> str:
     packages = ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items() if v)
     device = machine.get("gpu") or machine.get("device")
     lines = [f"xenbench {prov.get('xenbench')} at commit {commit} ({state}); Python {prov.get('python')}, {packages}.",
-             f"Device {device}; CPU {machine.get('cpu')} ({machine.get('cores')} cores)."]
+             f"Device {device}; CPU {machine.get('cpu')} ({machine.get('cores')} cores"
+             + (f", torch threads {machine['torch_threads']}" if machine.get("torch_threads") else "") + ")."]
     inputs = prov.get("inputs")
     if inputs:
         lines.append("Inputs: " + "; ".join(f"{i['kind']} {i['path']} (sha256 {str(i['sha256'])[:12]})"

@@ -20,7 +20,10 @@ machines differ there by more; it is compared at 5% relative, which still separa
 by orders of magnitude on that cell). A model trained with torch on the CPU (06's CCSA) is reproducible on one machine
 but not across machines: the code of the committed 06 run (a7cb823), re-run on another machine, gave imbalance
 1.111527467 against the committed 1.111519808 (6.9e-6 relative) and dev recall 0.8012 against 0.8018 (3 of 5,000
-neighbours); its witnesses allow about three times that (1e-4 relative, 2e-3 absolute), and are no finer than that.
+neighbours); its witnesses allow about three times that (1e-4 relative, 2e-3 absolute), and are no finer than that. torch's
+thread count matters more than the machine (the same code and machine at 1 and at 2 threads: 1.111838 against
+1.111528, 2.8e-4 relative), so witnesses run at the thread count the run's provenance records
+(``machine.torch_threads``; files written before it was recorded: this process's count).
 """
 from __future__ import annotations
 
@@ -112,7 +115,18 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     """The witnesses of one results document (:func:`xenbench.studies.findings.load_results`); [] if its notebook
     declares none."""
     fn = _REGISTRY.get(doc["notebook"])
-    return fn(doc["results"]) if fn is not None else []
+    if fn is None:
+        return []
+    import torch
+
+    # Re-derive at the run's torch thread count where its provenance records one (see the module docstring).
+    threads = ((doc.get("provenance") or {}).get("machine") or {}).get("torch_threads")
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads) if threads else before)
+    try:
+        return fn(doc["results"])
+    finally:
+        torch.set_num_threads(before)
 
 
 def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None = None,
