@@ -130,7 +130,7 @@ def test_the_readme_table_follows_the_results_folder(tmp_path):
     assert before != after and after.count("**does not hold**") == before.count("**does not hold**") + 2
     readme = tmp_path / "README.md"
     readme.write_text(f"x\n{findings.README_BEGIN}\nold\n{findings.README_END}\n", encoding="utf-8")
-    assert findings.update_readme(readme, folder, allow_no_provenance=True)  # a few committed files predate provenance
+    assert findings.update_readme(readme, folder)
     assert after in readme.read_text(encoding="utf-8")
 
 

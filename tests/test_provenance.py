@@ -132,14 +132,11 @@ def test_findings_write_refuses_a_file_without_clean_provenance(tmp_path, capsys
     assert (REPO_ROOT / "README.md").read_text(encoding="utf-8") == before
 
 
-def test_no_provenance_admitted_only_when_asked_and_dirty_never(tmp_path):
-    legacy = _results_dir(tmp_path, None)
-    assert findings.refuse_uncommittable(legacy, allow_no_provenance=True) == [legacy / "00_data.full.results.json"]
-    dirty = _results_dir(tmp_path / "x", {"git": {"commit": "abc", "dirty": True}})
-    with pytest.raises(DataError, match="dirty tree"):
-        findings.refuse_uncommittable(dirty, allow_no_provenance=True)
-    clean = _results_dir(tmp_path / "y", {"git": {"commit": "abc", "dirty": False}})
-    assert findings.refuse_uncommittable(clean) == []
+def test_a_clean_run_is_admitted_and_every_committed_results_file_is_one(tmp_path):
+    """No committed result predates provenance or comes from a dirty tree (the README names each file's commit)."""
+    findings.refuse_uncommittable(_results_dir(tmp_path, {"git": {"commit": "abc", "dirty": False}}))
+    for path in sorted(findings.RESULTS_DIR.glob("*.results.json")):
+        assert provenance.refusal(json.loads(path.read_text(encoding="utf-8"))) is None, path.name
 
 
 def test_a_run_is_dirty_if_its_tree_changed_while_it_ran(repo):

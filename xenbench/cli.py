@@ -288,9 +288,7 @@ def _findings(args: argparse.Namespace) -> int:
               + (f"; {len(bad)} do not: re-run those notebooks" if bad else ""))
         return 1 if bad else 0
     if args.write:
-        for path in findings.refuse_uncommittable(results_dir, allow_no_provenance=args.allow_no_provenance):
-            print(f"xenbench: warning: {path}: has no provenance (admitted by --allow-no-provenance)", file=sys.stderr)
-        changed = findings.update_readme(readme, results_dir, allow_no_provenance=args.allow_no_provenance)
+        changed = findings.update_readme(readme, results_dir)
         print(f"{readme}: findings {'rewritten' if changed else 'already up to date'}")
     elif args.check:
         if findings.update_readme(readme, results_dir, write=False):
@@ -404,9 +402,6 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--verify", action="store_true",
                       help="recompute each notebook's witness cells of the committed results with today's code; exit 1 "
                            "naming every cell that no longer matches (xenbench.studies.witnesses)")
-    f.add_argument("--allow-no-provenance", action="store_true",
-                   help="with --write: admit results files written before provenance was recorded (never a dirty "
-                        "tree's); each is named on stderr")
     f.set_defaults(func=_findings)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")

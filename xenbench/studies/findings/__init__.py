@@ -157,7 +157,9 @@ def provenance_line(doc: Mapping[str, Any]) -> str:
     packages = ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items() if v)
     return (f"Produced at commit `{str(git.get('commit') or 'unknown')[:12]}` ({state}) with xenbench "
             f"{prov.get('xenbench')}, {packages}, on {machine.get('gpu') or machine.get('device')} "
-            f"({machine.get('cpu')}, {machine.get('cores')} cores), from {len(prov.get('inputs') or [])} hashed inputs.")
+            f"({machine.get('cpu')}, {machine.get('cores')} cores"
+            + (f", torch threads {machine['torch_threads']}" if machine.get("torch_threads") else "")
+            + f"), from {len(prov.get('inputs') or [])} hashed inputs.")
 
 
 def _committed_paths(folder: Path) -> list[Path]:
@@ -165,39 +167,19 @@ def _committed_paths(folder: Path) -> list[Path]:
     return sorted(paths, key=lambda p: (p.name.split(".")[0], README_PROFILES.index(p.name.split(".")[-3])))
 
 
-def refuse_uncommittable(results_dir: str | os.PathLike[str] = RESULTS_DIR, *,
-                         allow_no_provenance: bool = False) -> list[Path]:
-    """Refuse a committed results file that cannot say what produced it (:func:`xenbench.provenance.refusal`).
-
-    Parameters
-    ----------
-    results_dir
-        Folder of the committed ``<name>.<profile>.results.json``.
-    allow_no_provenance
-        Admit files without any provenance (written before it was recorded); a run from a dirty tree or from
-        outside a git checkout is refused regardless.
-
-    Returns
-    -------
-    list of Path
-        The files admitted without provenance (empty unless ``allow_no_provenance``).
+def refuse_uncommittable(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> None:
+    """Refuse a committed results file that cannot say what produced it (:func:`xenbench.provenance.refusal`): no
+    provenance, a dirty tree or no git checkout.
 
     Raises
     ------
     DataError
         Naming the first file refused and why.
     """
-    legacy = []
     for path in _committed_paths(Path(results_dir)):
-        doc = load_results(path)
-        problem = provenance.refusal(doc)
-        if problem is None:
-            continue
-        if allow_no_provenance and "provenance" not in doc:
-            legacy.append(path)
-            continue
-        raise DataError(path, f"refused: this results file {problem}")
-    return legacy
+        problem = provenance.refusal(load_results(path))
+        if problem is not None:
+            raise DataError(path, f"refused: this results file {problem}")
 
 
 def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
@@ -222,15 +204,15 @@ def readme_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
 
 
 def update_readme(readme: str | os.PathLike[str], results_dir: str | os.PathLike[str] = RESULTS_DIR, *,
-                  write: bool = True, allow_no_provenance: bool = False) -> bool:
+                  write: bool = True) -> bool:
     """Replace the README's block between :data:`README_BEGIN` and :data:`README_END` by :func:`readme_section`.
 
     Returns whether the block changed (with ``write=False``: whether it is stale). The file is replaced
     atomically. Writing first refuses results files that cannot say what produced them
-    (:func:`refuse_uncommittable`, which ``allow_no_provenance`` is passed to).
+    (:func:`refuse_uncommittable`).
     """
     if write:
-        refuse_uncommittable(results_dir, allow_no_provenance=allow_no_provenance)
+        refuse_uncommittable(results_dir)
     path = Path(readme)
     text = path.read_text(encoding="utf-8")
     start, end = text.find(README_BEGIN), text.find(README_END)
