@@ -228,7 +228,7 @@ def _judge_balance(docs: Docs) -> Judgement | None:
     """The whole λ curve of each objective against λ = 0 (test queries, paired within a seed). Per run: the λ values
     whose interval lies below 0 ("balances"); the claim holds where every λ > 0 balances and the imbalance never
     rises from one λ to the next (a rise: that step's paired interval above 0, so a wobble within noise is not one),
-    and holds only at the balancing λ values where some do. The number lists every λ."""
+    and holds only at the balancing λ values where some do. The number: each run's largest fall, with its interval."""
     runs: dict[str, tuple[list[float], bool, str, int]] = {}  # label -> (balancing λs, all and monotone, text, n)
     for profile, results in _ccsa_profiles(docs).items():
         for key, objective in (("by_reg", "normalized"), ("paper_objective", "paper objective")):
@@ -248,20 +248,21 @@ def _judge_balance(docs: Docs) -> Judgement | None:
                 n, mean, lo, hi = change(regs[0], reg)
                 if n > 1 and hi < 0:
                     balancing.append(float(reg))
-                steps.append(f"λ {reg:g}: {_diff_text(mean, lo, hi, n)}")
+                steps.append((mean, reg, _diff_text(mean, lo, hi, n)))
                 n, _, lo, _ = change(prev, reg)
                 if prev != regs[0] and n > 1 and lo > 0:
                     rises.append(f"{prev:g} → {reg:g}")
             if not steps:
                 continue
-            shape = f" (rises from λ {', '.join(rises)})" if rises else ""
-            text = f"{objective} imbalance against λ {regs[0]:g}{shape}: " + "; ".join(steps)
+            # One number per run (the table is read at a glance; the findings below list every λ): the largest fall.
+            _, best, diff = min(steps)
+            shape = f", rises from λ {', '.join(rises)}" if rises else ""
+            text = f"imbalance λ {best:g} vs {regs[0]:g}: {diff}{shape}"
             runs[f"{profile}, {objective}"] = (balancing, not rises and len(balancing) == len(steps), text,
                                                int(results.get("n_items", 0)))
     if not runs:
         return None
-    number = "; ".join(f"{text} ({label}, {n:,} items)" if len(runs) > 1 else text
-                       for label, (_, _, text, n) in runs.items())
+    number = "; ".join(f"{text} ({label}, {n:,} items)" for label, (_, _, text, n) in runs.items())
     if all(full for _, full, _, _ in runs.values()):
         return HOLDS, number
     some = {label: (lams, n) for label, (lams, _, _, n) in runs.items() if lams}
