@@ -260,6 +260,7 @@ class CompositeCodeAE:
         floor = ur_noise_floor(self.n_chunks, self.chunk_size)
         self.history_ = []
         curve: list[tuple[float, float, float]] = []
+        losses: list[float] = []  # the stopping rule's input, kept apart from ``curve``: no per-step rebuild
         net.train()
         bar = tqdm(total=total, desc="CCSA steps", disable=not self.progress)
         done, converged = 0, False
@@ -279,11 +280,12 @@ class CompositeCodeAE:
                 optimizer.step()
                 step = (loss.item(), mse.item(), ur.item())
                 curve.append(step)
+                losses.append(step[0])
                 sums += (step[0], step[1] * x.shape[1], step[1], step[2], step[2] / floor)
                 n_batches += 1
                 done += 1
                 bar.update(1)
-                converged = self.tol is not None and _stalled([c[0] for c in curve], self.window, self.tol)
+                converged = self.tol is not None and _stalled(losses, self.window, self.tol)
             self.history_.append(dict(zip(("loss", "recon", "mse", "uniformity", "uniformity_norm"),
                                           sums / n_batches)))
         bar.close()
