@@ -175,3 +175,26 @@ def test_balance_row_reads_the_whole_lambda_curve_of_each_objective():
     verdict, number = claims._judge_balance(_balance_doc(flat, paper=falling))
     assert verdict == "holds only at λ = 0.1, 1, 10 (full, paper objective, 8,428 items)"
     assert number.startswith("imbalance λ ") and "(full, normalized, 8,428 items); imbalance λ 10 vs 0: " in number
+
+
+def test_a_one_seed_run_shows_its_number_but_casts_no_vote_on_balance():
+    falling = {0.0: [3.0, 3.2, 2.9], 0.1: [2.5, 2.8, 2.6], 1.0: [1.5, 1.6, 1.4], 10.0: [1.1, 1.2, 1.05]}
+    docs = _balance_doc(falling)
+    one = _balance_doc({reg: [v[0] + (2.0 if reg == 10.0 else 0.0)] for reg, v in falling.items()})  # rises at λ 10
+    docs["06_ccsa_balance.regime"] = {**one["06_ccsa_balance.full"], "n_items": 95840}
+    verdict, number = claims._judge_balance(docs)
+    assert verdict == "holds (one seed, no verdict: regime, normalized)"
+    assert "imbalance λ 1 vs 0: -1.500 (one seed: no interval) (regime, normalized, 95,840 items)" in number
+    assert claims._judge_balance({"06_ccsa_balance.regime": docs["06_ccsa_balance.regime"]})[0] == (
+        "undecided: one seed gives no interval")
+
+
+@pytest.mark.parametrize("gap, holds", [(-0.02, True), (-0.05, False)])
+def test_one_seed_recall_comparison_falls_back_to_two_query_standard_errors(gap, holds):
+    rows = [{"method": m, "split": "test", "seed": 0, "recall": r, "recall_se": 0.01}
+            for m, r in (("CCSA-binary+HNSW", 0.5 + gap), ("PQ+HNSW", 0.5))]
+    verdict, number = claims._ccsa_vs({"06_ccsa_balance.regime": {"n_items": 95840, "binary": rows}}, "binary",
+                                      "CCSA-binary+HNSW", "PQ+HNSW")
+    two_se = 2 * np.hypot(0.01, 0.01)  # 0.028: −0.02 lies within it, −0.05 below it
+    assert verdict == ("holds" if holds else "does not hold")
+    assert number == f"Top-k-Recall difference {gap:+.3f} ± {two_se:.3f} (one seed: ± 2 standard errors over test queries)"

@@ -36,7 +36,7 @@ def difference(diffs: np.ndarray, se_one: float, *, higher: str, lower: str) -> 
     return word, f"; difference {mean:+.3f}, 95% interval across {diffs.size} seeds {lo:+.3f} to {hi:+.3f}"
 
 
-def _se_diff(a: pd.Series, b: pd.Series, col: str) -> float:
+def se_diff(a: pd.Series, b: pd.Series, col: str) -> float:
     """Standard error of a difference of two query means (independent-samples bound; conservative for paired)."""
     return float(np.hypot(a[f"{col}_se"], b[f"{col}_se"]))
 
@@ -58,7 +58,7 @@ def _trend(test: pd.DataFrame, by: str, name: str) -> str:
     parts.append(f"imbalance {imb} ({lo['imbalance']:.2f} → {hi['imbalance']:.2f}{extra})")
     for col, label in (("recall", "Top-k-Recall vs the exact DE"), ("gold_recall", "gold Recall@k")):
         diffs = np.array([b[col] - a[col] for a, b in pairs])
-        word, extra = difference(diffs, _se_diff(pairs[0][1], pairs[0][0], col), higher="rises", lower="falls")
+        word, extra = difference(diffs, se_diff(pairs[0][1], pairs[0][0], col), higher="rises", lower="falls")
         parts.append(f"{label} {word} ({lo[col]:.3f} → {hi[col]:.3f}{extra})")
     # Results written before CCSA took a shortlist re-ranked every item sharing a code, so "scored" was that count.
     col = "sharing" if "sharing" in test else "scored"
@@ -72,6 +72,24 @@ OBJECTIVE_TEXT = {
     "normalized": "xenbench's normalized objective, Σ_d (x − f(x))² + λ · L_UR / sqrt(C (1 − 1/L))",
     "paper": "the paper's literal objective (Eq. 6), per-coordinate MSE + λ · L_UR (raw Eq. 5)",
 }
+
+
+def imbalance_steps(test: pd.DataFrame) -> tuple[list[tuple[float, np.ndarray]], list[tuple[float, float]]]:
+    """The imbalance along a λ curve (test rows of one objective), paired within a seed.
+
+    Returns each λ > λ_0 with its per-seed differences from λ_0, and the steps λ_a → λ_b between neighbouring λ > λ_0
+    that *rise*: their paired 95% interval across seeds lies above 0, so a wobble within seed noise is not one. One
+    seed gives no interval, hence no rise; an index's imbalance has no per-query noise to fall back on.
+    """
+    regs = sorted(test["reg"].unique())
+    by = {reg: test[test["reg"] == reg].set_index("seed")["imbalance"] for reg in regs}
+
+    def diffs(a: float, b: float) -> np.ndarray:
+        return (by[b] - by[a].reindex(by[b].index)).dropna().to_numpy(dtype=np.float64)
+
+    rises = [(a, b) for a, b in zip(regs[1:-1], regs[2:])
+             if len(d := diffs(a, b)) > 1 and t_interval(d, 0.95)[1] > 0]
+    return [(float(reg), diffs(regs[0], reg)) for reg in regs[1:]], [(float(a), float(b)) for a, b in rises]
 
 
 def _interval(values: np.ndarray, fmt: str) -> str:
@@ -109,15 +127,24 @@ def lambda_curve(rows: pd.DataFrame, *, objective: str, lr: float | None = None,
             for col, label in (("recall", "Top-k-Recall"), ("gold_recall", "gold Recall@k")):
                 pairs = [(a, ref.loc[a["seed"]]) for _, a in at.iterrows()]
                 diffs = np.array([a[col] - b[col] for a, b in pairs])
-                word, _ = difference(diffs, _se_diff(*pairs[0], col), higher="higher", lower="lower")
+                word, _ = difference(diffs, se_diff(*pairs[0], col), higher="higher", lower="lower")
                 word = "level" if word == LEVEL else word
                 text += f", {label} {_interval(diffs, '+.3f')} vs λ = {base:g} ({word})"
         parts.append(text)
     means = test.groupby("reg")["imbalance"].mean()
     order = means.loc[regs].to_numpy()
-    shape = ("falls monotonically with λ" if np.all(np.diff(order) < 0) else
-             "rises monotonically with λ" if np.all(np.diff(order) > 0) else
-             f"is not monotone in λ, lowest at λ = {means.idxmin():g}")
+    _, rises = imbalance_steps(test)
+    if np.all(np.diff(order) < 0):
+        shape = "falls monotonically with λ"
+    elif np.all(np.diff(order) > 0):
+        shape = "rises monotonically with λ"
+    elif len(seeds) == 1:
+        shape = f"is not monotone in λ, lowest at λ = {means.idxmin():g} (one seed: no interval)"
+    elif rises:
+        shape = (f"is lowest at λ = {means.idxmin():g} and rises beyond seed noise from λ "
+                 + ", ".join(f"{a:g} → {b:g}" for a, b in rises))
+    else:
+        shape = f"is lowest at λ = {means.idxmin():g}; its rises between λ > {base:g} are within seed noise"
     chosen = [float(g.loc[g["recall"].idxmax(), "reg"]) for _, g in dev.groupby("seed")]
     picked = pd.DataFrame([test[(test["seed"] == sd) & (test["reg"] == lam)].iloc[0]
                            for sd, lam in zip(sorted(dev["seed"].unique()), chosen)])
@@ -179,7 +206,7 @@ def _compare(pairs: list[tuple[pd.Series, pd.Series]]) -> list[str]:
     out = []
     for col in ("recall", "gold_recall"):
         diffs = np.array([a[col] - b[col] for a, b in pairs])
-        word, extra = difference(diffs, _se_diff(*pairs[0], col), higher="beats", lower="loses to")
+        word, extra = difference(diffs, se_diff(*pairs[0], col), higher="beats", lower="loses to")
         a_mean = np.mean([a[col] for a, _ in pairs])
         b_mean = np.mean([b[col] for _, b in pairs])
         out.append(f"{word} ({a_mean:.3f} vs {b_mean:.3f}{extra})")

@@ -227,57 +227,58 @@ def _seeded(results: Mapping[str, Any], key: str) -> pd.DataFrame:
 def _judge_balance(docs: Docs) -> Judgement | None:
     """The whole λ curve of each objective against λ = 0 (test queries, paired within a seed). Per run: the λ values
     whose interval lies below 0 ("balances"); the claim holds where every λ > 0 balances and the imbalance never
-    rises from one λ to the next (a rise: that step's paired interval above 0, so a wobble within noise is not one),
-    and holds only at the balancing λ values where some do. The number: each run's largest fall, with its interval."""
+    rises from one λ to the next (:func:`~xenbench.studies.findings.ccsa.imbalance_steps`), and holds only at the
+    balancing λ values where some do. A one-seed run has no interval: its number is shown, it casts no vote.
+    The number: each run's largest fall, with its interval."""
+    from xenbench.studies.findings.ccsa import imbalance_steps
+
     runs: dict[str, tuple[list[float], bool, str, int]] = {}  # label -> (balancing λs, all and monotone, text, n)
+    silent: list[str] = []  # one-seed runs
     for profile, results in _ccsa_profiles(docs).items():
         for key, objective in (("by_reg", "normalized"), ("paper_objective", "paper objective")):
             test = _seeded(results, key)
             if test.empty:
                 continue
             test = test[test["split"] == "test"]
-            regs = sorted(test["reg"].unique())
-            by = {reg: test[test["reg"] == reg].set_index("seed")["imbalance"] for reg in regs}
-
-            def change(a: float, b: float) -> tuple[int, float, float, float]:
-                diffs = (by[b] - by[a].reindex(by[b].index)).dropna().to_numpy()
-                return (len(diffs), *_interval(diffs))
-
-            steps, balancing, rises = [], [], []
-            for prev, reg in zip(regs[:-1], regs[1:]):
-                n, mean, lo, hi = change(regs[0], reg)
-                if n > 1 and hi < 0:
-                    balancing.append(float(reg))
-                steps.append((mean, reg, _diff_text(mean, lo, hi, n)))
-                n, _, lo, _ = change(prev, reg)
-                if prev != regs[0] and n > 1 and lo > 0:
-                    rises.append(f"{prev:g} → {reg:g}")
-            if not steps:
+            falls, rises = imbalance_steps(test)
+            if not falls:
                 continue
+            steps = [(*_interval(d), len(d), reg) for reg, d in falls]  # (mean, lo, hi, n, λ)
+            balancing = [reg for _, _, hi, n, reg in steps if n > 1 and hi < 0]
             # One number per run (the table is read at a glance; the findings below list every λ): the largest fall.
-            _, best, diff = min(steps)
-            shape = f", rises from λ {', '.join(rises)}" if rises else ""
-            text = f"imbalance λ {best:g} vs {regs[0]:g}: {diff}{shape}"
-            runs[f"{profile}, {objective}"] = (balancing, not rises and len(balancing) == len(steps), text,
-                                               int(results.get("n_items", 0)))
+            mean, lo, hi, n, best = min(steps)
+            shape = f", rises from λ {', '.join(f'{a:g} → {b:g}' for a, b in rises)}" if rises else ""
+            text = f"imbalance λ {best:g} vs {min(test['reg']):g}: {_diff_text(mean, lo, hi, n)}{shape}"
+            label = f"{profile}, {objective}"
+            if test["seed"].nunique() < 2:
+                silent.append(label)
+            runs[label] = (balancing, not rises and len(balancing) == len(steps), text, int(results.get("n_items", 0)))
     if not runs:
         return None
     number = "; ".join(f"{text} ({label}, {n:,} items)" for label, (_, _, text, n) in runs.items())
-    if all(full for _, full, _, _ in runs.values()):
-        return HOLDS, number
-    some = {label: (lams, n) for label, (lams, _, _, n) in runs.items() if lams}
+    voting = {label: run for label, run in runs.items() if label not in silent}
+    aside = f" (one seed, no verdict: {'; '.join(silent)})" if silent else ""
+    if not voting:
+        return "undecided: one seed gives no interval", number
+    if all(full for _, full, _, _ in voting.values()):
+        return HOLDS + aside, number
+    some = {label: (lams, n) for label, (lams, _, _, n) in voting.items() if lams}
     if not some:
-        return NOT_HOLD, number
+        return NOT_HOLD + aside, number
     where = "; ".join(f"λ = {', '.join(f'{v:g}' for v in lams)} ({label}, {n:,} items)" for label, (lams, n) in some.items())
-    return f"holds only at {where}", number
+    return f"holds only at {where}" + aside, number
 
 
 def _ccsa_vs(docs: Docs, key: str, challenger: str | None, baseline: str) -> Judgement | None:
     """CCSA's test Top-k-Recall minus ``baseline``'s, per seed: the dev-best λ against the baseline at the nprobe
-    touching the closest number of postings (notebook 06's matching), or ``challenger`` vs ``baseline`` in ``key``."""
+    touching the closest number of postings (notebook 06's matching), or ``challenger`` vs ``baseline`` in ``key``.
+    "As good as" fails where the 95% interval across seeds lies below 0; with one seed, where the difference is
+    below −2 standard errors over test queries (06's findings' rule)."""
+    from xenbench.studies.findings.ccsa import se_diff
+
     out = {}
     for profile, results in _ccsa_profiles(docs).items():
-        diffs = []
+        diffs, ses = [], []
         if challenger is None:
             by_reg, base = _seeded(results, "by_reg"), _seeded(results, key)
             if by_reg.empty or base.empty:
@@ -291,6 +292,7 @@ def _ccsa_vs(docs: Docs, key: str, challenger: str | None, baseline: str) -> Jud
                     continue
                 match = part.iloc[(part["postings"] - ccsa["postings"]).abs().argmin()]
                 diffs.append(ccsa["recall"] - match["recall"])
+                ses.append(se_diff(ccsa, match, "recall"))
         else:
             rows = _seeded(results, key)
             if rows.empty:
@@ -299,12 +301,18 @@ def _ccsa_vs(docs: Docs, key: str, challenger: str | None, baseline: str) -> Jud
                 by = g.set_index("method")
                 if challenger in by.index and baseline in by.index:
                     diffs.append(by.loc[challenger, "recall"] - by.loc[baseline, "recall"])
+                    ses.append(se_diff(by.loc[challenger], by.loc[baseline], "recall"))
         if not diffs:
             continue
-        mean, lo, hi = _interval(np.array(diffs))
-        as_good = len(diffs) > 1 and hi >= 0  # the claim is "as good as": it fails only where the interval is below 0
-        out[profile] = (as_good, f"Top-k-Recall difference {_diff_text(mean, lo, hi, len(diffs))}",
-                        int(results.get("n_items", 0)))
+        if len(diffs) == 1:
+            mean, two_se = float(diffs[0]), 2 * ses[0]
+            as_good = mean + two_se >= 0
+            text = f"{mean:+.3f} ± {two_se:.3f} (one seed: ± 2 standard errors over test queries)"
+        else:
+            mean, lo, hi = _interval(np.array(diffs))
+            as_good = hi >= 0  # the claim is "as good as": it fails only where the interval is below 0
+            text = _diff_text(mean, lo, hi, len(diffs))
+        out[profile] = (as_good, f"Top-k-Recall difference {text}", int(results.get("n_items", 0)))
     return _across_profiles(out)
 
 
