@@ -44,7 +44,7 @@ def test_record_then_verify_round_trip_and_one_flipped_byte(tmp_path):
 
 
 def test_bundled_models_verify_and_a_saved_model_records_its_checksums(tmp_path):
-    for name in ("cls-ce", "emb-ce"):
+    for name in ("cls-ce", "emb-ce", "emb-ce-marker"):
         integrity.verify(MODELS / name, bundled_backbone())
     ce = load_cross_encoder(MODELS / "emb-ce")
     out = ce.save(tmp_path / "copy")

@@ -74,7 +74,7 @@ def texts():
     return list(ds.queries), list(ds.items)
 
 
-@pytest.fixture(scope="module", params=["cls-ce", "emb-ce"])
+@pytest.fixture(scope="module", params=["cls-ce", "emb-ce", "emb-ce-marker"])
 def real_ce(request):
     return load_cross_encoder(ROOT / "models" / request.param)
 
@@ -264,7 +264,7 @@ def test_the_scorer_runs_a_bert_ce_packed_and_gets_the_padded_scores(monkeypatch
     calls = []
     real = packed.packed_forward
     monkeypatch.setattr(packed, "packed_forward", lambda *a, **k: calls.append(k) or real(*a, **k))
-    for path in ("models/cls-ce", "models/emb-ce"):
+    for path in ("models/cls-ce", "models/emb-ce", "models/emb-ce-marker"):
         ce = load_cross_encoder(ROOT / path)
         got = scoring.score_matrix(ce, queries, items, batch_size=8, device="cpu", progress=False).scores
         padded = torch.stack([ce.score_pairs([q] * len(items), items) for q in queries]).numpy()
