@@ -55,6 +55,25 @@ def test_rank_row_agrees_with_the_two_times_rule():
     assert f"{ratio_energy:.2f}" in row["number"] and f"{ratio_np:.2f}" in row["number"]
 
 
+@pytest.mark.parametrize("marker_rank_90", [40, 400])
+def test_rank_row_judges_each_emb_ce_and_puts_the_paper_layout_first(marker_rank_90):
+    docs = copy.deepcopy(DOCS)
+    results = docs["02_rank_cls_vs_emb.full"]
+    ranks = results["ranks"]
+    ranks["emb-ce-marker"] = {**ranks["emb-ce"], "energy rank 90%, row-centered": marker_rank_90}
+    # listed after the mean-pooled CE, as notebook 02 appends optional stores: the row still reads it first
+    results["layouts"]["emb-ce-marker"] = {"kind": "emb", "pooling": "markers", "scale": None}
+    row = _row(docs, "ANNCUR", "rank")
+    cls_90 = ranks["cls-ce"]["energy rank 90%, row-centered"]
+    assert row["number"].index("rank(cls-ce) / rank(emb-ce-marker)") < row["number"].index("rank(cls-ce) / rank(emb-ce) ")
+    single = _row(DOCS, "ANNCUR", "rank")["verdict"]
+    if cls_90 / marker_rank_90 >= 2:  # the same rules hold for both [EMB]-CEs: one verdict
+        assert row["verdict"] == single
+    else:  # the paper-layout CE loses the 90% rule: one verdict per CE, the paper's layout first
+        assert row["verdict"] == f"emb-ce-marker: holds only by 99% energy rank (row-centred), not by the other 3 rules; emb-ce: {single}"
+        assert f"{cls_90 / marker_rank_90:.2f}" in row["number"]
+
+
 def test_ccsa_rows_agree_with_the_seed_intervals():
     from xenbench.methods.protocol import t_interval
 

@@ -117,35 +117,45 @@ def _rank_rules() -> dict[str, str]:
     return _RULE_NAMES
 
 
-def _emb_pair(results: Mapping[str, Any]) -> tuple[str, str] | None:
+def _emb_ces(results: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """The [CLS]-CE and the [EMB]-CEs of a 02 run, an [EMB]-CE in ANNCUR's own layout (markers, raw dot) first."""
     from xenbench.studies.rank import ce_roles
 
-    if not results.get("layouts"):
+    layouts = results.get("layouts")
+    if not layouts:
         return None
-    cls_ce, emb_ces = ce_roles(results["layouts"])
-    return (cls_ce, emb_ces[0]) if emb_ces else None
+    cls_ce, emb_ces = ce_roles(layouts)
+    paper = [ce for ce in emb_ces if layouts[ce].get("pooling") == "markers" and layouts[ce].get("scale") is None]
+    return (cls_ce, paper + [ce for ce in emb_ces if ce not in paper]) if emb_ces else None
 
 
 def _judge_rank(docs: Docs) -> Judgement | None:
+    """Table 3b's claim judged on each [EMB]-CE compared (one verdict if they agree, else one per CE)."""
     from xenbench.studies.findings.rank import MUCH_LOWER
 
     results = docs.get("02_rank_cls_vs_emb.full")
-    if not results or "ranks" not in results or not _emb_pair(results):
+    roles = _emb_ces(results) if results and "ranks" in results else None
+    if not roles:
         return None
-    cls_ce, emb_ce = _emb_pair(results)
-    ratios = {rule: results["ranks"][cls_ce][rule] / results["ranks"][emb_ce][rule] for rule in _rank_rules()}
-    holding = [rule for rule, r in ratios.items() if r >= MUCH_LOWER]
+    cls_ce, emb_ces = roles
     short = {rule: name.replace(" of the row-centered spectrum", " (row-centred)") for rule, name in _rank_rules().items()}
-    if len(holding) == len(ratios):
-        verdict = HOLDS
-    elif not holding:
-        verdict = NOT_HOLD
-    else:
-        verdict = "holds only by " + " and ".join(short[r] for r in holding) + f", not by the other {len(ratios) - len(holding)} rules"
-    best, worst = max(ratios, key=ratios.get), min(ratios, key=ratios.get)
-    number = (f"rank({cls_ce}) / rank({emb_ce}) = {ratios[best]:.2f} by {short[best]}, {ratios[worst]:.2f} by "
-              f"{short[worst]} (paper: 7; one matrix each, no interval)")
-    return verdict, number
+    verdicts, numbers = {}, []
+    for emb_ce in emb_ces:
+        ratios = {rule: results["ranks"][cls_ce][rule] / results["ranks"][emb_ce][rule] for rule in _rank_rules()}
+        holding = [rule for rule, r in ratios.items() if r >= MUCH_LOWER]
+        if len(holding) == len(ratios):
+            verdicts[emb_ce] = HOLDS
+        elif not holding:
+            verdicts[emb_ce] = NOT_HOLD
+        else:
+            verdicts[emb_ce] = ("holds only by " + " and ".join(short[r] for r in holding)
+                                + f", not by the other {len(ratios) - len(holding)} rules")
+        best, worst = max(ratios, key=ratios.get), min(ratios, key=ratios.get)
+        numbers.append(f"rank({cls_ce}) / rank({emb_ce}) = {ratios[best]:.2f} by {short[best]}, {ratios[worst]:.2f} "
+                       f"by {short[worst]}")
+    distinct = set(verdicts.values())
+    verdict = distinct.pop() if len(distinct) == 1 else "; ".join(f"{ce}: {v}" for ce, v in verdicts.items())
+    return verdict, "; ".join(numbers) + " (paper: 7; one matrix each, no interval)"
 
 
 def _judge_spike(docs: Docs) -> Judgement | None:
