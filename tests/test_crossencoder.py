@@ -197,6 +197,21 @@ def test_built_and_loaded_models_are_in_eval_mode(tmp_path, cls_ce) -> None:
     assert not any(m.training for m in loaded.modules())
 
 
+def test_a_marker_emb_ce_reads_a_query_without_a_span_as_its_own_mention() -> None:
+    """Its query embedding is the mean of the marker states: a query with no span (plain BEIR) is wrapped whole in
+    the markers, exactly as if its span were the whole text; without them every score would be 0."""
+    ce = build_cross_encoder(CEConfig(kind="emb", pooling="markers", scale=None))
+    bare, spanned = QUERIES[2], Query("q2", QUERIES[2].text, (0, len(QUERIES[2].text)))
+    assert ce.pairs.encode_queries([bare]) == ce.pairs.encode_queries([spanned])
+    scores = ce.score_pairs([bare] * len(ITEMS), ITEMS)
+    torch.testing.assert_close(scores, ce.score_pairs([spanned] * len(ITEMS), ITEMS), rtol=0, atol=0)
+    assert (scores != 0).all()
+    mean = build_cross_encoder(CEConfig(kind="emb")).pairs  # other layouts keep a span-less query unmarked
+    assert mean.m_start not in mean.encode_queries([bare])[0]
+    with pytest.raises(ParameterError, match=r"'input_format' parameter of PairEncoder must be markers=True"):
+        build_cross_encoder(CEConfig(kind="emb", pooling="markers", scale=None, input_format=InputFormat(markers=False)))
+
+
 def test_marker_layout_registers_the_markers_as_special_tokens(tmp_path) -> None:
     from xenbench.models.crossencoder import register_markers
 

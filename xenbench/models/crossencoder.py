@@ -9,7 +9,8 @@ Three families of heads (``CEConfig.kind``):
 
   ``"markers"``  ZESHEL release / ANNCUR §2.6: query = mean of the states at ``[unused0]`` and ``[unused1]``
                  (around the mention), item = state at ``[unused2]`` (between title and description); raw dot,
-                 no normalization, no projection. The markers are registered as special tokens.
+                 no normalization, no projection. The markers are registered as special tokens; a query
+                 without a mention span is wrapped whole in them (it is its own mention).
   ``"cls-sep"``  MS-MARCO release: query = last state at [CLS], item = last state at the first [SEP]; raw dot.
   ``"mean"``     xenbench's trained [EMB]-CE: mean of the query segment's states and of the item segment's
                  states (the pooling all-MiniLM-L6-v2 was pre-trained with), score = scale · cosine.
@@ -286,6 +287,12 @@ class PairEncoder:
         self.layout: Layout = config.layout if config is not None else "segments"
         self.prompt = config.prompt if config is not None else None
         self.where = where
+        #: A markers-pooled [EMB]-CE reads its query embedding off the marker states, so every query needs them.
+        self.needs_mention = config is not None and config.kind == "emb" and config.pooling == "markers"
+        if self.needs_mention and (not fmt.markers or self.layout != "segments"):
+            raise ParameterError("input_format", "markers=True and the 'segments' layout for pooling 'markers' (it "
+                                 "pools the marker states)", f"markers={fmt.markers}, layout {self.layout!r}",
+                                 "PairEncoder")
         vocab = tokenizer.get_vocab()
         self.cls_id = tokenizer.cls_token_id
         self.sep_id = tokenizer.sep_token_id
@@ -363,13 +370,16 @@ class PairEncoder:
         budget = self.fmt.max_query_tokens
         if not self.fmt.markers:
             return [ids[:budget] for ids in self._ids([q.text for q in queries])]
-        spans = [q.mention or (0, 0) for q in queries]
+        # A query without a span (plain BEIR) is its own mention for a markers-pooled [EMB]-CE: with no marker
+        # states to pool it would score 0 with every item.
+        whole = self.needs_mention
+        spans = [q.mention or ((0, len(q.text)) if whole else (0, 0)) for q in queries]
         left = self._ids([q.text[: s] for q, (s, _) in zip(queries, spans)])
         mid = self._ids([q.text[s:e] for q, (s, e) in zip(queries, spans)])
         right = self._ids([q.text[e:] for q, (_, e) in zip(queries, spans)])
         out = []
         for q, lt, mt, rt in zip(queries, left, mid, right):
-            if q.mention is None:  # no span: the whole text is context, no markers
+            if q.mention is None and not whole:  # no span: the whole text is context, no markers
                 out.append((lt + mt + rt)[:budget])
                 continue
             mt = mt[: max(budget - 2, 0)]
