@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xenbench import findings
 from xenbench.cli import main
 from xenbench.data.datasets import load_dataset
 from xenbench.data.store import ScoreStore
@@ -181,6 +182,23 @@ def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
     for name, params in runs.items():
         assert main(["run", name, "--out", str(reports), *params]) == 0, name
         assert len(list(reports.glob(f"{name}.quick.*.results.json"))) == 1, name  # named after the data
+
+
+def test_02_compares_the_paper_layout_emb_ce_on_your_mentions(tmp_path, monkeypatch):
+    """emb-ce-marker joins 02 when its store is in scores_dir, and the findings speak of each [EMB]-CE."""
+    monkeypatch.setenv("CI", "true")
+    zeshel, scores, reports = f"zeshel:{small_zeshel(tmp_path)}:w@test", tmp_path / "scores", tmp_path / "reports"
+    for ce in ("cls-ce", "emb-ce", "emb-ce-marker"):
+        assert main(["score", str(_repo() / "models" / ce), zeshel, "--out", str(scores / ce)]) == 0
+    assert main(["run", "02_rank_cls_vs_emb", "--out", str(reports),
+                 *tiny_store_and_corpus_runs(scores, "")["02_rank_cls_vs_emb"]]) == 0
+    [path] = reports.glob("02_rank_cls_vs_emb.quick.*.results.json")
+    results = json.loads(path.read_text(encoding="utf-8"))["results"]
+    assert results["ces"] == ["cls-ce", "emb-ce", "emb-ce-marker"]
+    assert results["layouts"]["emb-ce-marker"] == {"kind": "emb", "pooling": "markers", "scale": None}
+    lines = findings.lines("02_rank_cls_vs_emb", results)
+    for emb_ce in ("emb-ce", "emb-ce-marker"):
+        assert any(line.startswith(f"ANNCUR's rank({emb_ce}) ≪ rank(cls-ce)") for line in lines), emb_ce
 
 
 @pytest.mark.parametrize(
