@@ -372,14 +372,13 @@ class PairEncoder:
             return [ids[:budget] for ids in self._ids([q.text for q in queries])]
         # A query without a span (plain BEIR) is its own mention for a markers-pooled [EMB]-CE: with no marker
         # states to pool it would score 0 with every item.
-        whole = self.needs_mention
-        spans = [q.mention or ((0, len(q.text)) if whole else (0, 0)) for q in queries]
+        spans = [q.mention or ((0, len(q.text)) if self.needs_mention else (0, 0)) for q in queries]
         left = self._ids([q.text[: s] for q, (s, _) in zip(queries, spans)])
         mid = self._ids([q.text[s:e] for q, (s, e) in zip(queries, spans)])
         right = self._ids([q.text[e:] for q, (_, e) in zip(queries, spans)])
         out = []
         for q, lt, mt, rt in zip(queries, left, mid, right):
-            if q.mention is None and not whole:  # no span: the whole text is context, no markers
+            if q.mention is None and not self.needs_mention:  # no span: the whole text is context, no markers
                 out.append((lt + mt + rt)[:budget])
                 continue
             mt = mt[: max(budget - 2, 0)]

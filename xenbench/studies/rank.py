@@ -1004,6 +1004,15 @@ def ce_roles(layouts: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
     return cls[0], emb
 
 
+def is_anncur_layout(layout: Mapping[str, Any]) -> bool:
+    """Whether a :func:`ce_layouts` entry is ANNCUR's own [EMB]-CE (§2.6): marker pooling, raw dot (no scale).
+
+    >>> is_anncur_layout({"kind": "emb", "pooling": "markers", "scale": None})
+    True
+    """
+    return layout.get("kind") == "emb" and layout.get("pooling") == "markers" and layout.get("scale") is None
+
+
 def ce_layouts(attrs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """The scoring layout of every CE, from its store's manifest (:func:`store_attrs`).
 

@@ -119,14 +119,13 @@ def _rank_rules() -> dict[str, str]:
 
 def _emb_ces(results: Mapping[str, Any]) -> tuple[str, list[str]] | None:
     """The [CLS]-CE and the [EMB]-CEs of a 02 run, an [EMB]-CE in ANNCUR's own layout (markers, raw dot) first."""
-    from xenbench.studies.rank import ce_roles
+    from xenbench.studies.rank import ce_roles, is_anncur_layout
 
     layouts = results.get("layouts")
     if not layouts:
         return None
     cls_ce, emb_ces = ce_roles(layouts)
-    paper = [ce for ce in emb_ces if layouts[ce].get("pooling") == "markers" and layouts[ce].get("scale") is None]
-    return (cls_ce, paper + [ce for ce in emb_ces if ce not in paper]) if emb_ces else None
+    return (cls_ce, sorted(emb_ces, key=lambda ce: not is_anncur_layout(layouts[ce]))) if emb_ces else None
 
 
 def _judge_rank(docs: Docs) -> Judgement | None:

@@ -30,6 +30,7 @@ from xenbench.studies.rank import (
     _rank_column,
     ce_roles,
     energy_label,
+    is_anncur_layout,
     lowest,
     paired_sign_test,
     rank_orderings,
@@ -171,7 +172,7 @@ def describe_layout(layout: Mapping[str, Any]) -> str:
         return "layout not recorded"
     if pooling == "markers":
         dot = "raw dot" if scale is None else f"{scale:g} · cosine"
-        paper = " (ANNCUR's [EMB]-CE layout)" if scale is None else ""
+        paper = " (ANNCUR's [EMB]-CE layout)" if is_anncur_layout(layout) else ""
         return f"[EMB]-CE, {dot} of the [unused0]/[unused1] mean and the [unused2] state{paper}"
     if pooling == "mean":
         dot = "raw dot" if scale is None else f"{scale:g} · cosine"
