@@ -217,7 +217,7 @@ def _scores(results: Mapping[str, Any]) -> list[Witness]:
 #: The cells of notebook 02 witnessed (CE, pinv rule, k_q, k_i) when the grid has them: a k_q = k_i cell (§B.2) under
 #: both rules, and one off-diagonal cell per CE. Grids written before the pinv rules were named hold the cut-off rule.
 RANK_CELLS = (("cls-ce", "cutoff", 200, 200), ("cls-ce", "plain", 200, 200), ("cls-ce", "cutoff", 400, 100),
-              ("emb-ce", "cutoff", 400, 100), ("cls-ce", "plain", 400, 100))
+              ("emb-ce", "cutoff", 400, 100), ("emb-ce-marker", "cutoff", 400, 100), ("cls-ce", "plain", 400, 100))
 
 
 @register("02_rank_cls_vs_emb")
