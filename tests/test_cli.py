@@ -123,15 +123,15 @@ def test_eval_ce_writes_the_table(tmp_path, monkeypatch, capsys):
     calls = {}
     monkeypatch.setattr(crossencoder, "load_cross_encoder", lambda path: _StandInCE())
 
-    def fake_eval(ce, domains, *, max_queries=None):
-        calls.update(domains=domains, max_queries=max_queries)
+    def fake_eval(ce, domains, *, max_queries=None, progress=False):
+        calls.update(domains=domains, max_queries=max_queries, progress=progress)
         return rows
 
     monkeypatch.setattr(train, "evaluate_rerank", fake_eval)
     out = tmp_path / "eval.json"
     assert main(["eval-ce", "some-ce", "--domains", "noun.Tops", "--max-queries", "2", "--device", "cpu",
                  "--out", str(out)]) == 0
-    assert calls == {"domains": ["noun.Tops"], "max_queries": 2}
+    assert calls == {"domains": ["noun.Tops"], "max_queries": 2, "progress": True}  # a bar of pairs on stderr
     assert json.loads(out.read_text()) == rows and json.loads(capsys.readouterr().out) == rows
 
 

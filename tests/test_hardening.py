@@ -337,7 +337,8 @@ def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsy
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(crossencoder, "load_cross_encoder", lambda path: StandIn())
-    monkeypatch.setattr(train, "evaluate_rerank", lambda ce, domains, max_queries=None: [{"domain": domains[0]}])
+    monkeypatch.setattr(train, "evaluate_rerank",
+                        lambda ce, domains, max_queries=None, progress=False: [{"domain": domains[0]}])
     monkeypatch.setattr(cli, "write_text_atomic", full)
     out = tmp_path / "eval.json"
     assert main(["eval-ce", "some-ce", "--domains", "noun.Tops", "--device", "cpu", "--out", str(out)]) == 2

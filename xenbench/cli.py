@@ -103,7 +103,7 @@ def _report_eval(ce, domains: list[str], max_queries: int | None, out: Path | No
 
     if torch.cuda.is_available():
         ce.to("cuda")
-    rows = evaluate_rerank(ce, domains, max_queries=max_queries)
+    rows = evaluate_rerank(ce, domains, max_queries=max_queries, progress=True)
     text = json.dumps(rows, indent=2)
     print(text)
     if out is not None:

@@ -35,15 +35,16 @@ def accuracy_at_k(I: np.ndarray, gold: np.ndarray, ks: Sequence[int] = (1, 64)) 
     return {k: float((hit_rank < k).mean()) for k in ks}
 
 
-def rerank(ce, queries: Sequence[Query], items: Sequence[Item], I: np.ndarray) -> np.ndarray:
+def rerank(ce, queries: Sequence[Query], items: Sequence[Item], I: np.ndarray, *, progress: bool = False) -> np.ndarray:
     """Re-order each row of candidates ``I`` (nq, m) by exact CE scores; returns rows of shape (nq, m).
 
     Scores on the CE's current device; on CUDA with bf16 autocast (re-ranking tolerates its ~1e-2 noise).
+    ``progress`` shows a bar of pairs scored.
     """
     from xenbench.models.scoring import score_pairs_sparse
 
     pairs = np.stack([np.repeat(np.arange(len(queries)), I.shape[1]), I.reshape(-1)], axis=1)
     precision = "bf16" if ce.device.type == "cuda" else "fp32"
-    scores = score_pairs_sparse(ce, queries, items, pairs, device=ce.device, precision=precision)
+    scores = score_pairs_sparse(ce, queries, items, pairs, device=ce.device, precision=precision, progress=progress)
     order = np.argsort(-scores.reshape(I.shape), axis=1, kind="stable")
     return np.take_along_axis(I, order, axis=1)

@@ -353,8 +353,9 @@ def _jsonable(obj):
 
 
 def evaluate_rerank(ce: CrossEncoder, domains: list[str], *, n_candidates: int = 64, max_queries: int | None = None,
-                    de: DualEncoder | None = None, seed: int = 0) -> list[dict]:
-    """Accuracy@1 of the DE alone and of the CE re-ranking the DE's top-``n_candidates``, per domain."""
+                    de: DualEncoder | None = None, seed: int = 0, progress: bool = False) -> list[dict]:
+    """Accuracy@1 of the DE alone and of the CE re-ranking the DE's top-``n_candidates``, per domain (``progress``: a
+    bar of CE pairs scored per domain)."""
     de = de or DualEncoder()
     rows = []
     for name in domains:
@@ -362,7 +363,7 @@ def evaluate_rerank(ce: CrossEncoder, domains: list[str], *, n_candidates: int =
         queries = sample_queries(ds, max_queries, seed)
         gold = gold_rows(ds, queries)
         _, I = de.fit(ds.items).search(queries, n_candidates)
-        reranked = rerank(ce, queries, ds.items, I)
+        reranked = rerank(ce, queries, ds.items, I, progress=progress)
         de_acc = accuracy_at_k(I, gold, (1, n_candidates))
         rows.append({"domain": name, "n_queries": len(queries), "de_acc@1": de_acc[1],
                      f"de_recall@{n_candidates}": de_acc[n_candidates],
