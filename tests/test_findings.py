@@ -151,7 +151,7 @@ def test_update_readme_rewrites_only_the_block(tmp_path):
     assert not findings.update_readme(readme, results)  # idempotent
 
     readme.write_text("no block\n", encoding="utf-8")
-    with pytest.raises(DataError, match="README.md: no generated findings block"):
+    with pytest.raises(DataError, match=r"README\.md: no generated block .*findings:begin"):
         findings.update_readme(readme, results)
 
 

@@ -1,11 +1,13 @@
-"""Files: the repository root (bundled data, notebooks, reports) and atomic text writes (a reader, or a killed
-run, never sees half a file)."""
+"""Files: the repository root (bundled data, notebooks, reports), atomic text writes (a reader, or a killed
+run, never sees half a file) and generated blocks of a text file (the README's findings, models)."""
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+
+from xenbench.errors import DataError
 
 # The checkout this package runs from: bundled data/, models/, notebooks/ and reports/ live beside xenbench/.
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
@@ -46,3 +48,19 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by another user
         return True
     return True
+
+
+def replace_block(path: str | os.PathLike[str], begin: str, end: str, body: str, *, write: bool = True) -> bool:
+    """Replace the text between the lines ``begin`` and ``end`` of the file ``path`` by ``body`` (atomically).
+
+    Returns whether the block changed (with ``write=False``: whether it is stale, nothing written).
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise DataError(path, f"no generated block (lines {begin!r} ... {end!r})")
+    new = text[: start + len(begin)] + "\n" + body + "\n" + text[stop:]
+    if new != text and write:
+        write_text_atomic(path, new)
+    return new != text

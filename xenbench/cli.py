@@ -287,14 +287,21 @@ def _findings(args: argparse.Namespace) -> int:
         print(f"{len(found) - len(bad)} of {len(found)} witnesses of {results_dir} hold with today's code"
               + (f"; {len(bad)} do not: re-run those notebooks" if bad else ""))
         return 1 if bad else 0
+    from xenbench.studies.findings import checkpoints
+
+    # (what, its README block's updater, the records it renders)
+    blocks = [("findings", findings.update_readme, results_dir),
+              ("models table", checkpoints.update_readme, checkpoints.MODELS_DIR)]
     if args.write:
-        changed = findings.update_readme(readme, results_dir)
-        print(f"{readme}: findings {'rewritten' if changed else 'already up to date'}")
+        for what, update, source in blocks:
+            changed = update(readme, source)
+            print(f"{readme}: {what} {'rewritten' if changed else 'already up to date'}")
     elif args.check:
-        if findings.update_readme(readme, results_dir, write=False):
-            raise XenbenchError(f"{readme}: the findings section disagrees with {results_dir}; "
-                                "run `xenbench findings --write`")
-        print(f"{readme}: findings agree with {results_dir}")
+        for what, update, source in blocks:
+            if update(readme, source, write=False):
+                raise XenbenchError(f"{readme}: the {what} section disagrees with {source}; "
+                                    "run `xenbench findings --write`")
+            print(f"{readme}: {what} agree with {source}")
     else:
         print(findings.readme_section(results_dir))
     return 0
@@ -397,8 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("findings", help="conclusions generated from the committed results (README section)")
     f.add_argument("--results-dir", default=None, help="folder of <name>.full.results.json (default notebooks/results)")
     mode = f.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the README's generated findings section")
-    mode.add_argument("--check", action="store_true", help="exit 2 if the README's section is stale")
+    mode.add_argument("--write", action="store_true",
+                      help="rewrite the README's generated findings section and bundled-models table")
+    mode.add_argument("--check", action="store_true", help="exit 2 if a generated README section is stale")
     mode.add_argument("--verify", action="store_true",
                       help="recompute each notebook's witness cells of the committed results with today's code; exit 1 "
                            "naming every cell that no longer matches (xenbench.studies.witnesses)")

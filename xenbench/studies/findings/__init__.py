@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xenbench import provenance
-from xenbench._io import REPO_ROOT, write_text_atomic
+from xenbench._io import REPO_ROOT, replace_block
 from xenbench._lazy import submodules
 from xenbench.errors import DataError, ParameterError
 
@@ -213,12 +213,4 @@ def update_readme(readme: str | os.PathLike[str], results_dir: str | os.PathLike
     """
     if write:
         refuse_uncommittable(results_dir)
-    path = Path(readme)
-    text = path.read_text(encoding="utf-8")
-    start, end = text.find(README_BEGIN), text.find(README_END)
-    if start < 0 or end < start:
-        raise DataError(path, f"no generated findings block (lines {README_BEGIN!r} ... {README_END!r})")
-    new = text[: start + len(README_BEGIN)] + "\n" + readme_section(results_dir) + "\n" + text[end:]
-    if new != text and write:
-        write_text_atomic(path, new)
-    return new != text
+    return replace_block(readme, README_BEGIN, README_END, readme_section(results_dir), write=write)
