@@ -1,6 +1,6 @@
 """The committed cross-encoders and score matrices are what the current code computes.
 
-The matrices were computed on a GPU; here random entries are recomputed on the CPU with today's code
+The matrices were computed on a GPU (emb-ce-marker's on the CPU); here random entries are recomputed on the CPU with today's code
 (fp32; tolerance 1e-4 absolute on scores of magnitude up to ~20 covers GPU/CPU kernel differences).
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ def dataset():
     return load_dataset("wordnet-el:noun.cognition")
 
 
-@pytest.mark.parametrize("kind", ["cls", "emb"])
-def test_bundled_matrix_recomputes(kind, dataset) -> None:
-    store = ScoreStore.open(SCORES / f"{kind}-ce")
+@pytest.mark.parametrize("name", ["cls-ce", "emb-ce", "emb-ce-marker"])
+def test_bundled_matrix_recomputes(name, dataset) -> None:
+    store = ScoreStore.open(SCORES / name)
     attrs = store.attrs
     assert store.is_complete and store.shape == (1001, 2964)
     assert attrs["dataset"] == "wordnet-el:noun.cognition" and attrs["precision"] == "fp32"
