@@ -31,6 +31,7 @@ def test_bundled_matrix_recomputes(name, dataset) -> None:
     attrs = store.attrs
     assert store.is_complete and store.shape == (1001, 2964)
     assert attrs["dataset"] == "wordnet-el:noun.cognition" and attrs["precision"] == "fp32"
+    assert attrs["model"] == f"models/{name}"  # relative to the checkout, so it names the folder in any clone
     assert attrs["query_ids"] == [q.id for q in dataset.queries] and attrs["item_ids"] == [i.id for i in dataset.items]
 
     ce = load_cross_encoder(ROOT / attrs["model"])

@@ -284,6 +284,15 @@ def test_run_score_job(tmp_path, dataset):
     assert attrs["query_ids"] == qids and attrs["item_ids"] == iids
 
 
+def test_a_ce_folder_is_recorded_relative_to_the_checkout_when_inside_it(tmp_path, monkeypatch):
+    from xenbench._io import REPO_ROOT, repo_relative
+
+    assert repo_relative(REPO_ROOT / "models" / "cls-ce") == "models/cls-ce"
+    monkeypatch.chdir(REPO_ROOT / "notebooks")
+    assert repo_relative("../models/cls-ce") == "models/cls-ce"  # as the notebooks name it
+    assert repo_relative(tmp_path / "x" / ".." / "ce") == str((tmp_path / "ce").resolve())  # outside: absolute
+
+
 def test_run_score_job_bad_input(tmp_path, dataset):
     with pytest.raises(ParameterError, match=r"'query_ids' parameter of run_score_job must be ids of dataset "
                                              r"'wordnet-el:handmade' \(2 of 3 are unknown\). Got \['nope', 'q9'\]"):

@@ -13,6 +13,16 @@ from xenbench.errors import DataError
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 
 
+def repo_relative(path: str | os.PathLike[str]) -> str:
+    """``path`` resolved, as a POSIX path relative to :data:`REPO_ROOT` when it lies inside the checkout (so a record
+    of a bundled file holds in any clone), else absolute."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(resolved)
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *, fsync: bool = False) -> Path:
     """Write ``text`` (a string or an iterable of strings, written as given) to a temp file beside
     ``path``, then rename it over ``path``. ``fsync`` also makes it durable (file and folder)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from xenbench import __version__
-from xenbench._io import REPO_ROOT
+from xenbench._io import REPO_ROOT, repo_relative
 from xenbench.integrity import file_sha256
 
 __all__ = ["PACKAGES", "record_input", "recorded_inputs", "clear_inputs", "content_sha256", "git_state",
@@ -138,13 +138,6 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _display_path(path: Path) -> str:
-    try:
-        return path.relative_to(REPO_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
 # The git state this process first saw per checkout: a run is clean only if the tree was clean when it started
 # (the code it imported) and still is when it saves (nothing edited or committed under it meanwhile).
 _FIRST_GIT: dict[Path, dict[str, Any]] = {}
@@ -165,7 +158,7 @@ def collect(params: Mapping[str, Any] | None = None, *, root: str | os.PathLike[
     """The ``provenance`` object of a run (see the module docstring): git state of ``root`` over the run
     (:func:`run_git_state`), :func:`environment`, ``params`` and the digest of every recorded input
     (:func:`record_input`)."""
-    inputs = [{"kind": kind, "path": _display_path(path),
+    inputs = [{"kind": kind, "path": repo_relative(path),
                "sha256": content_sha256(path) if path.exists() else None}
               for kind, path in recorded_inputs()]
     return {"git": run_git_state(root), **environment(), "params": dict(params) if params is not None else None,

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from xenbench import __version__
+from xenbench._io import repo_relative
 from xenbench._validation import check_int
 from xenbench._device import resolve_device
 from xenbench.models import packed
@@ -852,7 +853,7 @@ def run_score_job(
                       "folder such as models/cls-ce for experiments", UserWarning, stacklevel=2)
         model, name = build_cross_encoder(CEConfig(kind=_UNTRAINED[ce]), seed=seed), ce  # type: ignore[arg-type]
     else:
-        model, name = load_cross_encoder(ce), str(Path(ce).resolve())
+        model, name = load_cross_encoder(ce), repo_relative(ce)  # models/cls-ce for a bundled CE: holds in any clone
     if chunk_pairs is not None:
         if query_chunk is not None:
             raise ParameterError("chunk_pairs", "None when query_chunk is given (choose one)", chunk_pairs, owner)
@@ -930,4 +931,4 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     logger.info("scoring %d x %d pairs of %s with %s into %s", len(dataset.queries), len(dataset.items), dataset.name,
                 folder, out)
     return score_to_store(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,
-                        progress=progress, manifest={"model_path": str(folder.resolve()), "dataset": dataset.name})
+                        progress=progress, manifest={"model_path": repo_relative(folder), "dataset": dataset.name})
