@@ -298,8 +298,12 @@ def test_check_names_the_model_and_hides_what_it_replaces(monkeypatch, data):
     assert xnb.check(namespace, "03_adacur_rounds")["ce"] == "their-ce"  # a second check: 'their-ce' is no choice
     without = {**namespace, "model": "", "ce": "cls-ce"}
     assert xnb.check(without, "03_adacur_rounds")["scores_dir"] == "../data/scores/noun.cognition"
-    with pytest.raises(ParameterError, match="'ce' parameter"):
+    assert xnb.check({**without, "ce": "emb-ce-marker"}, "03_adacur_rounds")["ce"] == "emb-ce-marker"  # any store there
+    with pytest.raises(ParameterError, match=r"'ce' parameter of .* must be one of the score stores in scores_dir "
+                                             r"'\.\./data/scores/noun\.cognition' \(cls-ce, de, emb-ce, emb-ce-marker\)"):
         xnb.check({**without, "ce": "their-ce"}, "03_adacur_rounds")
+    with pytest.raises(ParameterError, match=r"which holds none"):
+        xnb.check({**without, "scores_dir": str(Path(data["root"]))}, "03_adacur_rounds")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1070,12 +1070,27 @@ def check(namespace: dict[str, Any], notebook: str | os.PathLike[str]) -> dict[s
                                if name not in overridden and values[name] == cell[name]}}
         namespace.update(values)
     check_sizes(spec, values)
+    if "ce" not in overridden and {"ce", "scores_dir"} <= spec.params.keys():
+        _check_store_name(values["scores_dir"], values["ce"], spec.owner)
     if overridden:
         values = {k: v for k, v in values.items() if k not in overridden or k == "ce"}
         if "ce" in values:  # figures, set-up lines and findings name the user's CE by its folder
             namespace["ce"] = values["ce"] = ce_name(values["model"])
     _show_header(values)
     return values
+
+
+def _check_store_name(scores_dir: str, ce: str, owner: str) -> None:
+    """``ce`` names a score store folder in ``scores_dir`` (the bundled cls-ce, emb-ce, emb-ce-marker or a user's own):
+    refused before any work, listing the stores there."""
+    folder = Path(scores_dir)
+    if (folder / ce / "zarr.json").is_file():
+        return
+    found = sorted(p.name for p in folder.iterdir() if (p / "zarr.json").is_file()) if folder.is_dir() else []
+    where = f"one of the score stores in scores_dir {scores_dir!r} ({', '.join(found)})" if found else (
+        f"a score store folder in scores_dir {scores_dir!r}, which holds none (score one with xenbench score, or pass "
+        "model to score on demand)")
+    raise ParameterError("ce", where, ce, owner)
 
 
 # ------------------------------------------------------------------------------------------------
