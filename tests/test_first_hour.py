@@ -304,6 +304,10 @@ def test_check_names_the_model_and_hides_what_it_replaces(monkeypatch, data):
         xnb.check({**without, "ce": "their-ce"}, "03_adacur_rounds")
     with pytest.raises(ParameterError, match=r"which holds none"):
         xnb.check({**without, "scores_dir": str(Path(data["root"]))}, "03_adacur_rounds")
+    # the same refusal before a kernel starts (xenbench run), with relative paths read from notebooks/
+    monkeypatch.chdir(data["root"])
+    with pytest.raises(ParameterError, match=r"'ce' parameter .* one of the score stores in scores_dir .*emb-ce-marker"):
+        xnb.preflight("03_adacur_rounds", {**xnb.profile_values("03_adacur_rounds"), "ce": "their-ce"})
 
 
 # ------------------------------------------------------------------------------------------------

@@ -786,6 +786,7 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
 
             folder, names = (values[p] for p in stores)
             for store in names if isinstance(names, list) else [names]:
+                _check_store_name(folder, store, spec.owner, param=stores[1])
                 ScoreStore.open(Path(folder) / store)
         for name in CE_PARAMS:
             if name in spec.params and name not in stores:
@@ -1080,9 +1081,10 @@ def check(namespace: dict[str, Any], notebook: str | os.PathLike[str]) -> dict[s
     return values
 
 
-def _check_store_name(scores_dir: str, ce: str, owner: str) -> None:
+def _check_store_name(scores_dir: str, ce: str, owner: str, param: str = "ce") -> None:
     """``ce`` names a score store folder in ``scores_dir`` (the bundled cls-ce, emb-ce, emb-ce-marker or a user's own):
-    refused before any work, listing the stores there."""
+    refused before any work, naming the parameter ``param`` and listing the stores there. Used by :func:`check` (in
+    the kernel) and :func:`preflight` (before it)."""
     folder = Path(scores_dir)
     if (folder / ce / "zarr.json").is_file():
         return
@@ -1090,7 +1092,7 @@ def _check_store_name(scores_dir: str, ce: str, owner: str) -> None:
     where = f"one of the score stores in scores_dir {scores_dir!r} ({', '.join(found)})" if found else (
         f"a score store folder in scores_dir {scores_dir!r}, which holds none (score one with xenbench score, or pass "
         "model to score on demand)")
-    raise ParameterError("ce", where, ce, owner)
+    raise ParameterError(param, where, ce, owner)
 
 
 # ------------------------------------------------------------------------------------------------
