@@ -16,6 +16,7 @@ from xenbench.studies.findings.rank import describe_ranks, findings, rank_verdic
 from xenbench.studies.rank import (
     NUMPY_RANK,
     NUMPY_RANK_CENTERED,
+    TOP_SHARE,
     available_ces,
     ce_layouts,
     paired_sign_test,
@@ -689,6 +690,16 @@ def test_findings_state_what_the_numbers_say():
     assert "holds by numpy's default tolerance on the raw spectrum (ratio 2.50)" in flipped[1]
     assert "numpy's default tolerance on the raw spectrum: emb < cls (cls 10, emb 4)" in flipped[0]
     assert "99% energy rank of the row-centered spectrum (lower: emb) does not agree" in flipped[4]
+
+
+def test_findings_name_the_top_component_share_behind_the_raw_numpy_rank():
+    res = _findings_results(emb_better=True)
+    res["ranks"]["cls"][TOP_SHARE], res["ranks"]["emb"][TOP_SHARE] = 0.9935, 0.6222
+    lines = _past_layouts(findings(res))
+    assert lines[1] == ("numpy's tolerance is σ₁ · max(m, n) · eps, so a common offset (a dominant top component) "
+                        "raises it and lowers the raw-spectrum rank: the top singular component holds 99.35% of ‖M‖² "
+                        "for cls, 62.22% of ‖M‖² for emb; the row-centered rules remove the offset.")
+    assert lines[2:] == _past_layouts(findings(_findings_results(emb_better=True)))[1:]  # nothing else moves
 
 
 def test_findings_say_within_noise_when_the_cells_split():

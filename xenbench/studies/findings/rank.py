@@ -220,6 +220,11 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     out.append(f"Which tolerance rule yields which ordering{full}: " + "; ".join(
         f"{_RULE_NAMES[rule]}: {row['ordering']} ("
         + ", ".join(f"{ce} {int(row[ce])}" for ce in ces) + ")" for rule, row in orderings.iterrows()) + ".")
+    if TOP_SHARE in ranks.columns:  # why the raw-spectrum numpy rank can order CEs by their offsets, not their shapes
+        out.append("numpy's tolerance is σ₁ · max(m, n) · eps, so a common offset (a dominant top component) raises "
+                   "it and lowers the raw-spectrum rank: the top singular component holds "
+                   + ", ".join(f"{ranks.loc[ce, TOP_SHARE]:.2%} of ‖M‖² for {ce}" for ce in ces)
+                   + "; the row-centered rules remove the offset.")
     for emb_ce in emb_ces:
         v = rank_verdict(ranks, skew, grid, spikes, cls_ce, emb_ce)
         claims = []
