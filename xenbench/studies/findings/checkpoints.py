@@ -15,6 +15,7 @@ from typing import Any
 
 from xenbench._io import REPO_ROOT, replace_block
 from xenbench.errors import DataError
+from xenbench.studies.findings.rank import describe_layout
 
 __all__ = ["MODELS_DIR", "README_BEGIN", "README_END", "models_section", "update_readme"]
 
@@ -40,11 +41,11 @@ def _by_domain(path: Path, rows: Any) -> dict[str, Mapping[str, Any]]:
     return {r["domain"]: r for r in rows}
 
 
-def _layout(config: Mapping[str, Any]) -> str:
-    if config["kind"] == "cls":
-        return "[CLS], linear head"
-    scale = f"{config['scale']:g} · cosine" if config.get("scale") else "raw dot"
-    return f"[EMB], {config.get('pooling', 'mean')} pooling, {scale}"
+def _records(folder: Path, split: str) -> dict[str, Mapping[str, Any]] | None:
+    """``<folder>/<split>.json`` by domain, or None when the folder has no such file."""
+    path = folder / f"{split}.json"
+    rows = _read(path)
+    return None if rows is None else _by_domain(path, rows)
 
 
 def _models(models_dir: Path) -> dict[str, dict[str, Any]]:
@@ -55,13 +56,8 @@ def _models(models_dir: Path) -> dict[str, dict[str, Any]]:
         config = _read(config_path)
         if not isinstance(config, dict) or "notes" not in config:
             raise DataError(config_path, "expected a trained xenbench CE config with 'notes' (written by train-ce)")
-        found[folder.name] = {
-            "folder": folder,
-            "config": config,
-            **{split: None if (rows := _read(folder / f"{split}.json")) is None else _by_domain(folder / f"{split}.json",
-                                                                                                 rows)
-               for split in ("eval", "test")},
-        }
+        found[folder.name] = {"folder": folder, "config": config,
+                              "eval": _records(folder, "eval"), "test": _records(folder, "test")}
     return found
 
 
@@ -102,7 +98,7 @@ def models_section(models_dir: str | os.PathLike[str] = MODELS_DIR) -> str:
            "|---|---|---|---|---|---|"]
     for name, m in models.items():
         notes = m["config"]["notes"]
-        out.append(f"| `{name}` | {_layout(m['config'])} | {notes['device']} (torch {notes['torch']}) | "
+        out.append(f"| `{name}` | {describe_layout(m['config'])} | {notes['device']} (torch {notes['torch']}) | "
                    f"{notes['steps']:,} | {notes['train_wall_s']:,.0f} s | {notes['final_loss_mean_last_100']:.3f} |")
     for split, head in (("eval", "Accuracy@1 on the dev domains (`eval.json`; one seeded sample of queries per "
                                  "domain, the same for every CE), re-ranking the dual encoder's top 64:"),
