@@ -1,4 +1,4 @@
-"""The README's bundled-CE tables are generated from each model folder's own records, and agree with them."""
+"""docs/MODELS.md's bundled-CE tables are generated from each model folder's own records, and agree with them."""
 from __future__ import annotations
 
 import json
@@ -6,22 +6,23 @@ import shutil
 
 import pytest
 
+from xenbench._io import replace_blocks
 from xenbench.errors import DataError
 from xenbench.notebook import REPO_ROOT
 from xenbench.studies.findings import checkpoints
 
-README = REPO_ROOT / "README.md"
+DOC = REPO_ROOT / "docs" / "MODELS.md"
 MODELS = sorted(p.parent.name for p in checkpoints.MODELS_DIR.glob("*/xenbench_ce.json"))
 
 
 def _block() -> str:
-    text = README.read_text(encoding="utf-8")
-    return text[text.index(checkpoints.README_BEGIN) + len(checkpoints.README_BEGIN): text.index(
-        checkpoints.README_END)].strip("\n")
+    text = DOC.read_text(encoding="utf-8")
+    return text[text.index(checkpoints.BEGIN) + len(checkpoints.BEGIN): text.index(checkpoints.END)].strip("\n")
 
 
-def test_readme_models_table_agrees_with_the_model_folders():
-    assert _block() == checkpoints.models_section(), "README.md's models table is stale: run `xenbench findings --write`"
+def test_docs_models_table_agrees_with_the_model_folders():
+    assert _block() == checkpoints.models_section(), (
+        "docs/MODELS.md's models table is stale: run `xenbench findings --write`")
 
 
 def _table_after(section: str, words: str) -> dict[str, dict[str, str]]:
@@ -80,13 +81,13 @@ def test_a_ce_without_held_out_records_is_named_and_a_changed_record_changes_the
     assert "| 0.123 |" in checkpoints.models_section(folder)
 
 
-def test_update_readme_rewrites_only_the_models_block(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\nbefore\n{checkpoints.README_BEGIN}\nold\n{checkpoints.README_END}\nafter\n", encoding="utf-8")
+def test_the_models_block_rewrites_only_itself(tmp_path):
+    doc = tmp_path / "MODELS.md"
+    doc.write_text(f"# x\nbefore\n{checkpoints.BEGIN}\nold\n{checkpoints.END}\nafter\n", encoding="utf-8")
     folder = _copy_models(tmp_path)
-    assert checkpoints.update_readme(readme, folder, write=False)  # stale, nothing written
-    assert "\nold\n" in readme.read_text(encoding="utf-8")
-    assert checkpoints.update_readme(readme, folder)
-    text = readme.read_text(encoding="utf-8")
-    assert text.startswith("# x\nbefore\n") and text.endswith(f"{checkpoints.README_END}\nafter\n")
-    assert checkpoints.models_section(folder) in text and not checkpoints.update_readme(readme, folder)
+    assert replace_blocks([checkpoints.block(doc, folder)], write=False)  # stale, nothing written
+    assert "\nold\n" in doc.read_text(encoding="utf-8")
+    assert replace_blocks([checkpoints.block(doc, folder)])
+    text = doc.read_text(encoding="utf-8")
+    assert text.startswith("# x\nbefore\n") and text.endswith(f"{checkpoints.END}\nafter\n")
+    assert checkpoints.models_section(folder) in text and not replace_blocks([checkpoints.block(doc, folder)])

@@ -1,5 +1,5 @@
-"""The claims table at the top of the README's findings: every row agrees with the committed results, a changed result
-changes its row, and a missing one says "not tested"."""
+"""The claims table of the README: every row agrees with the committed results, a changed result changes its row, and
+a missing one says "not tested"."""
 from __future__ import annotations
 
 import copy
@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from xenbench import findings
+from xenbench._io import replace_blocks
 from xenbench.studies.findings import claims
 from xenbench.notebook import REPO_ROOT
 
@@ -28,7 +29,9 @@ def test_one_row_per_claim_and_every_committed_claim_is_judged():
                                           "CCSA"]
     assert all(r["verdict"] != claims.NOT_TESTED for r in rows)  # every notebook behind a claim has a committed run
     table = claims.claims_table(findings.RESULTS_DIR)
-    assert table in findings.readme_section() and table in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{claims.BEGIN}\n{table}\n{claims.END}" in readme, (
+        "README.md's claims table is stale: run `xenbench findings --write`")
     for r in rows:
         assert f"| {r['paper']} | {r['claim']} | **{r['verdict']}** | {r['number']} | `{r['notebook']}` |" in table
 
@@ -160,9 +163,8 @@ def test_the_readme_table_follows_the_results_folder(tmp_path):
     before, after = claims.claims_table(findings.RESULTS_DIR), claims.claims_table(folder)
     assert before != after and after.count("**does not hold**") == before.count("**does not hold**") + 2
     readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{findings.README_BEGIN}\nold\n{findings.README_END}\n", encoding="utf-8")
-    assert findings.update_readme(readme, folder)
-    assert after in readme.read_text(encoding="utf-8")
+    readme.write_text(f"x\n{claims.BEGIN}\nold\n{claims.END}\n", encoding="utf-8")
+    assert replace_blocks([claims.block(readme, folder)]) and after in readme.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("spikes", [[1.2, 1.5, 1.1], [3.0, 2.5, 9.0]])

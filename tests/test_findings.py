@@ -1,5 +1,5 @@
-"""Conclusions are generated from results: the README agrees with the committed run, and each
-notebook's findings say what its numbers say."""
+"""Conclusions are generated from results: docs/FINDINGS.md (and every other generated block) agrees with the
+committed run, and each notebook's findings say what its numbers say."""
 from __future__ import annotations
 
 import json
@@ -14,24 +14,38 @@ from xenbench import findings
 from xenbench.cli import main
 from xenbench.errors import DataError, ParameterError
 from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, list_notebooks
+from xenbench.studies.findings import checkpoints, claims
 
-README = REPO_ROOT / "README.md"
+DOC = REPO_ROOT / "docs" / "FINDINGS.md"
 COMMITTED = sorted(p for p in findings.RESULTS_DIR.glob("*.results.json")
                    if p.name.split(".")[-3] in findings.README_PROFILES)
 
 
-def _readme_block() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(findings.README_BEGIN) + len(findings.README_BEGIN)
-    return text[start : text.index(findings.README_END)].strip("\n")
+def _doc_block() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    assert text.count(findings.BEGIN) == 1 and text.count(findings.END) == 1
+    start = text.index(findings.BEGIN) + len(findings.BEGIN)
+    return text[start : text.index(findings.END)].strip("\n")
 
 
-# --- claims: the README's findings are the committed results, rendered ------------------------------
+# --- claims: docs/FINDINGS.md is the committed results, rendered ------------------------------------
 
 
-def test_readme_findings_agree_with_committed_results():
-    assert _readme_block() == findings.readme_section().strip("\n"), (
-        "README.md's findings disagree with notebooks/results/: run `xenbench findings --write`")
+def test_docs_findings_agree_with_committed_results():
+    assert _doc_block() == findings.findings_section().strip("\n"), (
+        "docs/FINDINGS.md's findings disagree with notebooks/results/: run `xenbench findings --write`")
+
+
+def test_every_generated_block_of_the_checkout_agrees_with_its_sources():
+    """README.md's claims table, docs/FINDINGS.md and docs/MODELS.md: each block is what the committed results and
+    model folders render today (what `xenbench findings --write` would write), and each file holds it once."""
+    blocks = findings.write_docs(write=False)
+    assert [(b.path.relative_to(REPO_ROOT).as_posix(), b.what) for b, _ in blocks] == [
+        ("docs/FINDINGS.md", "findings section"), ("README.md", "claims table"), ("docs/MODELS.md", "models table")]
+    assert [b.what for b, stale in blocks if stale] == [], "run `xenbench findings --write`"
+    for b, _ in blocks:
+        text = b.path.read_text(encoding="utf-8")
+        assert text.count(b.begin) == 1 and text.count(b.end) == 1, b.path
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
@@ -43,11 +57,11 @@ def test_committed_results_are_reference_runs_of_existing_notebooks(path):
     assert findings.lines(doc["notebook"], doc["results"])  # states something
 
 
-def test_every_readme_number_comes_from_a_results_file():
+def test_every_docs_number_comes_from_a_results_file():
     # Each number in the block appears in the text rendered from the committed JSON (same test, other angle:
     # guards against a hand edit that happens to keep the block's first and last lines).
-    rendered = findings.readme_section()
-    for number in re.findall(r"\d+\.\d+", _readme_block()):
+    rendered = findings.findings_section()
+    for number in re.findall(r"\d+\.\d+", _doc_block()):
         assert number in rendered
 
 
@@ -134,32 +148,91 @@ def test_score_findings_follow_the_numbers():
     assert not any("pairs/s" in line for line in text)  # speed depends on the machine's load: make bench
 
 
-def test_update_readme_rewrites_only_the_block(tmp_path):
+def _docs_tree(root: Path, models: Path | None = None) -> dict[str, str]:
+    """A checkout's three generated files, each with text around a stale block; their texts by relative path."""
+    texts = {"README.md": f"# x\n\nbefore\n{claims.BEGIN}\nold\n{claims.END}\nafter\n",
+             "docs/FINDINGS.md": f"# F\n{findings.BEGIN}\nold\n{findings.END}\n",
+             "docs/MODELS.md": f"# M\n{checkpoints.BEGIN}\nold\n{checkpoints.END}\nend\n"}
+    for rel, text in texts.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return texts
+
+
+def _tiny_results(tmp_path: Path) -> Path:
     results = tmp_path / "results"
     results.mkdir()
     _write(results / "00_data.full.results.json",
            {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2),
             "provenance": {"git": {"commit": "0123456789abcdef", "dirty": False}}})
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\nbefore\n{findings.README_BEGIN}\nold\n{findings.README_END}\nafter\n", encoding="utf-8")
-    assert findings.update_readme(readme, results, write=False)  # stale
-    assert "old" in readme.read_text(encoding="utf-8")  # a check writes nothing
-    assert findings.update_readme(readme, results)
-    text = readme.read_text(encoding="utf-8")
-    assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{findings.README_END}\nafter\n")
-    assert "**00_data**" in text and "DE higher on 2" in text and "\nold\n" not in text
-    assert not findings.update_readme(readme, results)  # idempotent
+    return results
 
-    readme.write_text("no block\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"README\.md: no generated block .*findings:begin"):
-        findings.update_readme(readme, results)
+
+def test_write_docs_rewrites_only_the_blocks_of_every_file(tmp_path):
+    results = _tiny_results(tmp_path)
+    root = tmp_path / "checkout"
+    before = _docs_tree(root)
+    stale = findings.write_docs(results, root=root, write=False)
+    assert [changed for _, changed in stale] == [True, True, True]
+    assert {rel: (root / rel).read_text(encoding="utf-8") for rel in before} == before  # a check writes nothing
+    assert all(changed for _, changed in findings.write_docs(results, root=root))
+    readme, found, models = (root / rel for rel in before)
+    text = found.read_text(encoding="utf-8")
+    assert text.startswith(f"# F\n{findings.BEGIN}\n**00_data**") and text.endswith(f"\n{findings.END}\n")
+    assert "DE higher on 2" in text and "\nold\n" not in text
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{claims.END}\nafter\n")
+    assert claims.claims_table(results) in text and "**not tested**" in text  # only 00_data: no claim is tested
+    assert checkpoints.models_section() in models.read_text(encoding="utf-8")
+    assert not any(changed for _, changed in findings.write_docs(results, root=root))  # idempotent
+    assert not list(root.rglob(".*.tmp"))  # no temp file left behind
+
+
+def test_write_docs_writes_no_file_when_one_lacks_its_block(tmp_path):
+    """All files or none: a missing marker in the last file leaves the first two as they were."""
+    root = tmp_path / "checkout"
+    before = _docs_tree(root)
+    (root / "docs" / "MODELS.md").write_text("no block\n", encoding="utf-8")
+    results = _tiny_results(tmp_path)
+    with pytest.raises(DataError, match=r"MODELS\.md: no generated block .*models:begin"):
+        findings.write_docs(results, root=root)
+    assert (root / "README.md").read_text(encoding="utf-8") == before["README.md"]
+    assert (root / "docs" / "FINDINGS.md").read_text(encoding="utf-8") == before["docs/FINDINGS.md"]
+    (root / "docs" / "MODELS.md").unlink()
+    with pytest.raises(DataError, match=r"MODELS\.md: no such file \(it holds the models table\)"):
+        findings.write_docs(results, root=root)
+    assert not list(root.rglob(".*.tmp"))
+
+
+def test_write_docs_changes_no_file_when_a_write_fails(tmp_path, monkeypatch):
+    """A failure while writing the temp files (a full disk) renames none of them over its file."""
+    import xenbench._io as io
+
+    root = tmp_path / "checkout"
+    before = _docs_tree(root)
+    real, calls = io._write_temp, []
+
+    def fail_on_the_second(tmp, text, fsync):
+        calls.append(tmp)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(tmp, text, fsync)
+
+    monkeypatch.setattr(io, "_write_temp", fail_on_the_second)
+    with pytest.raises(OSError, match="No space left"):
+        findings.write_docs(_tiny_results(tmp_path), root=root)
+    assert {rel: (root / rel).read_text(encoding="utf-8") for rel in before} == before
+    assert not list(root.rglob(".*.tmp"))
 
 
 def test_cli_findings_check(capsys):
     assert main(["findings", "--check"]) == 0
-    assert "findings agree" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FINDINGS.md: findings section agrees" in out and "README.md: claims table agrees" in out
+    assert "MODELS.md: models table agrees" in out
     assert main(["findings"]) == 0
-    assert capsys.readouterr().out.strip() == findings.readme_section().strip()
+    assert capsys.readouterr().out.strip() == (claims.claims_table(findings.RESULTS_DIR) + "\n\n"
+                                              + findings.findings_section()).strip()
 
 
 def test_cost_line_comes_from_the_resources_of_the_run():

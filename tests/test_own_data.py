@@ -1,4 +1,4 @@
-"""README "Your own data, step by step", executed: a user's tiny BEIR folder and ZESHEL world through the
+"""docs/USAGE.md "Your own data, step by step", executed: a user's tiny BEIR folder and ZESHEL world through the
 command line and the notebooks that take a dataset spec."""
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from xenbench.errors import DataError
 from xenbench.integrity import file_sha256
 from xenbench.notebook import REPO_ROOT, save_results
 from xenbench.studies import findings
+from xenbench.studies.findings import checkpoints, claims
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -120,20 +121,26 @@ def test_findings_write_refuses_a_file_without_clean_provenance(tmp_path, capsys
     folder = _results_dir(tmp_path, prov)
     with pytest.raises(DataError, match=rf"00_data\.full\.results\.json: refused: this results file {reason}"):
         findings.refuse_uncommittable(folder)
-    readme = tmp_path / "README.md"
-    readme.write_text(f"{findings.README_BEGIN}\nold\n{findings.README_END}\n", encoding="utf-8")
+    root = tmp_path / "checkout"
+    texts = {root / "README.md": f"{claims.BEGIN}\nold\n{claims.END}\n",
+             root / "docs" / "FINDINGS.md": f"{findings.BEGIN}\nold\n{findings.END}\n",
+             root / "docs" / "MODELS.md": f"{checkpoints.BEGIN}\nold\n{checkpoints.END}\n"}
+    for path, text in texts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     with pytest.raises(DataError, match="refused"):
-        findings.update_readme(readme, folder)
-    assert "old" in readme.read_text(encoding="utf-8")  # nothing written
-    before = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+        findings.write_docs(folder, root=root)
+    assert all(path.read_text(encoding="utf-8") == text for path, text in texts.items())  # nothing written
+    generated = [REPO_ROOT / "README.md", REPO_ROOT / "docs" / "FINDINGS.md", REPO_ROOT / "docs" / "MODELS.md"]
+    before = [path.read_text(encoding="utf-8") for path in generated]
     assert main(["findings", "--write", "--results-dir", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "00_data.full.results.json: refused" in err[0] and reason in err[0]
-    assert (REPO_ROOT / "README.md").read_text(encoding="utf-8") == before
+    assert [path.read_text(encoding="utf-8") for path in generated] == before
 
 
 def test_a_clean_run_is_admitted_and_every_committed_results_file_is_one(tmp_path):
-    """No committed result predates provenance or comes from a dirty tree (the README names each file's commit)."""
+    """No committed result predates provenance or comes from a dirty tree (docs/FINDINGS.md names each file's commit)."""
     findings.refuse_uncommittable(_results_dir(tmp_path, {"git": {"commit": "abc", "dirty": False}}))
     for path in sorted(findings.RESULTS_DIR.glob("*.results.json")):
         assert provenance.refusal(json.loads(path.read_text(encoding="utf-8"))) is None, path.name

@@ -23,7 +23,7 @@ from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: 
 from xenbench.models.scoring import PairAssembler, score_matrix, score_to_store  # noqa: E402
 
 TOL = 1e-4  # of the reference scores' std
-#: Which families the padding-free forward reproduces (the README's "Supported cross-encoders" table says the same).
+#: Which families the padding-free forward reproduces (docs/MODELS.md's "Supported cross-encoders" table says the same).
 PACKED = {"bert", "electra", "roberta", "xlm-roberta", "qwen3", "qwen3-plain"}
 KINDS = {"bert": "cls", "electra": "cls", "roberta": "cls", "xlm-roberta": "cls", "modernbert": "cls",
          "deberta-v2": "cls", "qwen3": "lm", "qwen3-plain": "lm"}
@@ -193,10 +193,11 @@ def test_packed_path_equals_the_padded_forward(name, folders, data) -> None:
             assert float((got - ref).abs().max()) <= 1e-5 * max(1.0, float(ref.abs().max())), name
 
 
-def test_readme_table_states_each_familys_path() -> None:
-    """The README's "Supported cross-encoders" table says packed exactly for the families packed_forward reproduces."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Supported cross-encoders", 1)[1].split("\n## ", 1)[0]
+def test_docs_table_states_each_familys_path() -> None:
+    """docs/MODELS.md's "Supported cross-encoders" table says packed exactly for the families packed_forward
+    reproduces."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "MODELS.md").read_text(encoding="utf-8")
+    section = doc.split("## Supported cross-encoders", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ") and "---" not in line]
     paths = {r[0].strip(): r[2].strip() for r in rows[1:]}
     names = {"BERT": "bert", "ELECTRA": "electra", "RoBERTa": "roberta", "XLM-R": "xlm-roberta",

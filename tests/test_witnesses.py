@@ -1,5 +1,5 @@
 """Witnesses: committed results re-derived with today's code. A changed committed value fails `--verify` even when the
-README was regenerated from it (which `findings --check` cannot see)."""
+docs were regenerated from it (which `findings --check` cannot see)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 
+from xenbench._io import replace_blocks
 from xenbench.cli import main
 from xenbench.studies import findings, witnesses
 from xenbench.studies.witnesses import Witness
@@ -52,7 +53,7 @@ def test_notebook_02_witnesses_hold_on_the_committed_results():
     assert witnesses.describe(found) == [], witnesses.describe(found)
 
 
-def test_a_changed_committed_value_fails_verify_even_with_a_regenerated_readme(tmp_path, capsys):
+def test_a_changed_committed_value_fails_verify_even_with_regenerated_docs(tmp_path, capsys):
     results = tmp_path / "results"
     results.mkdir()
     doc = json.loads(RANK_FILE.read_text(encoding="utf-8"))
@@ -64,11 +65,11 @@ def test_a_changed_committed_value_fails_verify_even_with_a_regenerated_readme(t
     doc["results"]["grid"] = grid.to_dict(orient="records")
     (results / RANK_FILE.name).write_text(json.dumps(doc), encoding="utf-8")
 
-    # The README regenerated from the changed file agrees with it: --check is satisfied ...
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{findings.README_BEGIN}\n{findings.README_END}\n", encoding="utf-8")
-    findings.update_readme(readme, results)
-    assert not findings.update_readme(readme, results, write=False)
+    # docs/FINDINGS.md regenerated from the changed file agrees with it: --check is satisfied ...
+    doc = tmp_path / "FINDINGS.md"
+    doc.write_text(f"x\n{findings.BEGIN}\n{findings.END}\n", encoding="utf-8")
+    replace_blocks([findings.block(doc, results)])
+    assert not replace_blocks([findings.block(doc, results)], write=False)
     # ... but the witness recomputed with today's code is not.
     bad = [w for w in witnesses.verify(results, notebooks=[RANK]) if not w.ok]
     assert [w.cell for w in bad] == ["grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"]

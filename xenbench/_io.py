@@ -1,10 +1,12 @@
 """Files: the repository root (bundled data, notebooks, reports), atomic text writes (a reader, or a killed
-run, never sees half a file) and generated blocks of a text file (the README's findings, models)."""
+run, never sees half a file) and generated blocks of text files (the README's claims table, docs/FINDINGS.md,
+docs/MODELS.md)."""
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from xenbench.errors import DataError
@@ -23,19 +25,27 @@ def repo_relative(path: str | os.PathLike[str]) -> str:
         return str(resolved)
 
 
+def _temp_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+
+
+def _write_temp(tmp: Path, text: str | Iterable[str], fsync: bool) -> None:
+    # Not tempfile.mkstemp: its files are mode 0600; open(..., "x") honours the umask like any file.
+    with open(tmp, "x", encoding="utf-8", newline="\n") as handle:
+        handle.writelines([text] if isinstance(text, str) else text)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *, fsync: bool = False) -> Path:
     """Write ``text`` (a string or an iterable of strings, written as given) to a temp file beside
     ``path``, then rename it over ``path``. ``fsync`` also makes it durable (file and folder)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Not tempfile.mkstemp: its files are mode 0600; open(..., "x") honours the umask like any file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    tmp = _temp_beside(path)
     try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as handle:
-            handle.writelines([text] if isinstance(text, str) else text)
-            if fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
+        _write_temp(tmp, text, fsync)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -49,6 +59,22 @@ def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *
     return path
 
 
+def write_texts_atomic(texts: Mapping[Path, str]) -> None:
+    """Write several files together: every text goes to a temp file beside its path first, and only when all of
+    them are written is each renamed over its path, so a failure while writing (a full disk, a kill) changes none."""
+    temps: dict[Path, Path] = {}
+    try:
+        for path, text in texts.items():
+            temps[path] = _temp_beside(path)
+            _write_temp(temps[path], text, fsync=False)
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+        raise
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process of this id runs on this machine (for stale lock and staging files)."""
     try:
@@ -60,17 +86,54 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def replace_block(path: str | os.PathLike[str], begin: str, end: str, body: str, *, write: bool = True) -> bool:
-    """Replace the text between the lines ``begin`` and ``end`` of the file ``path`` by ``body`` (atomically).
+@dataclass(frozen=True)
+class Block:
+    """A generated block of a text file: ``body`` belongs between the lines ``begin`` and ``end`` of ``path``.
 
-    Returns whether the block changed (with ``write=False``: whether it is stale, nothing written).
+    ``what`` names it and ``source`` says what it is generated from, for messages ("docs/MODELS.md: the models
+    table disagrees with models/").
     """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    start, stop = text.find(begin), text.find(end)
+
+    path: Path
+    begin: str
+    end: str
+    body: str
+    what: str = "generated block"
+    source: str = ""
+
+
+def _with_block(path: Path, text: str, block: Block) -> str:
+    start, stop = text.find(block.begin), text.find(block.end)
     if start < 0 or stop < start:
-        raise DataError(path, f"no generated block (lines {begin!r} ... {end!r})")
-    new = text[: start + len(begin)] + "\n" + body + "\n" + text[stop:]
-    if new != text and write:
-        write_text_atomic(path, new)
-    return new != text
+        raise DataError(path, f"no generated block (lines {block.begin!r} ... {block.end!r})")
+    return text[: start + len(block.begin)] + "\n" + block.body + "\n" + text[stop:]
+
+
+def replace_blocks(blocks: Sequence[Block], *, write: bool = True) -> list[Block]:
+    """Put each block's ``body`` between its markers; the blocks that changed (with ``write=False``: the stale ones,
+    nothing written).
+
+    Every file is read and every block placed before anything is written, and the files are then written together
+    (:func:`write_texts_atomic`): a missing marker in one file leaves all of them as they were.
+
+    Raises
+    ------
+    DataError
+        Naming the file whose markers are missing.
+    """
+    texts: dict[Path, str] = {}
+    changed = []
+    for block in blocks:
+        path = Path(block.path)
+        if path not in texts:
+            try:
+                texts[path] = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise DataError(path, f"no such file (it holds the {block.what})") from None
+        new = _with_block(path, texts[path], block)
+        if new != texts[path]:
+            changed.append(block)
+            texts[path] = new
+    if write and changed:
+        write_texts_atomic({Path(b.path): texts[Path(b.path)] for b in changed})
+    return changed

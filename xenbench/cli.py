@@ -273,10 +273,8 @@ def _sweep(args: argparse.Namespace) -> None:
 
 def _findings(args: argparse.Namespace) -> int:
     from xenbench.studies import findings
-    from xenbench.notebook import REPO_ROOT
 
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
-    readme = REPO_ROOT / "README.md"
     if args.verify:
         from xenbench.studies import witnesses
 
@@ -287,23 +285,22 @@ def _findings(args: argparse.Namespace) -> int:
         print(f"{len(found) - len(bad)} of {len(found)} witnesses of {results_dir} hold with today's code"
               + (f"; {len(bad)} do not: re-run those notebooks" if bad else ""))
         return 1 if bad else 0
-    from xenbench.studies.findings import checkpoints
-
-    # (what, its README block's updater, the records it renders)
-    blocks = [("findings", findings.update_readme, results_dir),
-              ("models table", checkpoints.update_readme, checkpoints.MODELS_DIR)]
     if args.write:
-        for what, update, source in blocks:
-            changed = update(readme, source)
-            print(f"{readme}: {what} {'rewritten' if changed else 'already up to date'}")
+        for b, changed in findings.write_docs(results_dir):
+            print(f"{b.path}: {b.what} {'rewritten' if changed else 'already up to date'}")
     elif args.check:
-        for what, update, source in blocks:
-            if update(readme, source, write=False):
-                raise XenbenchError(f"{readme}: the {what} section disagrees with {source}; "
-                                    "run `xenbench findings --write`")
-            print(f"{readme}: {what} agree with {source}")
+        blocks = findings.write_docs(results_dir, write=False)
+        stale = [b for b, changed in blocks if changed]
+        if stale:
+            raise XenbenchError("; ".join(f"{b.path}: the {b.what} disagrees with {b.source}" for b in stale)
+                                + "; run `xenbench findings --write`")
+        for b, _ in blocks:
+            print(f"{b.path}: {b.what} agrees with {b.source}")
     else:
-        print(findings.readme_section(results_dir))
+        from xenbench.studies.findings.claims import claims_table
+
+        section = findings.findings_section(results_dir)  # first: it names a bad file by its name
+        print(claims_table(results_dir) + "\n\n" + section)
     return 0
 
 
@@ -401,12 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
     w.set_defaults(func=_sweep)
 
-    f = sub.add_parser("findings", help="conclusions generated from the committed results (README section)")
+    f = sub.add_parser("findings", help="conclusions generated from the committed results (README.md's claims table, "
+                                        "docs/FINDINGS.md, docs/MODELS.md)")
     f.add_argument("--results-dir", default=None, help="folder of <name>.full.results.json (default notebooks/results)")
     mode = f.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true",
-                      help="rewrite the README's generated findings section and bundled-models table")
-    mode.add_argument("--check", action="store_true", help="exit 2 if a generated README section is stale")
+                      help="rewrite the generated blocks: README.md's claims table, docs/FINDINGS.md's findings and "
+                           "docs/MODELS.md's bundled-CE tables")
+    mode.add_argument("--check", action="store_true", help="exit 2 if a generated block is stale")
     mode.add_argument("--verify", action="store_true",
                       help="recompute each notebook's witness cells of the committed results with today's code; exit 1 "
                            "naming every cell that no longer matches (xenbench.studies.witnesses)")
