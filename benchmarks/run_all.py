@@ -13,12 +13,12 @@ throughputs or recall: ours / baseline); ``at`` states the compared point. A scr
 writes no valid fragment is listed as ``failed: <error>`` and the others still run. Fragments already in
 reports/bench/ that no listed script wrote (someone else's) are picked up as well.
 
-The README's "Benchmarks" block is rendered from the committed copy benchmarks/results/bench.json::
+docs/BENCHMARKS.md's table is rendered from the committed copy benchmarks/results/bench.json::
 
     python benchmarks/run_all.py                 # run everything, write reports/bench.json and reports/bench.md
     python benchmarks/run_all.py --only bench_ccsa --keep   # rerun one, keep the other fragments
     cp reports/bench.json benchmarks/results/bench.json
-    python benchmarks/run_all.py --readme        # re-render the README block (no running)
+    python benchmarks/run_all.py --docs          # re-render docs/BENCHMARKS.md's block (no running)
 """
 from __future__ import annotations
 
@@ -35,14 +35,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xenbench._io import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(__file__).resolve().parent
 REPORTS = ROOT / "reports"
 FRAGMENTS = REPORTS / "bench"
 COMMITTED = BENCH_DIR / "results" / "bench.json"
-README = ROOT / "README.md"
-README_BEGIN = "<!-- bench:start -->"
-README_END = "<!-- bench:end -->"
+#: The page whose block between BEGIN and END is the committed table rendered.
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+BEGIN = "<!-- bench:start -->"
+END = "<!-- bench:end -->"
 
 #: (script name in benchmarks/, the arguments `make bench` runs it with), in table order.
 BENCHMARKS: list[tuple[str, list[str]]] = [
@@ -294,37 +297,40 @@ def load_document(path: str | os.PathLike[str] = COMMITTED) -> dict[str, Any]:
     return doc
 
 
-def readme_block(path: str | os.PathLike[str] = COMMITTED) -> str:
-    """The README's Benchmarks block: :func:`render` of the committed bench.json."""
+def docs_block(path: str | os.PathLike[str] = COMMITTED) -> str:
+    """docs/BENCHMARKS.md's block: :func:`render` of the committed bench.json."""
     return render(load_document(path))
 
 
-def update_readme(readme: str | os.PathLike[str] = README, path: str | os.PathLike[str] = COMMITTED) -> bool:
-    """Replace the text between the README's bench markers by :func:`readme_block`; True if it changed."""
-    readme = Path(readme)
-    text = readme.read_text(encoding="utf-8")
-    if README_BEGIN not in text or README_END not in text:
-        raise FragmentError(f"{readme}: no {README_BEGIN} ... {README_END} block")
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    new = f"{head}{README_BEGIN}\n{readme_block(path)}\n{README_END}{tail}"
+def update_docs(doc: str | os.PathLike[str] = DOC, path: str | os.PathLike[str] = COMMITTED) -> bool:
+    """Replace the text between the bench markers of ``doc`` by :func:`docs_block` (temp file + rename); True if it
+    changed."""
+    doc = Path(doc)
+    text = doc.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise FragmentError(f"{doc}: no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{BEGIN}\n{docs_block(path)}\n{END}{tail}"
     if new != text:
-        readme.write_text(new, encoding="utf-8")
+        write_text_atomic(doc, new)
     return new != text
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--readme", action="store_true",
-                   help="only re-render README.md's block from benchmarks/results/bench.json (runs nothing)")
+    p.add_argument("--docs", "--readme", action="store_true", dest="docs",
+                   help="only re-render docs/BENCHMARKS.md's table from benchmarks/results/bench.json (runs nothing; "
+                        "--readme: its former name)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks (names in BENCHMARKS)")
     p.add_argument("--keep", action="store_true", help="with --only: keep the other fragments already written")
     p.add_argument("--no-run", action="store_true", help="run nothing: tabulate the fragments in reports/bench/")
     p.add_argument("--timeout", type=float, default=None, help="seconds per benchmark (default: none)")
     args = p.parse_args(argv)
-    if args.readme:
-        changed = update_readme()
-        print(f"README.md {'updated' if changed else 'already up to date'} from {COMMITTED.relative_to(ROOT)}")
+    if args.docs:
+        changed = update_docs(DOC, COMMITTED)
+        print(f"{DOC.relative_to(ROOT)} {'updated' if changed else 'already up to date'} from "
+              f"{COMMITTED.relative_to(ROOT)}")
         return 0
     names = [n for n, _ in BENCHMARKS]
     unknown = sorted(set(args.only or []) - set(names))

@@ -1,5 +1,5 @@
-"""The benchmark table: the README's block is the committed bench.json rendered, fragments are validated with one
-clear error, failing or missing benchmarks are listed without stopping the others. Nothing here times anything."""
+"""The benchmark table: docs/BENCHMARKS.md's block is the committed bench.json rendered, fragments are validated with
+one clear error, failing or missing benchmarks are listed without stopping the others. Nothing here times anything."""
 from __future__ import annotations
 
 import importlib.util
@@ -34,18 +34,18 @@ def _doc(*benchmarks):
             "date": "2025-01-01", "benchmarks": list(benchmarks)}
 
 
-# --- the README ---------------------------------------------------------------------------------------
+# --- docs/BENCHMARKS.md ----------------------------------------------------------------------------
 
 
-def test_readme_block_is_the_committed_bench_json_rendered():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert text.count(run_all.README_BEGIN) == 1 and text.count(run_all.README_END) == 1
-    block = text.split(run_all.README_BEGIN, 1)[1].split(run_all.README_END, 1)[0].strip("\n")
-    assert block == run_all.readme_block(run_all.COMMITTED), (
-        "README.md's Benchmarks block disagrees with benchmarks/results/bench.json: "
-        "run `python benchmarks/run_all.py --readme`")
-    heading = text.split(run_all.README_BEGIN, 1)[0].rsplit("\n## ", 1)[-1].splitlines()[0]
-    assert heading == "Benchmarks"  # the block sits in the README's "## Benchmarks" section
+def test_docs_block_is_the_committed_bench_json_rendered():
+    text = run_all.DOC.read_text(encoding="utf-8")
+    assert run_all.DOC == ROOT / "docs" / "BENCHMARKS.md"
+    assert text.count(run_all.BEGIN) == 1 and text.count(run_all.END) == 1
+    block = text.split(run_all.BEGIN, 1)[1].split(run_all.END, 1)[0].strip("\n")
+    assert block == run_all.docs_block(run_all.COMMITTED), (
+        "docs/BENCHMARKS.md's table disagrees with benchmarks/results/bench.json: "
+        "run `python benchmarks/run_all.py --docs`")
+    assert text.startswith("# Benchmarks\n")
 
 
 def test_committed_bench_json_has_a_valid_fragment_per_benchmark_that_ran():
@@ -58,23 +58,33 @@ def test_committed_bench_json_has_a_valid_fragment_per_benchmark_that_ran():
         assert b["status"] == "ok" or b["status"].startswith("failed: ")
 
 
-def test_update_readme_rewrites_only_the_block(tmp_path):
+def test_update_docs_rewrites_only_the_block(tmp_path):
     results = tmp_path / "bench.json"
     results.write_text(json.dumps(_doc({**_fragment(), "status": "ok"})), encoding="utf-8")
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# T\n\n## Benchmarks\n\n{run_all.README_BEGIN}\nold\n{run_all.README_END}\n\n## After\n",
-                      encoding="utf-8")
-    assert run_all.update_readme(readme, results)
-    text = readme.read_text(encoding="utf-8")
-    assert text.startswith("# T\n\n## Benchmarks\n\n") and text.endswith(f"{run_all.README_END}\n\n## After\n")
-    assert run_all.readme_block(results) in text and "old" not in text
-    assert not run_all.update_readme(readme, results)  # already up to date
-    readme.write_text("no markers\n", encoding="utf-8")
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(f"# Benchmarks\n\nintro\n\n{run_all.BEGIN}\nold\n{run_all.END}\n\n## After\n", encoding="utf-8")
+    assert run_all.update_docs(doc, results)
+    text = doc.read_text(encoding="utf-8")
+    assert text.startswith("# Benchmarks\n\nintro\n\n") and text.endswith(f"{run_all.END}\n\n## After\n")
+    assert run_all.docs_block(results) in text and "old" not in text
+    assert not run_all.update_docs(doc, results)  # already up to date
+    assert not list(tmp_path.glob(".*.tmp"))  # written by a temp file and a rename
+    doc.write_text("no markers\n", encoding="utf-8")
     with pytest.raises(run_all.FragmentError, match="no <!-- bench:start -->"):
-        run_all.update_readme(readme, results)
+        run_all.update_docs(doc, results)
 
 
-# --- rendering ----------------------------------------------------------------------------------------
+def test_docs_flag_and_its_former_name_rerender_the_committed_table(monkeypatch, tmp_path, capsys):
+    doc = tmp_path / "BENCHMARKS.md"
+    monkeypatch.setattr(run_all, "DOC", doc)
+    monkeypatch.setattr(run_all, "ROOT", tmp_path)
+    monkeypatch.setattr(run_all, "COMMITTED", tmp_path / "bench.json")
+    (tmp_path / "bench.json").write_text(json.dumps(_doc({**_fragment(), "status": "ok"})), encoding="utf-8")
+    for flag in ("--docs", "--readme"):
+        doc.write_text(f"# Benchmarks\n{run_all.BEGIN}\nold\n{run_all.END}\n", encoding="utf-8")
+        assert run_all.main([flag]) == 0
+        assert run_all.docs_block(tmp_path / "bench.json") in doc.read_text(encoding="utf-8")
+        assert "BENCHMARKS.md updated from bench.json" in capsys.readouterr().out
 
 
 def test_render_one_table_row_per_comparison_and_failed_benchmarks():
