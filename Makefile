@@ -1,6 +1,7 @@
 # xenbench: `make demo` runs every notebook on the bundled data (quick profile); `make test` runs all tests;
-# `make full` runs the complete study (profile full) and `make findings` records it as the README's reference run.
-# Both create .venv and install the project on first use (CPU torch pinned; see README "Set-up").
+# `make full` runs the complete study (profile full) and `make findings` records it as the reference run behind
+# docs/FINDINGS.md and the README's claims table. Both create .venv and install the project on first use (CPU torch
+# pinned; see docs/USAGE.md "Set-up").
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -51,7 +52,8 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
-# Record the last `make full` (and a `large` scale run, if any) as the reference runs; regenerate the README's findings.
+# Record the last `make full` (and a `large` scale run, if any) as the reference runs; regenerate docs/FINDINGS.md,
+# docs/MODELS.md and the README's claims table.
 findings: setup
 	cp reports/*.full.results.json notebooks/results/
 	cp reports/*.large.results.json notebooks/results/ 2>/dev/null || true

@@ -1,6 +1,6 @@
 """Witnesses: a few cells of each committed result, re-derived with today's code from the committed stores.
 
-``xenbench findings --check`` compares the README with the committed results; nothing compared the results with the
+``xenbench findings --check`` compares the docs with the committed results; nothing compared the results with the
 code. Each notebook's function here declares a few cheap cells of its committed ``full`` results (seconds each) and
 recomputes them from the inputs the run read (the score stores and datasets in ``data/``), through the same package
 functions the notebook calls. :func:`verify` runs them all; a cell whose value today differs from the committed one
@@ -44,7 +44,7 @@ __all__ = ["Witness", "register", "registered", "witnesses", "verify", "describe
 
 #: Relative paths in a notebook's parameters are relative to the notebook's folder (its kernel's working directory).
 NOTEBOOKS = REPO_ROOT / "notebooks"
-#: Profiles whose committed results are witnessed (the reference runs of the README).
+#: Profiles whose committed results are witnessed (the reference runs of docs/FINDINGS.md).
 PROFILES = ("full",)
 
 

@@ -137,8 +137,8 @@ def show(path: str | os.PathLike[str]) -> None:
     display(Markdown(head + "\n\n" + "\n".join(f"* {line}" for line in _lines_of(Path(path), doc))))
 
 
-#: Profiles whose committed runs the README reports: the study (``full``), the scale run (``large``) and 06's run
-#: nearer the paper's regime (``regime``).
+#: Profiles whose committed runs docs/FINDINGS.md and the README's claims table report: the study (``full``), the
+#: scale run (``large``) and 06's run nearer the paper's regime (``regime``).
 README_PROFILES = ("full", "large", "regime")
 
 
