@@ -11,7 +11,7 @@ TORCH  ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo lab full test test-fast test-browser bench findings clean-reports
+.PHONY: setup demo lab full test test-fast test-browser bench gpu-check findings clean-reports
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ test-fast: setup
 # Every benchmark (the list and its arguments: benchmarks/run_all.py) into one table, reports/bench.{json,md}.
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
+
+# The CUDA path checked and timed on this machine's GPU in one process (about 6 minutes; benchmarks/gpu_check.py):
+# reports/gpu_check/gpu_check.{json,md}; exits 1 if a check fails. Its CPU dry run is part of `make test`.
+gpu-check: setup
+	$(BIN)/python benchmarks/gpu_check.py --out reports/gpu_check
 
 # Record the last `make full` (and a `large` scale run, if any) as the reference runs; regenerate docs/FINDINGS.md,
 # docs/MODELS.md and the README's claims table.

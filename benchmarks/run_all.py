@@ -19,6 +19,9 @@ docs/BENCHMARKS.md's table is rendered from the committed copy benchmarks/result
     python benchmarks/run_all.py --only bench_ccsa --keep   # rerun one, keep the other fragments
     cp reports/bench.json benchmarks/results/bench.json
     python benchmarks/run_all.py --docs          # re-render docs/BENCHMARKS.md's block (no running)
+
+docs/BENCHMARKS.md's "GPU check" block is rendered from benchmarks/results/gpu_check.json (a run of
+``benchmarks/gpu_check.py`` on a GPU, committed by hand) by the same ``--docs``.
 """
 from __future__ import annotations
 
@@ -46,6 +49,11 @@ COMMITTED = BENCH_DIR / "results" / "bench.json"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 BEGIN = "<!-- bench:start -->"
 END = "<!-- bench:end -->"
+#: The GPU check's committed run (benchmarks/gpu_check.py) and its block in the page's "GPU check" section.
+GPU_COMMITTED = BENCH_DIR / "results" / "gpu_check.json"
+GPU_BEGIN = "<!-- gpu:start -->"
+GPU_END = "<!-- gpu:end -->"
+GPU_KEYS = {"date": str, "mode": str, "status": str, "machine": dict, "checks": list, "sections": list}
 
 #: (script name in benchmarks/, the arguments `make bench` runs it with), in table order.
 BENCHMARKS: list[tuple[str, list[str]]] = [
@@ -302,19 +310,98 @@ def docs_block(path: str | os.PathLike[str] = COMMITTED) -> str:
     return render(load_document(path))
 
 
-def update_docs(doc: str | os.PathLike[str] = DOC, path: str | os.PathLike[str] = COMMITTED) -> bool:
-    """Replace the text between the bench markers of ``doc`` by :func:`docs_block` (temp file + rename); True if it
-    changed."""
+def _replace_block(text: str, begin: str, end: str, body: str, source: Path) -> str:
+    if begin not in text or end not in text:
+        raise FragmentError(f"{source}: no {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def update_docs(doc: str | os.PathLike[str] = DOC, path: str | os.PathLike[str] = COMMITTED,
+                gpu: str | os.PathLike[str] = GPU_COMMITTED) -> bool:
+    """Replace the text between the bench markers of ``doc`` by :func:`docs_block` (and between its GPU markers, if
+    it has them, by :func:`gpu_block` of ``gpu``) (temp file + rename); True if it changed."""
     doc = Path(doc)
     text = doc.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise FragmentError(f"{doc}: no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{docs_block(path)}\n{END}{tail}"
+    new = _replace_block(text, BEGIN, END, docs_block(path), doc)
+    if GPU_BEGIN in new:
+        new = _replace_block(new, GPU_BEGIN, GPU_END, gpu_block(gpu), doc)
     if new != text:
         write_text_atomic(doc, new)
     return new != text
+
+
+# --------------------------------------------------------------------------------------------------
+# the GPU check (benchmarks/gpu_check.py)
+# --------------------------------------------------------------------------------------------------
+def load_gpu_document(path: str | os.PathLike[str] = GPU_COMMITTED) -> dict[str, Any]:
+    """Read and validate a gpu_check.json: a fragment plus the machine, the checks and the sections."""
+    path = Path(path)
+    doc = load_fragment(path)
+    for key, kind in GPU_KEYS.items():
+        if not isinstance(doc.get(key), kind):
+            raise FragmentError(f"{path}: '{key}' must be {kind.__name__}, got {doc.get(key)!r}")
+    return doc
+
+
+def _check_value(c: Mapping[str, Any]) -> tuple[str, str]:
+    if c.get("value") is None:
+        return "", ""
+    if c.get("bar") is None:
+        return f"{c['value']:g}", ""
+    return f"{c['value']:.2e}", f"≤ {c['bar']:.0e}"
+
+
+def render_gpu(doc: Mapping[str, Any], *, full: bool = True) -> str:
+    """Markdown of a gpu_check.json: the device, then (``full``) every section and check, then the measured rows
+    (the benchmark table's columns) and notes. ``full=False``: the docs' short form (device, tally, the checks that
+    did not pass or skip, rows)."""
+    m = doc.get("machine", {})
+    gpu = m.get("gpu") if m.get("gpu") not in (None, "none") else f"no GPU ({doc.get('device', 'cpu')})"
+    mem = (f", {m['memory_free_gib']} of {m['memory_total_gib']} GiB free" if "memory_total_gib" in m else "")
+    lines = [f"**{str(doc.get('status', '?')).upper()}**: `{doc.get('command', '')}` ({doc.get('mode')} mode) on "
+             f"**{gpu}**{mem}, {doc.get('date', '')}; driver {m.get('driver', '?')}, torch {m.get('torch', '?')} "
+             f"(CUDA {m.get('cuda_runtime')}), Python {m.get('python', '?')}, {m.get('logical_cpus', '?')} CPUs "
+             f"({m.get('cpu', '?')})."]
+    if m.get("missing"):
+        lines.append("Missing: " + "; ".join(f"{k} ({v})" for k, v in m["missing"].items()) + ".")
+    sub = doc.get("subset") or {}
+    if sub:
+        lines.append(f"Pairs: {sub['pairs_per_pass']:,} per pass ({sub['query_rows']} seeded query rows x "
+                     f"{sub['items']} items of {sub['domain']}, seed {sub['seed']}, batches of {sub['batch_size']}).")
+    checks = doc.get("checks", [])
+    tally: dict[str, int] = {}
+    for c in checks:
+        tally[c["status"]] = tally.get(c["status"], 0) + 1
+    lines.append(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in tally.items()) + ".")
+    if full:
+        lines += ["", "| section | status | s | box s |", "|---|---|---:|---:|"]
+        lines += [f"| {s['name']} | {_cell(s['status'])} | {s['wall_s'] if s['wall_s'] is not None else ''} | "
+                  f"{s['box_s'] if s['box_s'] is not None else ''} |" for s in doc.get("sections", [])]
+    shown = checks if full else [c for c in checks if c["status"] not in ("pass", "skipped")]
+    if shown:
+        lines += ["", "| check | status | value (× std) | bar | detail |", "|---|---|---:|---|---|"]
+        lines += [f"| {_cell(c['name'])} | {c['status']} | {_check_value(c)[0]} | {_check_value(c)[1]} | "
+                  f"{_cell(c.get('detail', ''))} |" for c in shown]
+    if doc.get("rows"):
+        lines += ["", "| comparison | metric | ours | baseline | ratio | at |", "|---|---|---:|---:|---:|---|"]
+        for r in doc["rows"]:
+            better = "higher" if r["higher_is_better"] else "lower"
+            lines.append(f"| {_cell(r['comparison'])} | {_cell(r['metric'])} ({better} is better) | {fmt(r['ours'])} "
+                         f"| {fmt(r['baseline'])} | **{r['ratio']:.2f}×** | {_cell(r['at'])} |")
+    lines += [""] + [f"* {n}" for n in doc.get("notes", [])] if doc.get("notes") else []
+    return "\n".join(lines)
+
+
+def gpu_block(path: str | os.PathLike[str] = GPU_COMMITTED) -> str:
+    """docs/BENCHMARKS.md's GPU block: :func:`render_gpu` (short form) of the committed gpu_check.json, or a line
+    saying there is none."""
+    path = Path(path)
+    if not path.is_file():
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        return f"Not run on a GPU yet: there is no `{shown}` (only its CPU dry run runs, in `make test`)."
+    return render_gpu(load_gpu_document(path), full=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         changed = update_docs(DOC, COMMITTED)
         print(f"{DOC.relative_to(ROOT)} {'updated' if changed else 'already up to date'} from "
-              f"{COMMITTED.relative_to(ROOT)}")
+              f"{COMMITTED.relative_to(ROOT)}{' and ' + str(GPU_COMMITTED.relative_to(ROOT)) if GPU_COMMITTED.is_file() else ''}")
         return 0
     names = [n for n, _ in BENCHMARKS]
     unknown = sorted(set(args.only or []) - set(names))

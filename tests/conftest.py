@@ -37,6 +37,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name == "test_notebooks.py":
             item.add_marker(pytest.mark.notebook)
+    # `cuda` tests run where torch sees a GPU (benchmarks/gpu_check.py runs `pytest -m cuda` there).
+    cuda = [item for item in items if item.get_closest_marker("cuda")]
+    if cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
 @pytest.fixture(scope="module")

@@ -134,7 +134,7 @@ def test_batched_matches_reference_on_solver_edge_cases(case):
     np.testing.assert_allclose(bat.approx_scores, ref.approx_scores, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("name,sampler", SAMPLER_CASES, ids=[c[0] for c in SAMPLER_CASES])
 def test_batched_on_gpu_matches_reference(data, name, sampler):
     R, T = data

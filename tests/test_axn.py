@@ -286,7 +286,7 @@ def test_the_lambda_zero_pair_is_a_labelled_sanity_check(protocol_run):
 # device: one resolved device reaches every AXN / ADACUR search and MF-IND; "cpu" is the default here
 # ----------------------------------------------------------------------------------------------
 ONLY_CPU = pytest.mark.skipif(torch.cuda.is_available(), reason="the default device is CUDA on this machine")
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+NEEDS_CUDA = pytest.mark.cuda
 
 
 @pytest.fixture

@@ -537,7 +537,7 @@ def test_findings_say_what_the_numbers_say():
 # device: one resolved device reaches every ADACUR search; "cpu" is the default on a CPU machine
 # ----------------------------------------------------------------------------------------------
 ONLY_CPU = pytest.mark.skipif(torch.cuda.is_available(), reason="the default device is CUDA on this machine")
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+NEEDS_CUDA = pytest.mark.cuda
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def test_a_bad_device_is_one_clear_error(problem, device, message):
         _fit(problem, "ind", device=device)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["trns", "ind"])
 def test_cuda_gives_the_cpu_embeddings(problem, kind):
     cpu, u_cpu = _fit(problem, kind, device="cpu")

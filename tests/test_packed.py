@@ -195,7 +195,7 @@ def test_varlen_branch_gives_the_padded_scores_with_a_reference_kernel(layout, t
                                        atol=1e-5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_varlen_matches_padded_under_bf16(tokenizer, texts):
     ce = tiny_ce(tokenizer, "cls", query_pad_to=16).cuda()
     batch = {k: v.cuda() for k, v in scorer_batches(ce, *(t[:6] for t in texts), batch_size=36)[0].items()}

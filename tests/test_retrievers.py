@@ -65,7 +65,7 @@ def test_dual_encoder_encodes_on_its_device() -> None:
     np.testing.assert_array_equal(de.encode(texts), DualEncoder(device="cpu", cache_dir=False).encode(texts))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_dual_encoder_on_cuda_gives_the_cpu_embeddings() -> None:
     texts = [q.text for q in QUERIES] + [f"{it.title}: {it.text}" for it in ITEMS]
     cuda = DualEncoder(device="cuda", cache_dir=False)
