@@ -45,7 +45,7 @@ from xenbench.sampling import sample_rows  # noqa: E402
 FORMAT = "xenbench-gpu-payload/1"
 DOMAIN = "noun.cognition"
 CES = ("cls-ce", "emb-ce")
-#: Query rows the check scores (all items each): the full check's and the CPU dry run's (seeded, xenbench.sampling).
+#: Query rows with references (all items each): the full check's and the CPU dry run's (seeded, xenbench.sampling).
 N_ROWS = {"full": 128, "tiny": 8}
 SEED = 0
 #: What one device call may carry, the checkout included (the device tool's limit).
@@ -60,8 +60,9 @@ class PayloadError(RuntimeError):
 
 
 def query_rows(n_queries: int, mode: str) -> np.ndarray:
-    """The check's query rows: a seeded sample of ``N_ROWS[mode]`` of ``n_queries`` (sorted, int64)."""
-    return sample_rows(n_queries, N_ROWS[mode], SEED, kind="queries")
+    """The check's query rows: the first ``N_ROWS[mode]`` of a seeded sample of ``N_ROWS["full"]`` of ``n_queries``
+    (sorted, int64), so that a full payload also serves the tiny dry run."""
+    return sample_rows(n_queries, N_ROWS["full"], SEED, kind="queries")[: N_ROWS[mode]]
 
 
 def _store_dir(ce: str, domain: str = DOMAIN) -> Path:
