@@ -11,7 +11,6 @@ import torch
 from xenbench import experiments as ex
 from xenbench.methods.adacur import AdaCur
 from xenbench.errors import ParameterError
-from xenbench.viz.plots import adacur as plots
 
 N_QUERIES, N_ITEMS, N_ANCHOR_QUERIES = 70, 60, 20
 
@@ -273,7 +272,15 @@ def test_round_trace_rejects_an_anchor_query(M, split):
 # ----------------------------------------------------------------------------------------------
 # figures (structure only)
 # ----------------------------------------------------------------------------------------------
-def test_round_scatter_has_one_slider_step_per_round(M, split):
+@pytest.fixture(scope="module")
+def plots():
+    """The figure builders, imported here: this module's cuda test runs on GPU machines without plotly."""
+    from xenbench.viz.plots import adacur
+
+    return adacur
+
+
+def test_round_scatter_has_one_slider_step_per_round(M, split, plots):
     trace = ex.round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4)
     fig = plots.round_scatter(trace, bands=(5, 20))
     steps = fig.layout.sliders[0].steps
@@ -286,7 +293,7 @@ def test_round_scatter_has_one_slider_step_per_round(M, split):
     assert not fig.frames  # static HTML and FigureWidget friendly: no animation frames
 
 
-def test_summary_figures_build(M, split, budget_results):
+def test_summary_figures_build(M, split, budget_results, plots):
     assert len(plots.recall_vs_budget_lines(budget_results).data) == len(ex.METHODS) * 3  # methods x k facets
     rounds = ex.recall_vs_rounds(M, split, [20], rounds=(1, 2), k_values=(1, 10))
     assert plots.recall_vs_rounds_lines(rounds).data

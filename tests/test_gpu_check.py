@@ -174,10 +174,25 @@ def test_an_empty_box_runs_nothing(tmp_path):
     assert not ran and report.section("adacur")["status"].startswith("timeout: the total time budget was spent")
 
 
-def test_pytest_counts_reads_its_last_line():
+def test_pytest_output_is_read_for_counts_and_files_it_could_not_import():
     assert gpu_check.pytest_counts("1 failed, 12 passed, 3 skipped, 2 deselected, 1 error in 4.20s") == {
         "failed": 1, "passed": 12, "skipped": 3, "deselected": 2, "error": 1}
     assert gpu_check.pytest_counts("no tests ran in 0.01s") == {}
+    output = """==================================== ERRORS ====================================
+______________________ ERROR collecting tests/test_axn.py ______________________
+tests/test_axn.py:11: in <module>
+    from xenbench import plots as xb_plots
+E   ModuleNotFoundError: No module named 'plotly'
+______________________ ERROR collecting tests/test_mf.py _______________________
+tests/test_mf.py:3: in <module>
+    raise RuntimeError("boom")
+E   RuntimeError: boom
+=========================== short test summary info ============================
+ERROR tests/test_axn.py
+ERROR tests/test_mf.py
+5 passed, 84 deselected, 2 errors in 5.05s"""
+    assert gpu_check.collection_errors(output) == {"tests/test_axn.py": "missing plotly",
+                                                   "tests/test_mf.py": "RuntimeError: boom"}
 
 
 def test_cuda_marked_tests_exist_and_the_deselected_ones_are_there():
