@@ -57,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +115,10 @@ class Sizes:
 
 
 SIZES = {
-    # About 5.5 minutes on an H100 by the estimates in the README's "GPU check" (first run: see gpu_check.json).
-    "full": Sizes(score_rows=gpu_payload.N_ROWS["full"], n_items=None, st_queries=64, st_items=1024,
+    # At the fp32 rate the committed stores recorded on an H100 (44k pairs/s, batch 2048), the 16 exactness passes
+    # over 128 x 2964 pairs take about 80 s. The boxes add up to 345 s, so with start-up the check ends within
+    # 6 minutes whatever happens; a section that overruns its box stops there and says so.
+    "full": Sizes(score_rows=gpu_payload.N_ROWS["full"], n_items=None, st_queries=32, st_items=1024,
                   batch_size=1024, repeats=3, gemm_n=8192, adacur_budget=100,
                   boxes={"environment": 20, "matmul": 20, "cuda tests": 100, "exactness": 130,
                          "sentence-transformers": 50, "adacur": 25}, total_s=345),
@@ -471,9 +473,11 @@ def matmul(report: Report, ctx: Context, box: Box) -> None:
 # 3. cuda tests
 # --------------------------------------------------------------------------------------------------
 def cuda_test_files() -> list[str]:
-    """Test files that hold ``cuda``-marked tests (``@pytest.mark.cuda`` or a name bound to it)."""
-    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
-                  if "pytest.mark.cuda" in p.read_text(encoding="utf-8"))
+    """Test files that hold ``cuda``-marked tests (``@pytest.mark.cuda`` or a name bound to it); test_packed.py first:
+    its varlen test is the one whose kernel exists only on a GPU."""
+    files = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
+             if "pytest.mark.cuda" in p.read_text(encoding="utf-8")]
+    return sorted(files, key=lambda f: (f != "tests/test_packed.py", f))
 
 
 def cuda_tests(report: Report, ctx: Context, box: Box) -> None:
@@ -498,8 +502,7 @@ def cuda_tests(report: Report, ctx: Context, box: Box) -> None:
     # No -x: a test file that cannot be imported here (a package this machine lacks) is reported, and the others run.
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rfE", "--continue-on-collection-errors",
            "-p", "no:cacheprovider", *files, *(f"--deselect={d}" for d in deselect)]
-    run = _pytest(cmd, env, box.left())
-    (ctx.out / "cuda_tests.log").write_text(run.stdout + run.stderr, encoding="utf-8")
+    run = _pytest(cmd, env, box.left(), ctx.out / "cuda_tests.log")
     summary = _tail(run.stdout)
     counts = pytest_counts(summary)
     uncollected = collection_errors(run.stdout)
@@ -538,11 +541,16 @@ def _defines(path: Path, test: str) -> bool:
     return path.is_file() and re.search(rf"^def {re.escape(test)}\(", path.read_text(encoding="utf-8"), re.M) is not None
 
 
-def _pytest(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(timeout, 1))
-    except subprocess.TimeoutExpired as err:
-        raise SectionTimeout(f"pytest still running after {timeout:.0f} s") from err
+def _pytest(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path) -> subprocess.CompletedProcess:
+    """Run pytest with its output going to ``log_path`` as it comes (kept if the box runs out); the output back."""
+    with open(log_path, "w", encoding="utf-8") as handle:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True,
+                                  timeout=max(timeout, 1))
+        except subprocess.TimeoutExpired as err:
+            raise SectionTimeout(f"pytest still running after {timeout:.0f} s; its output so far: "
+                                 f"{_tail(log_path.read_text(encoding='utf-8'))} ({log_path.name})") from err
+    return subprocess.CompletedProcess(cmd, proc.returncode, log_path.read_text(encoding="utf-8"), "")
 
 
 def _tail(text: str) -> str:
@@ -586,6 +594,10 @@ def scorer_batches(ctx: Context, ce: Any, queries: list, items: list) -> tuple[l
     return batches, order
 
 
+def _without_scores(runs: dict[tuple[str, str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "scores"} for r in runs.values()]
+
+
 def exactness(report: Report, ctx: Context, box: Box) -> None:
     from bench_packed import timed_pass
 
@@ -603,8 +615,7 @@ def exactness(report: Report, ctx: Context, box: Box) -> None:
     full = {ce: ctx.reference(ce) for ce in CES}
     refs = {ce: full[ce][: len(rows)][:, items] for ce in CES}
     ctx.std = {ce: float(full[ce].std()) for ce in CES}
-    runs: dict[tuple[str, str, str], dict[str, Any]] = {}
-    report.doc["detail"]["exactness"] = [v for v in runs.values()]
+    runs: dict[tuple[str, str, str], dict[str, Any]] = {}  # (ce, precision, path) -> its pass; the JSON omits scores
     batches: dict[str, tuple[list[dict], np.ndarray]] = {}
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for precision, path in PASSES:
@@ -639,7 +650,7 @@ def exactness(report: Report, ctx: Context, box: Box) -> None:
             runs[ce_name, precision, path] = {"ce": ce_name, "precision": precision, "path": path,
                                               "n_pairs": n_pairs, "wall_s": secs, "pairs_per_s": n_pairs / secs,
                                               "vs_store": stats, "scores": scores}
-            report.doc["detail"]["exactness"] = [{k: v for k, v in r.items() if k != "scores"} for r in runs.values()]
+            report.doc["detail"]["exactness"] = _without_scores(runs)
             log.info("   %-52s %s  %8.0f pairs/s  %s", name, status, n_pairs / secs, _stat_text(stats))
     for precision in ("bf16", "fp16"):
         for ce_name in CES:
@@ -652,7 +663,7 @@ def exactness(report: Report, ctx: Context, box: Box) -> None:
             status, value, bar = judge(stats, precision)
             report.check(name, status, value, bar, _stat_text(stats))
             a["vs_padded"] = stats
-    report.doc["detail"]["exactness"] = [{k: v for k, v in r.items() if k != "scores"} for r in runs.values()]
+    report.doc["detail"]["exactness"] = _without_scores(runs)
     at = f"{n_pairs:,} WordNet-EL pairs ({DOMAIN}: {len(rows)} seeded query rows x {len(item_list)} items), " \
          f"the scorer's length-sorted batches of {ctx.sizes.batch_size}, {ctx.device}, one timed pass each"
     for ce_name in CES:
@@ -821,6 +832,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="a few dozen pairs: the CPU dry run of the same code")
     p.add_argument("--payload", type=Path, default=None,
                    help="a folder from gpu_payload.py: the backbone and the reference scores come from it")
+    p.add_argument("--score-rows", type=int, default=None,
+                   help="query rows the exactness passes score (default: 128, or 1 with --tiny); fewer if a run "
+                        "ran out of its exactness box")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     logging.getLogger("xenbench").setLevel(logging.WARNING)  # the scorer logs every call at INFO
@@ -828,6 +842,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     mode = "tiny" if args.tiny else "full"
     ctx = Context(args.device, mode, args.payload, args.out)
+    if args.score_rows is not None:
+        if not 1 <= args.score_rows <= gpu_payload.N_ROWS[mode]:
+            p.error(f"--score-rows must be in [1, {gpu_payload.N_ROWS[mode]}]; got {args.score_rows}")
+        ctx.sizes = replace(ctx.sizes, score_rows=args.score_rows)
     report = Report(args.out, mode, str(ctx.device), argv)
     report.save()
     try:

@@ -228,8 +228,8 @@ def travel_bytes(carry: Sequence[str | Path] = ()) -> int:
 
 
 #: git sparse-checkout patterns that leave in the working tree what the check reads (code, tests, the two CEs, the
-#: domain's texts) and nothing else of models/ and data/ (the stores travel as the payload's reference rows).
-SPARSE = ("/*", "!/models/*", *(f"/models/{ce}/" for ce in CES), "!/data/*", "/data/wordnet-el/*",
+#: domain's texts) and nothing else of notebooks/, models/ and data/ (the stores travel as the payload's reference rows).
+SPARSE = ("/*", "!/notebooks/", "!/models/*", *(f"/models/{ce}/" for ce in CES), "!/data/*", "/data/wordnet-el/*",
           "!/data/wordnet-el/*/", f"/data/wordnet-el/{DOMAIN}/")
 
 
