@@ -618,11 +618,13 @@ def exactness(report: Report, ctx: Context, box: Box) -> None:
     runs: dict[tuple[str, str, str], dict[str, Any]] = {}  # (ce, precision, path) -> its pass; the JSON omits scores
     batches: dict[str, tuple[list[dict], np.ndarray]] = {}
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    no_varlen = ("needs CUDA (varlen_attn: flash attention, fp16/bf16 on CUDA)" if not ctx.cuda else
+                 f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn")
     for precision, path in PASSES:
         for ce_name in CES:
             name = f"{ce_name} {precision} {path} vs committed fp32 store"
             if path == "varlen" and not varlen_available(ctx.device, dtype[precision]):
-                report.check(name, "skipped", detail="needs CUDA (varlen_attn: flash attention, fp16/bf16 on CUDA)")
+                report.check(name, "skipped", detail=no_varlen)
                 continue
             box.check(name)
             ce = ctx.ce(ce_name)
@@ -656,8 +658,8 @@ def exactness(report: Report, ctx: Context, box: Box) -> None:
         for ce_name in CES:
             name = f"{ce_name} {precision} varlen vs padded"
             a, b = runs.get((ce_name, precision, "varlen")), runs.get((ce_name, precision, "padded"))
-            if a is None:
-                report.check(name, "skipped", detail="needs CUDA (varlen_attn)")
+            if a is None or b is None:
+                report.check(name, "skipped", detail=no_varlen)
                 continue
             stats = compare(a["scores"], b["scores"], ctx.std[ce_name])
             status, value, bar = judge(stats, precision)
@@ -846,7 +848,10 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.score_rows <= gpu_payload.N_ROWS[mode]:
             p.error(f"--score-rows must be in [1, {gpu_payload.N_ROWS[mode]}]; got {args.score_rows}")
         ctx.sizes = replace(ctx.sizes, score_rows=args.score_rows)
-    report = Report(args.out, mode, str(ctx.device), argv)
+    # The output folder is this machine's business: the recorded command names it OUT.
+    shown = ["OUT" if prev == "--out" else ("--out=OUT" if a.startswith("--out=") else a)
+             for prev, a in zip([None, *argv], argv)]
+    report = Report(args.out, mode, str(ctx.device), shown)
     report.save()
     try:
         with _sigterm_raises():
