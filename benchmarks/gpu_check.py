@@ -258,7 +258,7 @@ class Context:
         import torch
 
         self.torch = torch
-        with contextlib.suppress(ImportError):  # its weight-loading bars, once per model
+        with contextlib.suppress(ImportError, AttributeError):  # its weight-loading bars, once per model
             from transformers.utils import logging as hf_logging
 
             hf_logging.disable_progress_bar()
