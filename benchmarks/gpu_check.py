@@ -37,7 +37,8 @@ The CPU dry run (part of ``make test``, seconds): the same code on a tiny sample
 
     python benchmarks/gpu_check.py --device cpu --tiny --out reports/gpu_check_tiny
 
-Commit a GPU run with ``cp DIR/gpu_check.json benchmarks/results/ && python benchmarks/run_all.py --readme``.
+Commit a GPU run with ``cp DIR/gpu_check.json benchmarks/results/ && python benchmarks/run_all.py --docs``
+(it renders docs/BENCHMARKS.md's "GPU check" block).
 """
 from __future__ import annotations
 
@@ -315,7 +316,8 @@ class Context:
         from xenbench.data.store import ScoreStore
 
         store = ScoreStore.open(ROOT / "data" / "scores" / DOMAIN / ce)
-        if store.attrs.get("query_ids") != self.dataset.query_ids or store.attrs.get("item_ids") != self.dataset.item_ids:
+        ds = self.dataset
+        if store.attrs.get("query_ids") != ds.query_ids or store.attrs.get("item_ids") != ds.item_ids:
             raise RuntimeError(f"{store.path} does not hold {DOMAIN}'s queries x items in dataset order")
         return store.to_numpy()[self.rows]
 
@@ -538,7 +540,8 @@ def pytest_counts(summary: str) -> dict[str, int]:
 
 
 def _defines(path: Path, test: str) -> bool:
-    return path.is_file() and re.search(rf"^def {re.escape(test)}\(", path.read_text(encoding="utf-8"), re.M) is not None
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    return re.search(rf"^def {re.escape(test)}\(", text, re.M) is not None
 
 
 def _pytest(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path) -> subprocess.CompletedProcess:

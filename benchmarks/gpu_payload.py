@@ -160,7 +160,8 @@ def read_manifest(payload: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise PayloadError(f"{path}: not a GPU payload ({err}); build one with python benchmarks/gpu_payload.py") from None
+        raise PayloadError(f"{path}: not a GPU payload ({err}); build one with "
+                           "python benchmarks/gpu_payload.py") from None
     if manifest.get("format") != FORMAT:
         raise PayloadError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}: rebuild it")
     return manifest
@@ -228,7 +229,8 @@ def travel_bytes(carry: Sequence[str | Path] = ()) -> int:
 
 
 #: git sparse-checkout patterns that leave in the working tree what the check reads (code, tests, the two CEs, the
-#: domain's texts) and nothing else of notebooks/, models/ and data/ (the stores travel as the payload's reference rows).
+#: domain's texts) and nothing else of notebooks/, models/ and data/ (the stores travel as the payload's reference
+#: rows).
 SPARSE = ("/*", "!/notebooks/", "!/models/*", *(f"/models/{ce}/" for ce in CES), "!/data/*", "/data/wordnet-el/*",
           "!/data/wordnet-el/*/", f"/data/wordnet-el/{DOMAIN}/")
 
@@ -242,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.size_only:
         m = build(args.out, "tiny" if args.tiny else "full")
         print(f"wrote {args.out}: {len(m['rows'])} query rows x {len(m['item_ids'])} items of {m['domain']} for "
-              f"{', '.join(m['ces'])}; backbone rows kept {m['backbone']['rows_kept']} of {m['backbone']['vocab_size']}, "
+              f"{', '.join(m['ces'])}; backbone rows kept {m['backbone']['rows_kept']} of "
+              f"{m['backbone']['vocab_size']}, "
               f"{len(m['backbone']['replaced_by_every_ce'])} tensors left to the CEs")
     carry = [args.out.relative_to(ROOT)] if args.out.resolve().is_relative_to(ROOT) and args.out.exists() else []
     size = travel_bytes(carry)

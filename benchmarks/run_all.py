@@ -417,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         changed = update_docs(DOC, COMMITTED)
         print(f"{DOC.relative_to(ROOT)} {'updated' if changed else 'already up to date'} from "
-              f"{COMMITTED.relative_to(ROOT)}{' and ' + str(GPU_COMMITTED.relative_to(ROOT)) if GPU_COMMITTED.is_file() else ''}")
+              f"{COMMITTED.relative_to(ROOT)}"
+              f"{' and ' + str(GPU_COMMITTED.relative_to(ROOT)) if GPU_COMMITTED.is_file() else ''}")
         return 0
     names = [n for n, _ in BENCHMARKS]
     unknown = sorted(set(args.only or []) - set(names))
