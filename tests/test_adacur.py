@@ -7,22 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-import xenbench.methods.adacur as adacur_module
-from xenbench.methods.adacur import (
-    AdaCur,
-    Oracle,
-    SearchOptions,
-    SoftMax,
-    TopK,
-    _AnchorState,
-    _DeviceIndex,
-    _solve_weights,
-    _topk_stable,
-    anncur_with_budget,
-    keyed_uniforms,
-    rerank_baseline,
-    round_sizes,
-)
+import xenbench.methods.adacur.batched as batched_engine
+from xenbench.methods.adacur import AdaCur, Oracle, SearchOptions, SoftMax, TopK, keyed_uniforms, round_sizes
+from xenbench.methods.adacur.batched import DeviceIndex, _AnchorState, _solve_weights, _topk_stable
+from xenbench.methods.baselines import anncur_with_budget, rerank_baseline
 from xenbench.methods.cur import AnnCur, NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, topk_recall
@@ -185,10 +173,10 @@ def test_gram_refinement_corrects_an_ill_conditioned_factor(monkeypatch):
     c = np.take_along_axis(T, A, axis=1)
     want = np.stack([c[q] @ np.linalg.pinv(R[:, A[q]]) @ R for q in range(nq)])
     assert np.median([np.linalg.cond(R[:, A[q]]) for q in range(nq)]) > 1e4
-    index = _DeviceIndex.build(R, torch.device("cpu"))
+    index = DeviceIndex.build(R, torch.device("cpu"))
 
     def relative_error(residual_rtol):
-        monkeypatch.setattr(adacur_module, "_RESIDUAL_RTOL", residual_rtol)
+        monkeypatch.setattr(batched_engine, "_RESIDUAL_RTOL", residual_rtol)
         state = _AnchorState(index, nq, a)
         state.add(torch.from_numpy(A), torch.from_numpy(c))
         s_hat = state.approx_scores("gram")[0].numpy()

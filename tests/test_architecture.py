@@ -8,7 +8,7 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
                     provenance
  1    data           xenbench.data: datasets, wordnet, store
  2    models         xenbench.models: crossencoder, retrievers, scoring, packed, linking, train
- 3    methods        xenbench.methods: cur, adacur, axn, mf, pefa, ccsa, trace, protocol
+ 3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, trace, protocol
  4    studies        xenbench.studies: stats, rank, experiments, corpus, splits, findings, witnesses
  5    presentation   xenbench.viz: plots, widgets
  6    entry points   notebook, sweep, cli
@@ -117,11 +117,11 @@ def test_architecture_md_lists_the_same_layers():
 
 
 def test_names_moved_down_stay_importable_from_their_old_module():
-    import xenbench.methods.adacur as adacur
+    import xenbench._device as device
     import xenbench.studies.experiments as experiments
     import xenbench.methods.trace as trace
 
     assert experiments.RoundTrace is trace.RoundTrace
     assert experiments.trace_from_result is trace.trace_from_result
-    assert experiments.search_device is adacur.search_device
+    assert experiments.search_device is device.search_device
     assert {"RoundTrace", "trace_from_result", "search_device"} <= set(experiments.__all__)

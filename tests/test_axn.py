@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from xenbench.methods.adacur import SearchOptions, rerank_baseline
+from xenbench.methods.adacur import SearchOptions
+from xenbench.methods.baselines import rerank_baseline
 from xenbench.methods.axn import Axn, lambda_sweep, prior_scale
 from xenbench.studies.experiments import at_lambda, select_lambda
 from xenbench.methods.cur import NotFittedError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xenbench.methods.adacur import anncur_with_budget
+from xenbench.methods.baselines import anncur_with_budget
 from xenbench.methods.cur import AnnCur, NotFittedError, approximation_error, oracle_cur, pinv_rtol
 from xenbench.metrics import BudgetCounter, topk_recall
 from xenbench.errors import ParameterError

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from xenbench.methods.adacur import anncur_with_budget
+from xenbench.methods.baselines import anncur_with_budget
 from xenbench.methods.cur import AnnCur, approximation_error
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_recall

@@ -2,7 +2,7 @@
 
 Three implementations must agree with a stable sort of ``-scores`` on inputs full of ties:
 :func:`xenbench.metrics.topk_indices` (numpy), :func:`xenbench.models.retrievers.topk` (which calls it) and the
-torch :func:`xenbench.methods.adacur._topk_stable` of the batched ADACUR/AXN search.
+torch :func:`xenbench.methods.adacur.batched._topk_stable` of the batched ADACUR/AXN search.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from xenbench.methods.adacur import _topk_stable
+from xenbench.methods.adacur.batched import _topk_stable
 from xenbench.metrics import topk_indices
 from xenbench.models.retrievers import topk
 

@@ -1,4 +1,7 @@
-"""Which torch device a computation runs on: one rule for every layer (scorer, DE, ADACUR, AXN, MF, CCSA)."""
+"""Which torch device a computation runs on: one rule for every layer (scorer, DE, ADACUR, AXN, MF, CCSA).
+
+:func:`resolve_device` is the rule; :func:`search_device` is it for the float64 searches of ADACUR and AXN.
+"""
 from __future__ import annotations
 
 import torch
@@ -54,3 +57,13 @@ def resolve_device(device: str | torch.device = "auto", *, owner: str = "resolve
             raise ParameterError("device", "'auto' or 'cpu': MPS is not available on this machine", device, owner)
         return dev
     raise ParameterError("device", expected, device, owner)
+
+
+def search_device(device: str | torch.device, owner: str) -> torch.device:
+    """The torch device of an ADACUR / AXN search: :func:`resolve_device` for a float64 computation.
+
+    ``"auto"`` is CUDA when available, else CPU (not MPS: the searches compute in float64). Raises one
+    :class:`ParameterError` naming ``device`` and ``owner`` for a string that is not a device, ``"cuda"``
+    on a machine without CUDA, or ``"mps"``.
+    """
+    return resolve_device(device, owner=owner, float64=True)

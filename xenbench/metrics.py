@@ -8,7 +8,7 @@ Ties
 Every top-k in xenbench uses one total order on items: **higher score first, and among equal scores
 the lower item index first** (a stable sort of ``-scores``). :func:`topk_indices` implements it (numpy),
 :func:`xenbench.models.retrievers.topk` calls it, the batched ADACUR/AXN search has a torch twin
-(``xenbench.methods.adacur._topk_stable``), and the ADACUR/ANNCUR code follows it, so "the exact top-k" T is always a well-defined set of exactly k
+(``xenbench.methods.adacur.batched._topk_stable``), and the ADACUR/ANNCUR code follows it, so "the exact top-k" T is always a well-defined set of exactly k
 items. A method that retrieves an item tied with, but not inside, T gets no credit for it; with
 float32 CE scores exact ties are rare, and the rule keeps the metric monotone in the retrieved set
 (a superset of T always scores 1.0).

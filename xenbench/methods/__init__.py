@@ -1,6 +1,7 @@
 """Layer 3, methods: the papers' algorithms, each a pure module with explicit inputs (no notebooks, no prose).
 
-``cur`` (ANNCUR's CUR factorization, Eq. 1-3), ``adacur`` (ADACUR's adaptive rounds, Alg. 1), ``axn`` (AXN's
+``cur`` (ANNCUR's CUR factorization, Eq. 1-3), ``adacur`` (ADACUR's adaptive rounds, Alg. 1-3: a package of samplers,
+two engines and the estimator), ``baselines`` (ANNCUR and retrieve-and-rerank at a CE budget), ``axn`` (AXN's
 test-time refinement, Eq. 5-7), ``mf`` (matrix-factorization baselines), ``pefa`` (PEFA-XS/XL, Eq. 3-5), ``ccsa``
 (composite-code sparse autoencoder and its inverted index, Eq. 5), ``trace`` (per-round traces), ``protocol``
 (dev/test selection and the statistics every comparison uses).
@@ -10,4 +11,4 @@ from __future__ import annotations
 from xenbench._lazy import submodules
 
 __getattr__, __dir__ = submodules(
-    __name__, {m: m for m in ("adacur", "axn", "ccsa", "cur", "mf", "pefa", "protocol", "trace")})
+    __name__, {m: m for m in ("adacur", "axn", "baselines", "ccsa", "cur", "mf", "pefa", "protocol", "trace")})

@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from xenbench.methods.adacur import AdaCur, AdaCurResult, SearchOptions, TopK, search_device
+from xenbench._device import search_device
+from xenbench.methods.adacur import AdaCur, AdaCurResult, SearchOptions, TopK
 from xenbench._validation import check_array, check_float, check_int, check_is_fitted
 from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFittedError: old import path)
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget
@@ -57,7 +58,7 @@ class Axn:
     options : SearchOptions, optional
         Implementation, device, solver and batch size of the search (:class:`xenbench.methods.adacur.SearchOptions`).
         The device ``"auto"`` (the default, also for None) is CUDA when available, else CPU; or
-        ``"cpu"``, ``"cuda"``, ``"cuda:<k>"``. Checked in :meth:`fit` (:func:`xenbench.methods.adacur.search_device`).
+        ``"cpu"``, ``"cuda"``, ``"cuda:<k>"``. Checked in :meth:`fit` (:func:`xenbench._device.search_device`).
 
     Attributes
     ----------
@@ -378,7 +379,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray,
     """
     from tqdm.auto import tqdm
 
-    from xenbench.methods.adacur import rerank_baseline
+    from xenbench.methods.baselines import rerank_baseline
     from xenbench.metrics import BudgetCounter
     from xenbench.methods.mf import MatrixFactorization, observed_pairs
     from xenbench.methods.protocol import choose_on_dev, run_seed

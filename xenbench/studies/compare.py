@@ -21,7 +21,7 @@ into training/anchor queries (ANNCUR's and ADACUR's R_anc, AXN's scale β and MF
 labelled training queries), **dev** queries (every setting is chosen there: ANNCUR's k_i, AXN's λ, PEFA's λ) and
 **test** queries (where the chosen setting is reported). ANNCUR/ADACUR are :func:`xenbench.studies.experiments.protocol_runs`
 and :func:`~xenbench.studies.experiments.chosen_on_dev`; AXN is :func:`xenbench.methods.axn.protocol_runs`; a first
-stage's re-ranking is 03's DE re-rank (:func:`xenbench.methods.adacur.rerank_baseline`) of that first stage's ranking. A method without
+stage's re-ranking is 03's DE re-rank (:func:`xenbench.methods.baselines.rerank_baseline`) of that first stage's ranking. A method without
 anchor-seed randomness (re-rankings, ANNCUR DE, DE-started ADACUR/AXN) gives the same result for every anchor seed of a
 split, so it keeps one run per split (labelled with the first anchor seed): its interval across runs is over splits,
 and a comparison with it pairs the runs of that seed (:func:`xenbench.studies.experiments.paired_comparisons`).
@@ -235,10 +235,10 @@ def ce_seconds_per_pair(model: str, setup: experiments.Setup, *, n_pairs: int = 
 # ==============================================================================================
 def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], label: str, budgets: Sequence[int],
                  k_values: Sequence[int]) -> pd.DataFrame:
-    """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.adacur.rerank_baseline`, the DE
+    """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.baselines.rerank_baseline`, the DE
     re-rank of 03 on other scores) on the split's dev and test rows; its setting (PEFA's λ) is chosen per
     (budget, k) on the dev rows (:func:`xenbench.methods.protocol.choose_on_dev`), the test rows are read at it."""
-    from xenbench.methods.adacur import rerank_baseline
+    from xenbench.methods.baselines import rerank_baseline
     from xenbench.methods.protocol import at_chosen, choose_on_dev
     from xenbench.metrics import mean_se, recall_under_budget
 
@@ -372,7 +372,9 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
     DataFrame
         Columns ``method``, ``budget``, ``search_s`` (seconds per query).
     """
-    from xenbench.methods.adacur import SearchOptions, rerank_baseline, search_device
+    from xenbench._device import search_device
+    from xenbench.methods.adacur import SearchOptions
+    from xenbench.methods.baselines import rerank_baseline
     from xenbench.methods.axn import Axn, prior_scale
 
     owner = "search_seconds"

@@ -68,16 +68,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from xenbench.methods.adacur import (
-    SAMPLERS,
-    AdaCur,
-    SearchOptions,
-    TopK,
-    anncur_with_budget,
-    make_sampler,
-    rerank_baseline,
-    search_device,
-)
+from xenbench._device import search_device  # re-exported: the one device rule of the searches
+from xenbench.methods.adacur import SAMPLERS, AdaCur, SearchOptions, TopK, make_sampler
+from xenbench.methods.baselines import anncur_with_budget, rerank_baseline
 from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.methods.cur import AnnCur
 from xenbench.errors import ParameterError

@@ -288,7 +288,7 @@ def cur_grid(
 
     * the paper's **Top-k-Recall@m** ([ANNCUR] Fig. 6, and the authors' code): the m items with the highest ŝ over
       all items are retrieved and re-ranked exactly; the k_i anchor calls are not counted in m;
-    * **Top-k-Recall at a budget of B_CE CE calls**, of :func:`~xenbench.methods.adacur.anncur_with_budget`: k_i
+    * **Top-k-Recall at a budget of B_CE CE calls**, of :func:`~xenbench.methods.baselines.anncur_with_budget`: k_i
       anchor calls, then the B_CE − k_i non-anchor items with the highest ŝ, anchors re-ranked for free (the
       "free anchors" rule, :data:`~xenbench.methods.cur.BUDGET_RULES`).
 
