@@ -7,11 +7,11 @@ queries), indexes the items' codes in a :class:`xenbench.methods.ccsa.CodeIndex`
 query by shared codes. Configurations (``--configs CxL``): C = 16, L = 64 (12 bytes per item, notebook 06's codes);
 C = 16, L = 256 (16 bytes; lists 4x shorter, encoder 4x wider); C = 64, L = 256 (64 bytes: the high-recall regime,
 towards the paper's C = L = 256, where IVF-PQ must probe many lists to keep up). The baselines are faiss ``IVF{n},PQ{M}x8`` and
-``OPQ{M},IVF{n},PQ{M}x8`` of the same bytes per item (:func:`xenbench.methods.ccsa.pq_for_bytes`), trained on the
+``OPQ{M},IVF{n},PQ{M}x8`` of the same bytes per item (:func:`xenbench.studies.ccsa.pq_for_bytes`), trained on the
 same rows, returning their 1,000 best by the PQ approximation. No method re-ranks: the recall is of the 1,000
 returned items.
 
-Recall: Top-k-Recall@m against the exact DE top-k (k = 10; :func:`xenbench.methods.ccsa.exact_topk`), and gold Recall@m.
+Recall: Top-k-Recall@m against the exact DE top-k (k = 10; :func:`xenbench.studies.ccsa.exact_ip_topk`), and gold Recall@m.
 For each baseline and list count, nprobe is the smallest of ``--nprobes`` whose Top-k-Recall@m on the evaluated
 queries reaches CCSA's; the baseline reported is the list count whose matched setting has the lowest single-query
 latency. Timings, one thread everywhere (torch, faiss's OpenMP, numpy's BLAS; the numba kernel is serial), interleaved
@@ -44,7 +44,8 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
-from xenbench.methods.ccsa import CodeIndex, CompositeCodeAE, code_bytes, exact_topk, pq_for_bytes, query_split  # noqa: E402
+from xenbench.methods.ccsa import CodeIndex, CompositeCodeAE, code_bytes  # noqa: E402
+from xenbench.studies.ccsa import eval_split, evaluated_rows, exact_ip_topk, pq_for_bytes  # noqa: E402
 from xenbench.metrics import label_recall  # noqa: E402
 
 TARGET = 5.0  # CCSA's single-query speed-up over IVF-PQ at equal recall that the issue asks for
@@ -254,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     corpus = load_corpus(args.dataset)
     X, Qall = corpus.items, corpus.queries
     train = np.concatenate([X, Qall])  # like notebook 06: the paper trains on queries and documents
-    rows, _ = query_split(len(Qall), args.n_queries, args.seed)
+    rows, _ = evaluated_rows(eval_split(len(Qall), args.n_queries, args.seed))
     Q, relevant = np.ascontiguousarray(Qall[rows]), corpus.relevant[rows]
-    exact = exact_topk(Q, X, args.k)
+    exact = exact_ip_topk(Q, X, args.k)
     rows_out, notes = [], []
     threads = torch.get_num_threads()
     for C, L in args.configs:

@@ -102,9 +102,9 @@ def build_inputs(datasets: list[str], split_kind: str = "random", seed: int = 0,
     ds = splits.pool_datasets(datasets)
     P, U = splits.pooled_embeddings(datasets, device=device)
     split = splits.make_split(split_kind, splits.gold_groups(ds), eval_fraction, dev_fraction, seed=seed)
-    return {"P": np.ascontiguousarray(P, np.float32), "Q_train": np.ascontiguousarray(U[split.train], np.float32),
+    return {"P": np.ascontiguousarray(P, np.float32), "Q_train": np.ascontiguousarray(U[split.anchor], np.float32),
             "Q_test": np.ascontiguousarray(U[split.test], np.float32),
-            "Y_train": xenbench.methods.pefa.relevance_matrix(ds, split.train).astype(np.float32),
+            "Y_train": xenbench.methods.pefa.relevance_matrix(ds, split.anchor).astype(np.float32),
             "Y_test": xenbench.methods.pefa.relevance_matrix(ds, split.test).astype(np.float32),
             "name": ds.name, "n_items": len(ds.items), "n_queries": len(ds.queries)}
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from xenbench.methods.adacur import SearchOptions
+from xenbench.methods.axn import Axn, prior_scale
 from xenbench.methods.baselines import rerank_baseline
-from xenbench.methods.axn import Axn, lambda_sweep, prior_scale
-from xenbench.studies.experiments import at_lambda, select_lambda
+from xenbench.methods.protocol import at_chosen, choose_on_dev
+from xenbench.studies.axn import axn_lambda_sweep
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import topk_recall
@@ -104,14 +105,14 @@ def test_parameter_errors(factors):
 def test_lambda_sweep_selection_and_test_scores(factors):
     V, U, U_param = factors
     M = U @ V.T  # exactly rank d: λ = 0 recovers the top items, λ = 1 only follows the noisy guess
-    sweep = lambda_sweep(M, V, U_param, [0.0, 0.5, 1.0], budgets=[24, 40], k_values=(1, 10, 30), n_rounds=4)
+    sweep = axn_lambda_sweep(M, V, U_param, [0.0, 0.5, 1.0], budgets=[24, 40], k_values=(1, 10, 30), n_rounds=4)
     assert set(zip(sweep["budget"], sweep["k"])) == {(24, 1), (24, 10), (40, 1), (40, 10), (40, 30)}  # k <= B_CE
     exact = sweep[sweep["lam"] == 0.0]
     assert (exact[exact["k"] <= 18]["recall"] == 1.0).all()  # rounds 2-4 retrieve the exact top-18 (B_CE = 24)
     assert (sweep[sweep["lam"] == 1.0]["recall"] < 1.0).any()
-    chosen = select_lambda(sweep)
+    chosen = choose_on_dev(sweep, ["method", "budget", "k"], "lam")
     assert (chosen["lam"] == 0.0).all()  # ties (recall 1.0 at several λ) go to the smaller λ
-    test = at_lambda(sweep, chosen)
+    test = at_chosen(sweep, chosen, ["method", "budget", "k"], "lam")
     assert len(test) == len(chosen) and (test["lam"] == 0.0).all()
     from xenbench import plots as xb_plots  # here: this module's cuda test runs on GPU machines without plotly
 
@@ -121,11 +122,11 @@ def test_lambda_sweep_selection_and_test_scores(factors):
 
 
 def test_round_trace_follows_one_query(factors):
-    from xenbench.methods.axn import round_trace
+    from xenbench.studies.axn import axn_round_trace
 
     V, U, _ = factors
     M = U @ V.T
-    trace = round_trace(M, V, 4, budget=32, n_rounds=4)
+    trace = axn_round_trace(M, V, 4, budget=32, n_rounds=4)
     assert trace.n_rounds == 4 and trace.approx.shape == (4, N_ITEMS)
     np.testing.assert_allclose(trace.approx[0], M[4], atol=1e-5)  # rank d: exact after round 1 (8 >= d items)
     assert trace.summary(k_values=(1, 10))["top10_in_anchors"].iloc[-1] == 1.0
@@ -144,9 +145,9 @@ def test_first_round_is_keyed_by_global_query_id(factors):
     full = axn.run(M)  # default ids: rows of M, which are the global ids here
     np.testing.assert_array_equal(full.anchors[subset], together.anchors)
     # lambda_sweep passes the ids through: per-query recall of a query is the same in any subset
-    _, per_sub = lambda_sweep(M[subset], V, U_param[subset], [0.0], [24], (5,), n_rounds=3, seed=5,
-                              query_ids=subset, per_query=True)
-    _, per_all = lambda_sweep(M, V, U_param, [0.0], [24], (5,), n_rounds=3, seed=5, per_query=True)
+    _, per_sub = axn_lambda_sweep(M[subset], V, U_param[subset], [0.0], [24], (5,), n_rounds=3, seed=5,
+                                  query_ids=subset, per_query=True)
+    _, per_all = axn_lambda_sweep(M, V, U_param, [0.0], [24], (5,), n_rounds=3, seed=5, per_query=True)
     np.testing.assert_array_equal(per_sub["recall"].to_numpy(), per_all.set_index("query").loc[subset, "recall"].to_numpy())
 
 
@@ -161,15 +162,16 @@ def test_axn_pinv_cutoff_follows_the_dtype_of_v(factors):
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def protocol_run():
-    from xenbench import axn, protocol
+    from xenbench import protocol
+    from xenbench.studies import axn
 
     rng = np.random.default_rng(0)
     V, U = rng.standard_normal((120, D)), rng.standard_normal((50, D))
     M = (U @ V.T + 0.3 * rng.standard_normal((50, 120))).astype(np.float32)
     U_de = U + 0.4 * rng.standard_normal(U.shape)  # a noisy "DE"
     splits = protocol.query_splits(50, 15, 12, seeds=[0, 1, 2])
-    runs, dev = axn.protocol_runs(M, splits, V, U_de, seeds=[0, 1, 2], lambdas=[0.0, 0.5, 1.0], budgets=[8, 16],
-                                  k_values=(1, 5), n_rounds=2, mf_items_per_query=20, mf_epochs=2, progress=False)
+    runs, dev = axn.axn_protocol_runs(M, splits, V, U_de, seeds=[0, 1, 2], lambdas=[0.0, 0.5, 1.0], budgets=[8, 16],
+                                      k_values=(1, 5), n_rounds=2, mf_items_per_query=20, mf_epochs=2, progress=False)
     return M, V, U_de, splits, runs, dev
 
 
@@ -199,12 +201,12 @@ def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_r
 
 
 def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run):
-    from xenbench.methods.axn import PAIRS, paired_comparisons
+    from xenbench.studies.axn import AXN_PAIRS, axn_paired_comparisons
     from xenbench.methods.protocol import paired_test
 
     *_, runs, _ = protocol_run
-    comp = paired_comparisons(runs)
-    assert set(zip(comp["challenger"], comp["baseline"])) == set(PAIRS)
+    comp = axn_paired_comparisons(runs)
+    assert set(zip(comp["challenger"], comp["baseline"])) == set(AXN_PAIRS)
     row = comp[(comp["challenger"] == "AXN, tuned λ") & (comp["budget"] == 8) & (comp["k"] == 5)].iloc[0]
     per = {}
     for m in ("AXN, tuned λ", "AXN, λ = 0"):  # by hand: each query's mean over the runs it was a test query in
@@ -274,10 +276,10 @@ def test_findings_follow_the_numbers():
 
 
 def test_the_lambda_zero_pair_is_a_labelled_sanity_check(protocol_run):
-    from xenbench.methods.axn import SANITY_CHECKS, paired_comparisons
+    from xenbench.studies.axn import SANITY_CHECKS, axn_paired_comparisons
 
     *_, runs, _ = protocol_run
-    comp = paired_comparisons(runs)
+    comp = axn_paired_comparisons(runs)
     sanity = comp[comp["sanity_check"]]
     assert set(zip(sanity["challenger"], sanity["baseline"])) == set(SANITY_CHECKS) == {("AXN, tuned λ", "AXN, λ = 0")}
     assert {"p_holm", "p_wilcoxon_holm", "run_lo", "run_hi", "verdict"} <= set(comp.columns)
@@ -316,20 +318,21 @@ def devices(monkeypatch) -> dict[str, list]:
 
 def _axn_runs(**device) -> dict:
     """lambda_sweep, round_trace and the notebook-04 protocol (with MF-IND) on small inputs."""
-    from xenbench import axn, protocol
+    from xenbench import protocol
+    from xenbench.studies import axn
 
     rng = np.random.default_rng(5)
     V, U = rng.standard_normal((80, D)), rng.standard_normal((30, D))
     M = (U @ V.T + 0.3 * rng.standard_normal((30, 80))).astype(np.float32)
     U_de = U + 0.4 * rng.standard_normal(U.shape)
     splits = protocol.query_splits(30, 10, 8, seeds=[0, 1])
-    runs, dev = axn.protocol_runs(M, splits, V, U_de, seeds=[0, 1], lambdas=[0.0, 0.5], budgets=[8, 16],
-                                  k_values=(1, 5), n_rounds=2, mf_items_per_query=15, mf_epochs=2, progress=False,
-                                  **device)
-    trace = axn.round_trace(M, V, 3, budget=16, n_rounds=4, lam=0.5, u_param=U_de[3], **device)
+    runs, dev = axn.axn_protocol_runs(M, splits, V, U_de, seeds=[0, 1], lambdas=[0.0, 0.5], budgets=[8, 16],
+                                      k_values=(1, 5), n_rounds=2, mf_items_per_query=15, mf_epochs=2, progress=False,
+                                      **device)
+    trace = axn.axn_round_trace(M, V, 3, budget=16, n_rounds=4, lam=0.5, u_param=U_de[3], **device)
     return {
-        "lambda_sweep": lambda_sweep(M, V, U_de, [0.0, 0.5, 1.0], budgets=[8, 16], k_values=(1, 5), n_rounds=2,
-                                     **device),
+        "lambda_sweep": axn_lambda_sweep(M, V, U_de, [0.0, 0.5, 1.0], budgets=[8, 16], k_values=(1, 5), n_rounds=2,
+                                         **device),
         "protocol_runs": runs,
         "protocol_dev": dev,
         "round_trace": {"anchors": np.concatenate(trace.anchors), "approx": trace.approx},
@@ -375,17 +378,18 @@ def test_the_device_reaches_every_search_and_mf_fit(devices):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
 ])
 def test_a_bad_device_is_one_clear_error_naming_the_function(factors, device, message):
-    from xenbench import axn, protocol
+    from xenbench import protocol
+    from xenbench.studies import axn
 
     V, U, U_param = factors
     M = U @ V.T
     splits = protocol.query_splits(25, 8, 7, seeds=[0])
     calls = {
         "Axn": lambda: Axn(budget=10, options=SearchOptions(device=device)).fit(V),
-        "lambda_sweep": lambda: lambda_sweep(M, V, U_param, [0.0], budgets=[10], k_values=(1,), device=device),
-        "round_trace": lambda: axn.round_trace(M, V, 0, budget=10, device=device),
-        "protocol_runs": lambda: axn.protocol_runs(M, splits, V, U_param, seeds=[0], lambdas=[0.0], budgets=[10],
-                                                   k_values=(1,), progress=False, device=device),
+        "axn_lambda_sweep": lambda: axn_lambda_sweep(M, V, U_param, [0.0], budgets=[10], k_values=(1,), device=device),
+        "axn_round_trace": lambda: axn.axn_round_trace(M, V, 0, budget=10, device=device),
+        "axn_protocol_runs": lambda: axn.axn_protocol_runs(M, splits, V, U_param, seeds=[0], lambdas=[0.0], budgets=[10],
+                                                           k_values=(1,), progress=False, device=device),
     }
     for owner, call in calls.items():
         with pytest.raises(ParameterError, match=rf"^The 'device' parameter of {owner} {message}"):

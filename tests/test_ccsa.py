@@ -16,11 +16,10 @@ from xenbench.methods.ccsa import (
     code_bytes,
     imbalance_factor,
     normalized_uniformity_loss,
-    pq_for_bytes,
-    rerank,
     uniformity_loss,
     ur_noise_floor,
 )
+from xenbench.studies.ccsa import exact_rerank, pq_for_bytes
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 
@@ -250,15 +249,15 @@ def test_normalized_uniformity_loss_balanced_vs_random_batch():
     assert normalized_uniformity_loss(skew, 1, 2).item() == pytest.approx(np.sqrt(4) / np.sqrt(0.5))
 
 
-def test_rerank_of_all_items_equals_brute_force_and_dedups():
+def test_exact_rerank_of_all_items_equals_brute_force_and_dedups():
     rng = np.random.default_rng(1)
     X = rng.standard_normal((60, 5)).astype(np.float32)
     Q = rng.standard_normal((7, 5)).astype(np.float32)
     every = [np.concatenate([np.arange(60), np.arange(30)]) for _ in range(7)]  # duplicates count once
-    I = rerank(Q, X, every, 10)
+    I = exact_rerank(Q, X, every, 10)
     S = Q.astype(np.float64) @ X.astype(np.float64).T
     np.testing.assert_array_equal(I, np.argsort(-S, axis=1, kind="stable")[:, :10])
-    few = rerank(Q[:1], X, [np.array([5, 3, 5, -1])], 4)  # fewer candidates than m: -1 pads
+    few = exact_rerank(Q[:1], X, [np.array([5, 3, 5, -1])], 4)  # fewer candidates than m: -1 pads
     assert sorted(few[0, :2]) == [3, 5] and (few[0, 2:] == -1).all()
 
 
@@ -346,10 +345,26 @@ def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
     assert "λ chosen on dev per seed: 0, 1;" in text[1]  # seed 1 prefers λ = 0 on dev
 
 
+def test_eval_split_draws_the_evaluated_rows_and_halves_them_into_dev_and_test():
+    from xenbench.methods.protocol import Split
+    from xenbench.studies.ccsa import eval_split, evaluated_rows
+
+    split = eval_split(100, 41, 5)
+    assert isinstance(split, Split) and split.anchor.size == 0 and split.seed == 5  # CCSA trains on every query
+    assert (split.dev.size, split.test.size) == (20, 21) and not np.intersect1d(split.dev, split.test).size
+    # the rows the committed results of notebook 06 were computed on: a seeded draw, half of it dev by a second seed
+    rows = np.sort(np.random.default_rng(5).choice(100, 41, replace=False))
+    np.testing.assert_array_equal(split.dev, np.sort(rows[np.random.default_rng(6).permutation(41)[:20]]))
+    got, part = evaluated_rows(split)
+    np.testing.assert_array_equal(got, rows)
+    assert list(part[np.isin(rows, split.dev)]) == ["dev"] * 20 and (part[~np.isin(rows, split.dev)] == "test").all()
+    assert eval_split(10, 50, 0).dev.size + eval_split(10, 50, 0).test.size == 10  # at most every query
+
+
 def test_over_seeds_means_and_t_interval():
     from scipy import stats
 
-    from xenbench.methods.ccsa import over_seeds
+    from xenbench.studies.ccsa import over_seeds
 
     df = pd.DataFrame({"method": "CCSA", "split": "test", "seed": [0, 1, 2], "recall": [0.5, 0.6, 0.7],
                        "recall_se": [0.01, 0.01, 0.01], "bytes_per_item": 2.0})
@@ -365,14 +380,14 @@ def test_over_seeds_means_and_t_interval():
 def test_sweep_and_baselines_rows_and_figures():
     import scipy.sparse as sp
 
-    from xenbench.methods.ccsa import balance_sweep, exact_topk, faiss_baselines, query_split
+    from xenbench.studies.ccsa import balance_sweep, eval_split, evaluated_rows, exact_ip_topk, faiss_baselines
     from xenbench.viz.plots import activation_frequency_lines, recall_vs_postings
 
     X = _clustered(400, d=16)
     Q = X[:40]  # queries that are items: their own row is their exact top-1 and their gold item
     relevant = sp.csr_matrix((np.ones(40), (np.arange(40), np.arange(40))), shape=(40, 400))
-    _, split = query_split(40, 40, 0)
-    exact = exact_topk(Q, X, 1)
+    _, split = evaluated_rows(eval_split(40, 40, 0))
+    exact = exact_ip_topk(Q, X, 1)
     kw = dict(exact=exact, relevant=relevant, split=split, k=1, m=20)
     results, freqs = balance_sweep(X, X, Q, [(0.0, 100), (1.0, 100)], n_chunks=4, chunk_size=8, steps=7, lr=1e-2,
                                    progress=False, **kw)
@@ -400,7 +415,7 @@ def test_sweep_and_baselines_rows_and_figures():
 def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
     import scipy.sparse as sp
 
-    from xenbench.methods.ccsa import balance_sweep, exact_topk, query_split, study
+    from xenbench.studies.ccsa import balance_sweep, eval_split, evaluated_rows, exact_ip_topk, study
 
     X = _clustered(300, d=16)
     queries = X[:60]
@@ -414,8 +429,8 @@ def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
     assert set(res.baselines["seed"]) == set(res.binary["seed"]) == {0, 1}
     assert set(res.frequencies) == {(0.0, 50), (1.0, 50), (1.0, 100)}
 
-    rows, split = query_split(60, 40, 1)  # seed 1, run by hand
-    direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (1.0, 50)], exact=exact_topk(queries[rows], X, 5),
+    rows, split = evaluated_rows(eval_split(60, 40, 1))  # seed 1, run by hand
+    direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (1.0, 50)], exact=exact_ip_topk(queries[rows], X, 5),
                               relevant=relevant[rows], split=split, n_chunks=4, chunk_size=4, k=5, m=10, steps=4,
                               shortlist=50, seed=1, progress=False, device="cpu")
     got = res.by_reg[res.by_reg["seed"] == 1].drop(columns="seed").reset_index(drop=True)
@@ -429,7 +444,7 @@ def test_study_repeats_every_experiment_per_seed_and_matches_one_direct_run():
 def test_faiss_baselines_name_a_training_set_too_small_for_the_quantizers():
     import scipy.sparse as sp
 
-    from xenbench.methods.ccsa import faiss_baselines
+    from xenbench.studies.ccsa import faiss_baselines
 
     X = _clustered(100, d=16)
     with pytest.raises(ParameterError, match=r"'train' parameter of faiss_baselines must be at least 256 rows to "

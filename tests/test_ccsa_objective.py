@@ -15,10 +15,10 @@ from xenbench.methods.ccsa import (
     code_usage,
     expected_uniformity_sq,
     imbalance_factor,
-    train_to_convergence,
     uniformity_loss,
     ur_noise_floor,
 )
+from xenbench.studies.ccsa import train_to_convergence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -126,7 +126,7 @@ def test_study_adds_the_paper_objective_sweep_with_its_own_learning_rate():
     import pandas as pd
     import scipy.sparse as sp
 
-    from xenbench.methods.ccsa import balance_sweep, exact_topk, query_split, study
+    from xenbench.studies.ccsa import balance_sweep, eval_split, evaluated_rows, exact_ip_topk, study
 
     X = _clustered(300, d=16)
     queries = X[:60]
@@ -136,8 +136,8 @@ def test_study_adds_the_paper_objective_sweep_with_its_own_learning_rate():
                 steps=4, lr=1e-3, paper_regs=[0.0, 10.0], paper_lr=1e-2, progress=False, device="cpu")
     assert (res.by_reg["objective"] == "normalized").all() and (res.paper_objective["objective"] == "paper").all()
     assert set(res.paper_frequencies) == {0.0, 10.0}
-    rows, split = query_split(60, 40, 3)
-    direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (10.0, 50)], exact=exact_topk(queries[rows], X, 5),
+    rows, split = evaluated_rows(eval_split(60, 40, 3))
+    direct, _ = balance_sweep(X, X, queries[rows], [(0.0, 50), (10.0, 50)], exact=exact_ip_topk(queries[rows], X, 5),
                               relevant=relevant[rows], split=split, n_chunks=4, chunk_size=4, k=5, m=10, steps=4,
                               shortlist=50, seed=3, lr=1e-2, objective="paper", progress=False, device="cpu")
     pd.testing.assert_frame_equal(res.paper_objective.drop(columns="seed"), direct)
@@ -151,7 +151,7 @@ def test_quick_profile_trains_every_faiss_quantizer_on_39_rows_per_centroid():
     # faiss warns ("please provide at least 39 * k training points") below 39 rows per centroid: the quick profile's
     # corpus must cover the IVF lists (L), the PQ codebooks of CCSA's bytes, OPQ's inner 8-bit PQ and HNSW's PQ
     from xenbench.data.datasets import load_dataset
-    from xenbench.methods.ccsa import pq_for_bytes
+    from xenbench.studies.ccsa import pq_for_bytes
     from xenbench.notebook import load_spec, profile_values
     from xenbench.studies.corpus import corpus_specs
 

@@ -12,7 +12,7 @@ from xenbench.errors import ParameterError
 from xenbench.methods.protocol import query_splits
 from xenbench.notebook import SUMMARY_TAG, summary_first
 from xenbench.studies import compare
-from xenbench.studies.experiments import Setup
+from xenbench.studies.setup import Setup
 from xenbench.viz.plots import recall_vs_cost
 
 
@@ -36,17 +36,17 @@ def small():
     gold = {f"q{r}": [f"i{int(np.argmax(M[r]))}"] for r in range(60)}
     ds = Dataset("small", items, queries, gold)
     splits = query_splits(60, 20, 10, [0, 1])
-    setup = Setup(M=M, split=None, dataset=ds, items=np.arange(80), attrs={})
+    setup = Setup(M=M, dataset=ds, items=np.arange(80), attrs={})
     return setup, splits, V, U
 
 
 @pytest.fixture(scope="module")
 def ran(small):
     setup, splits, V, U = small
-    runs, info = compare.protocol_runs(setup, splits, [0, 1], [10, 20], V=V, U=U, k_values=(1, 5), n_rounds=2,
-                                       axn_lambdas=(0.0, 1.0), mf_items_per_query=10, mf_epochs=1,
-                                       pefa_lambdas=(0.5, 1.0), pefa_neighbors=4, pq_bytes=2, device="cpu",
-                                       progress=False)
+    runs, info = compare.compare_protocol_runs(setup, splits, [0, 1], [10, 20], V=V, U=U, k_values=(1, 5), n_rounds=2,
+                                               axn_lambdas=(0.0, 1.0), mf_items_per_query=10, mf_epochs=1,
+                                               pefa_lambdas=(0.5, 1.0), pefa_neighbors=4, pq_bytes=2, device="cpu",
+                                               progress=False)
     return runs, info
 
 
@@ -74,11 +74,12 @@ def test_seed_free_methods_keep_one_run_per_split_and_do_not_depend_on_the_seed(
         else:
             assert set(g["anchor_seed"]) == {0}, method
     # the claim behind it: 03's protocol run with another anchor seed gives them the same recall
-    from xenbench.studies import experiments
+    from xenbench.studies import adacur as adacur_study
 
     setup, splits, V, U = small
-    by_seed = experiments.protocol_runs(setup.M, splits[:1], [0, 1], [10], methods=("anncur_de", "adacur_de_nosplit",
-                                        "de_rerank"), k_values=[1, 5], de_scores=U @ V.T, n_rounds=2, device="cpu")
+    by_seed = adacur_study.adacur_protocol_runs(setup.M, splits[:1], [0, 1], [10],
+                                                methods=("anncur_de", "adacur_de_nosplit", "de_rerank"), k_values=[1, 5],
+                                                de_scores=U @ V.T, n_rounds=2, device="cpu")
     for _, g in by_seed.groupby(["method", "part", "k", "n_anchor_items"]):
         assert g["recall"].nunique() == 1
 
@@ -101,7 +102,7 @@ def test_pefa_at_lambda_one_is_the_de_and_its_rerank_equals_de_rerank(small):
 
 def test_pefa_is_skipped_without_labelled_training_queries(small):
     setup, splits, V, U = small
-    unlabelled = Setup(M=setup.M, split=None, items=setup.items, attrs={},
+    unlabelled = Setup(M=setup.M, items=setup.items, attrs={},
                        dataset=Dataset("nolabels", setup.dataset.items, setup.dataset.queries, {}))
     scores, _ = compare.first_stage_scores(unlabelled, splits[0], V, U, depth=10)
     assert scores == {}
@@ -138,7 +139,7 @@ def test_search_seconds_covers_every_method_and_budget(small, ran):
 def test_summary_costs_and_deterministic_runs_count_once(ran):
     runs, _ = ran
     sec = pd.DataFrame([{"method": m, "budget": b, "search_s": 0.002} for m in compare.STAGES for b in (10, 20)])
-    s = compare.summary(runs, sec, 0.01)
+    s = compare.compare_summary(runs, sec, 0.01)
     np.testing.assert_allclose(s["wall_ms"], 2.0 + s["budget"] * 10.0)
     assert (s["calls"] == s["budget"]).all()
     n_runs = s.set_index("method")["n_runs"]
@@ -147,7 +148,7 @@ def test_summary_costs_and_deterministic_runs_count_once(ran):
     row = s[(s["method"] == "ANNCUR") & (s["budget"] == 10) & (s["k"] == 1)].iloc[0]
     assert np.isclose(row["mean"], anncur["recall"].mean()) and row["lo"] <= row["mean"] <= row["hi"]
     with pytest.raises(ParameterError, match="'ce_seconds'"):
-        compare.summary(runs, sec, -1.0)
+        compare.compare_summary(runs, sec, -1.0)
 
 
 def test_pareto_front_is_the_set_of_undominated_points():
@@ -208,7 +209,7 @@ def test_best_is_named_on_dev_and_compared_on_test():
 # ----------------------------------------------------------------------------------------------
 def _results(runs: pd.DataFrame) -> dict:
     sec = pd.DataFrame([{"method": m, "budget": b, "search_s": 0.001} for m in compare.STAGES for b in (10, 20)])
-    s = compare.summary(runs, sec, 0.004)
+    s = compare.compare_summary(runs, sec, 0.004)
     s["pareto_wall"] = compare.pareto_front(s)
     best, comps = compare.best_per_budget(runs)
     return {"protocol": {"ce": "cls-ce", "n_items": 80, "dataset": "small", "n_dev_queries": 10, "n_splits": 2,
@@ -272,7 +273,8 @@ def test_summary_first_repeats_the_tagged_outputs_after_the_title():
 
 
 def test_de_query_time_is_measured_without_the_embedding_cache(small, monkeypatch):
-    """U may come from the DE's disk cache; the time per query must not: it is measured on an uncached pass."""
+    """U may come from the DE's disk cache (:func:`xenbench.studies.setup.de_embeddings`); the time per query must
+    not: it is measured on uncached passes (a one-query warm-up, then the timed queries)."""
     from xenbench.models.retrievers import DualEncoder
 
     setup, _, _, _ = small
@@ -280,8 +282,11 @@ def test_de_query_time_is_measured_without_the_embedding_cache(small, monkeypatc
     encode = DualEncoder.encode
     monkeypatch.setattr(DualEncoder, "encode", lambda self, texts, **kw: seen.append((self.cache_dir, len(texts)))
                         or encode(self, texts, **kw))
-    V, U, seconds = compare.de_embeddings(setup, n_timed=8, device="cpu")
+    from xenbench.studies.setup import de_embeddings
+
+    V, U = de_embeddings(setup, device="cpu")
+    seconds = compare.query_embedding_seconds(setup, n_timed=8, device="cpu")
     assert V.shape == (80, 384) and U.shape == (60, 384) and seconds > 0
     np.testing.assert_allclose(np.linalg.norm(U, axis=1), 1.0, rtol=1e-5)
-    assert [n for _, n in seen] == [80, 60, 8]  # items, every query, then the timed pass
-    assert seen[1][0] is not None and seen[2][0] is None  # only the timed pass skips the cache
+    assert [n for _, n in seen] == [80, 60, 1, 8]  # items, every query, then the warm-up and the timed pass
+    assert seen[1][0] is not None and seen[2][0] is None and seen[3][0] is None  # only the timing skips the cache

@@ -136,15 +136,16 @@ def _tiny_dataset() -> Dataset:
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu:0"])
-def test_experiments_de_helpers_pass_the_device_to_the_de(fake_de, device):
-    from xenbench import experiments as ex
+def test_setup_and_compare_de_helpers_pass_the_device_to_the_de(fake_de, device):
+    from xenbench.studies import compare
+    from xenbench.studies import setup as study_setup
 
     ds = _tiny_dataset()
-    setup = SimpleNamespace(dataset=ds, items=np.array([0, 2, 3, 5]), split=ex.QuerySplit(np.array([0]), np.array([1, 3])))
-    V, U = ex.de_embeddings(setup, device=device)
-    de, _ = ex.retriever_scores(setup, device=device)
-    de_all, _ = ex.all_retriever_scores(setup, device=device)
-    assert V.shape == (4, 4) and U.shape == (5, 4) and de.shape == (2, 4) and de_all.shape == (5, 4)
+    setup = SimpleNamespace(dataset=ds, items=np.array([0, 2, 3, 5]))
+    V, U = study_setup.de_embeddings(setup, device=device)
+    de_all, _ = study_setup.retriever_scores(setup, device=device)
+    seconds = compare.query_embedding_seconds(setup, n_timed=3, device=device)
+    assert V.shape == (4, 4) and U.shape == (5, 4) and de_all.shape == (5, 4) and seconds >= 0
     np.testing.assert_allclose(de_all, U @ V.T, rtol=1e-6)
     assert fake_de == [device] * 3
 

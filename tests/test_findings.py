@@ -243,7 +243,7 @@ def test_cost_line_comes_from_the_resources_of_the_run():
 
 def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it():
     from xenbench.methods.protocol import query_splits
-    from xenbench.studies.experiments import METHODS, budget_rule_gap, protocol_runs
+    from xenbench.studies.adacur import METHODS, adacur_protocol_runs, budget_rule_gap
 
     rng = np.random.default_rng(0)
     M = (rng.standard_normal((120, 6)) @ rng.standard_normal((6, 300))
@@ -255,7 +255,7 @@ def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it()
     assert (gap["cells"] == 2 * 2 * 4).all()  # 2 splits x 2 seeds x the 4 k_i of the split grid
     assert (gap["max"] > 0).any()  # on this matrix anchors do take slots under the authors' rule
     # the free-anchor cells are ANNCUR exactly as the protocol runs it (AnnCur + anncur_with_budget)
-    runs = protocol_runs(M, splits, [0, 1], [40], methods=["anncur"], k_values=[1, 10], device="cpu")
+    runs = adacur_protocol_runs(M, splits, [0, 1], [40], methods=["anncur"], k_values=[1, 10], device="cpu")
     test = runs[(runs["part"] == "test") & (runs["method"] == METHODS["anncur"])]
     np.testing.assert_allclose(test.groupby("k")["recall"].mean().to_numpy(), gap["recall_free_anchors"], atol=1e-12)
 

@@ -13,11 +13,11 @@ from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import label_recall
 from xenbench.methods.protocol import holm
-from xenbench.studies.experiments import select_lambda
-from xenbench.methods.pefa import (PefaXL, PefaXS, across_seeds, choose_on_dev, evaluate_per_query, gain_by_seen_share,
-                           label_coverage, lambda_sweep, paired_comparisons, relevance_matrix, seen_golds,
-                           subset_gains)
-from xenbench.viz.plots import recall_vs_lambda_lines
+from xenbench.methods.pefa import PefaXL, PefaXS, label_coverage, relevance_matrix, seen_golds
+from xenbench.methods.protocol import choose_on_dev
+from xenbench.studies.pefa import (across_seeds, evaluate_per_query, pefa_choose_on_dev, pefa_lambda_sweep,
+                                   pefa_paired_comparisons, subset_gains)
+from xenbench.viz.plots import gain_by_seen_share, recall_vs_lambda_lines
 
 N_ITEMS, M_TRAIN, D = 120, 80, 16
 
@@ -112,13 +112,13 @@ def test_relevance_matrix_of_the_bundled_labels():
 def test_lambda_sweep_rows(problem):
     P, Q, Y, T = problem
     Y_eval = Y[:30]
-    sweep = lambda_sweep(P, Q, Y, T, Y_eval, [0.0, 1.0], k_values=(1, 10), n_neighbors=(4,))
+    sweep = pefa_lambda_sweep(P, Q, Y, T, Y_eval, [0.0, 1.0], k_values=(1, 10), n_neighbors=(4,))
     assert set(sweep["method"]) == {"PEFA-XS", "PEFA-XL k=4"} and len(sweep) == 2 * 2 * 2
     erm = sweep[sweep["lam"] == 1.0]
     assert erm["recall"].nunique() <= 2  # λ = 1: both variants rank by the ERM alone (one value per k)
     assert (sweep[sweep["lam"] == 0.0].set_index(["method", "k"])["recall"]
             >= erm.set_index(["method", "k"])["recall"]).all()  # test queries sit next to labelled ones
-    chosen = select_lambda(sweep, by=("method", "k"))
+    chosen = choose_on_dev(sweep, ["method", "k"], "lam")
     assert len(chosen) == 4 and set(chosen.columns) == {"method", "k", "lam", "recall"}
     fig = recall_vs_lambda_lines(sweep, chosen)
     assert sum(tr.marker.symbol == "star" for tr in fig.data) == 4
@@ -199,7 +199,7 @@ def test_choose_on_dev_and_across_seeds():
         "method": ["PEFA-XS"] * 3 + ["PEFA-XL k=4"] * 3 + ["PEFA-XL k=8"] * 3,
         "lam": [0.0, 0.5, 1.0] * 3, "k": [1] * 9,
         "recall": [0.2, 0.4, 0.4, 0.1, 0.3, 0.2, 0.1, 0.35, 0.3]})
-    chosen = choose_on_dev(sweep).set_index("method")
+    chosen = pefa_choose_on_dev(sweep).set_index("method")
     assert chosen.loc["PEFA-XS", "lam"] == 0.5 and chosen.loc["PEFA-XS", "n_neighbors"] == 0  # tie: smaller λ
     assert (chosen.loc["PEFA-XL", "lam"], chosen.loc["PEFA-XL", "n_neighbors"]) == (0.5, 8)
     gains = pd.DataFrame({"split": "random", "method": "PEFA-XS", "k": 1, "subset": "all", "seed": [0, 1, 2],
@@ -234,12 +234,12 @@ def _summary(gain_seen: float, gain_unseen: float, share_random: float) -> dict:
     cov = [{"split": split, "seed": seed, "train": 100, "dev": 40, "test": 40, "seen_dev": share, "seen_test": share}
            for seed in (0, 1, 2) for split, share in (("random", share_random), ("by_item", 1.0))]
     return {"coverage": cov, "gains": gains.to_dict("records"), "summary": across_seeds(gains).to_dict("records"),
-            "comparisons": paired_comparisons(per_query).to_dict("records")}
+            "comparisons": pefa_paired_comparisons(per_query).to_dict("records")}
 
 
 def test_paired_comparisons_are_the_family_of_distinct_tests():
     per_query = _per_query(0.10, -0.04, 0.2)
-    comp = paired_comparisons(per_query)
+    comp = pefa_paired_comparisons(per_query)
     # random: all, seen, unseen; by_item: all only (its seen subset is every query: the same test, counted once)
     assert list(zip(comp["split"], comp["subset"])) == [("random", "all"), ("random", "seen"), ("random", "unseen"),
                                                         ("by_item", "all")]
@@ -252,7 +252,7 @@ def test_paired_comparisons_are_the_family_of_distinct_tests():
     np.testing.assert_allclose(comp["p_holm"], holm(comp["p"].to_numpy()))  # Holm over the whole family
     assert comp["verdict"].tolist() == ["level", "beats", "loses", "beats"]
     with pytest.raises(ParameterError, match="per_query"):
-        paired_comparisons(per_query.drop(columns="row"))
+        pefa_paired_comparisons(per_query.drop(columns="row"))
 
 
 def test_findings_follow_the_numbers():
@@ -278,7 +278,7 @@ def test_findings_follow_the_numbers():
     assert "overall Recall@1 loses to the DE (-5.0" in flipped and "gain falls from -5.0 to -10.0 points" in flipped
     assert "beats the DE" not in flipped
     # one query per subset and seed: no test anywhere, an empty family
-    tiny = paired_comparisons(_per_query(0.10, -0.04, 0.5, n=1).query("seed == 0"))
+    tiny = pefa_paired_comparisons(_per_query(0.10, -0.04, 0.5, n=1).query("seed == 0"))
     assert tiny.empty and {"verdict", "p_holm"} <= set(tiny.columns)
     none = lines("05_pefa_lambda", {**_summary(0.10, -0.04, 0.2), "comparisons": []})
     assert "family of 0 declared" in none[0] and "overall: fewer than 2 test queries, no test" in "\n".join(none)

@@ -3,7 +3,7 @@
 Each test builds an input whose numbers are known and checks the traces' x / y / z arrays (and error bars, text,
 names, axis titles and ranges) against those numbers or against an independent computation of the builder's
 transformation (bins and shares by numpy, ranks by hand, normalisations by hand). Structure-only checks (trace
-counts, slider visibility, hover templates, colours) live in test_plots.py, test_rank.py, test_experiments.py,
+counts, slider visibility, hover templates, colours) live in test_plots.py, test_rank.py, test_adacur_study.py,
 test_ccsa.py; they are not repeated here.
 """
 from __future__ import annotations

@@ -139,7 +139,7 @@ def test_one_sampling_convention_across_notebooks(ds):
     """Notebook 01's item sample (sample_pairs) is 03/04's max_items sample and `xenbench score --n-items`'s under the
     same seed; queries come from their own stream."""
     from xenbench.cli import _ids
-    from xenbench.studies.experiments import subsample
+    from xenbench.studies.setup import subsample
     from xenbench.sampling import sample_rows
 
     big = ds.subset(ds.query_ids, ds.item_ids)

@@ -14,7 +14,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
-# The layers (ARCHITECTURE.md), and each module by its short name: ``xb.ccsa`` is ``xenbench.methods.ccsa``.
+# The layers (ARCHITECTURE.md), and each module by its short name: ``xb.ccsa`` is ``xenbench.methods.ccsa``. A
+# notebook's driver is always ``xb.studies.<name>``: four of them (adacur, axn, pefa, ccsa) share their paper's name
+# with the method, and ``xb.<name>`` is the method.
 _SUBMODULES: dict[str, str] = {
     "data": "data", "models": "models", "methods": "methods", "studies": "studies", "viz": "viz",
     "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity", "provenance": "provenance",
@@ -25,9 +27,8 @@ _SUBMODULES: dict[str, str] = {
     "adacur": "methods.adacur", "axn": "methods.axn", "baselines": "methods.baselines", "ccsa": "methods.ccsa",
     "cur": "methods.cur", "mf": "methods.mf", "pefa": "methods.pefa", "protocol": "methods.protocol",
     "trace": "methods.trace",
-    "compare": "studies.compare", "corpus": "studies.corpus", "experiments": "studies.experiments",
-    "findings": "studies.findings", "rank": "studies.rank", "splits": "studies.splits", "stats": "studies.stats",
-    "witnesses": "studies.witnesses",
+    "compare": "studies.compare", "corpus": "studies.corpus", "findings": "studies.findings", "rank": "studies.rank",
+    "splits": "studies.splits", "stats": "studies.stats", "witnesses": "studies.witnesses",
     "plots": "viz.plots", "widgets": "viz.widgets",
 }
 

@@ -1,10 +1,11 @@
-"""Layer 3, methods: the papers' algorithms, each a pure module with explicit inputs (no notebooks, no prose).
+"""Layer 3, methods: the papers' estimators, each a pure module with explicit inputs (no notebooks, no prose, no
+drivers: those are :mod:`xenbench.studies`).
 
-``cur`` (ANNCUR's CUR factorization, Eq. 1-3), ``adacur`` (ADACUR's adaptive rounds, Alg. 1-3: a package of samplers,
-two engines and the estimator), ``baselines`` (ANNCUR and retrieve-and-rerank at a CE budget), ``axn`` (AXN's
-test-time refinement, Eq. 5-7), ``mf`` (matrix-factorization baselines), ``pefa`` (PEFA-XS/XL, Eq. 3-5), ``ccsa``
-(composite-code sparse autoencoder and its inverted index, Eq. 5), ``trace`` (per-round traces), ``protocol``
-(dev/test selection and the statistics every comparison uses).
+``cur`` (ANNCUR's CUR factorization, Eq. 1-3), ``adacur`` (ADACUR's adaptive rounds, Alg. 1-3: a package of
+samplers, two engines and the estimator), ``baselines`` (ANNCUR and retrieve-and-rerank at a CE budget), ``axn``
+(AXN's test-time refinement, Eq. 4-7), ``mf`` (matrix-factorization baselines), ``pefa`` (PEFA-XS/XL, Eq. 2-8),
+``ccsa`` (composite-code sparse autoencoder and its inverted index, Eq. 1, 5), ``trace`` (per-round traces),
+``protocol`` (the one split type, dev/test selection and the statistics every comparison uses).
 """
 from __future__ import annotations
 

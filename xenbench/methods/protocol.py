@@ -58,9 +58,15 @@ VERDICTS: tuple[str, str, str] = ("beats", "level", "loses")
 
 
 class Split(NamedTuple):
-    """Disjoint, sorted rows of M: anchor queries Q_anc (R_anc = M[anchor]), dev queries and test queries.
+    """Disjoint, sorted query rows: anchor (training) queries, dev queries and test queries; the one split type.
 
-    ``seed`` is the seed that drew it (the split's name in tables).
+    ``anchor`` are the queries a method learns from: ANNCUR's and ADACUR's anchor queries Q_anc (R_anc =
+    M[anchor]), AXN's scale β and MF-IND's training queries, PEFA's labelled queries (its kNN memory); empty when
+    a method trains on no held-out queries (CCSA trains on every item and query). Settings are chosen on ``dev``
+    and reported on ``test``. ``seed`` is the seed that drew it (the split's name in tables).
+
+    Drawn by :func:`query_splits` (notebooks 03, 04, 07), :func:`xenbench.studies.splits.make_split` (05's random
+    and in-domain regimes) and :func:`xenbench.studies.ccsa.eval_split` (06).
     """
 
     anchor: np.ndarray  # int64 (k_q,)

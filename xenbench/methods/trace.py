@@ -1,10 +1,9 @@
 """One test query, round by round: the exact and approximate scores after every round of ADACUR / AXN.
 
-:class:`RoundTrace` is what :func:`xenbench.studies.experiments.round_trace` (ADACUR, [ADACUR] Fig. 6/8) and
-:func:`xenbench.methods.axn.round_trace` (AXN) return and :func:`xenbench.viz.plots.adacur` draws;
-:func:`trace_from_result` builds it from a one-query :class:`~xenbench.methods.adacur.AdaCurResult`. It lives
-in the methods layer so that both methods can use it (``xenbench.studies.experiments`` re-exports both names;
-see ARCHITECTURE.md).
+:class:`RoundTrace` is what :func:`xenbench.studies.adacur.adacur_round_trace` (ADACUR, [ADACUR] Fig. 6/8) and
+:func:`xenbench.studies.axn.axn_round_trace` (AXN) return and :func:`xenbench.viz.plots.adacur` draws;
+:func:`trace_from_result` builds it from a one-query :class:`~xenbench.methods.adacur.AdaCurResult` (a view of
+what the method did, so it lives beside the methods).
 
 References
 ----------
@@ -87,8 +86,8 @@ class RoundTrace:
 
 def trace_from_result(result: Any, query_row: int, exact: np.ndarray, budget: int, sampler: str) -> RoundTrace:
     """The :class:`RoundTrace` of a one-query :class:`~xenbench.methods.adacur.AdaCurResult` run with
-    ``trace_query=0, return_approx=True`` (ADACUR in :func:`xenbench.studies.experiments.round_trace`, AXN in
-    :func:`xenbench.methods.axn.round_trace`)."""
+    ``trace_query=0, return_approx=True`` (ADACUR in :func:`xenbench.studies.adacur.adacur_round_trace`, AXN in
+    :func:`xenbench.studies.axn.axn_round_trace`)."""
     anchor_records = [r for r in result.rounds if r.phase == "anchors"]
     # RoundRecord t holds the ŝ that chose round t's anchors, i.e. ŝ after rounds 0..t-1.
     approx = np.stack([r.approx_scores for r in anchor_records[1:]] + [result.approx_scores[0]]).astype(np.float64)

@@ -1,13 +1,17 @@
-"""Layer 4, studies: what the notebooks run and conclude, built from the methods.
+"""Layer 4, studies: what the notebooks run and conclude, built from the methods; one driver per notebook.
 
-``stats`` (notebook 01: score statistics), ``rank`` (02: [CLS]-CE vs [EMB]-CE rank), ``experiments`` (03-05:
-budgets, rounds, λ selection), ``compare`` (07: every method side by side), ``corpus`` and ``splits`` (the
-DE-embedded corpora and splits of 05/06), ``findings`` (each notebook's conclusions, generated from its results
-JSON) and ``witnesses`` (a few cells of each committed result, re-derived with today's code).
+Drivers (a notebook calls its own as ``xb.studies.<name>``): ``stats`` (00, 01: dataset and score statistics),
+``rank`` (02: [CLS]-CE vs [EMB]-CE rank), ``adacur`` (03: ANNCUR and ADACUR at equal budget), ``axn`` (04: AXN's
+λ), ``pefa`` (05: PEFA's λ and its gain over the DE), ``ccsa`` (06: CCSA's balance and retrieval), ``compare`` (07:
+every method side by side). Their inputs: ``setup`` (03, 04, 07: the exact score matrix of one CE), ``splits``
+(05: pooled labelled queries and their split regimes), ``corpus`` (06: a DE-embedded corpus). ``findings`` (each
+notebook's conclusions, generated from its results JSON) and ``witnesses`` (a few cells of each committed result,
+re-derived with today's code).
 """
 from __future__ import annotations
 
 from xenbench._lazy import submodules
 
 __getattr__, __dir__ = submodules(
-    __name__, {m: m for m in ("compare", "corpus", "experiments", "findings", "rank", "splits", "stats", "witnesses")})
+    __name__, {m: m for m in ("adacur", "axn", "ccsa", "compare", "corpus", "findings", "pefa", "rank", "setup",
+                              "splits", "stats", "witnesses")})

@@ -6,12 +6,12 @@ B_CE cross-encoder calls per query (re-rank the first stage's top B_CE; ANNCUR; 
 them on the same splits of one exact score matrix M, with the protocol of notebooks 03/04 rather than a copy of it:
 
 =============================  ==========================================================================
-:func:`de_embeddings`          DE item/query embeddings and the measured seconds to embed one query
+:func:`query_embedding_seconds`  the measured seconds to embed one query with the DE
 :func:`first_stage_scores`     per split: each first stage's scores of every query (PEFA-XS/XL, PQ codes)
-:func:`protocol_runs`          per-query test recall of every method at its dev-chosen setting
+:func:`compare_protocol_runs`  per-query test recall of every method at its dev-chosen setting
 :func:`search_seconds`         measured search time per query and method, CE calls excluded
 :func:`ce_seconds_per_pair`    the CE's measured seconds per (query, item) pair on a device
-:func:`summary`                test recall per (method, budget, k) with its interval across runs, and costs
+:func:`compare_summary`        test recall per (method, budget, k) with its interval across runs, and costs
 :func:`pareto_front`           the (cost, recall) points no other point beats on both
 :func:`best_per_budget`        per (budget, k): the method best on dev, tested on test against every other
 =============================  ==========================================================================
@@ -19,12 +19,13 @@ them on the same splits of one exact score matrix M, with the protocol of notebo
 Protocol (as in 03 and 04): the query rows are split several times (:func:`xenbench.methods.protocol.query_splits`)
 into training/anchor queries (ANNCUR's and ADACUR's R_anc, AXN's scale β and MF-IND's training queries, PEFA's
 labelled training queries), **dev** queries (every setting is chosen there: ANNCUR's k_i, AXN's λ, PEFA's λ) and
-**test** queries (where the chosen setting is reported). ANNCUR/ADACUR are :func:`xenbench.studies.experiments.protocol_runs`
-and :func:`~xenbench.studies.experiments.chosen_on_dev`; AXN is :func:`xenbench.methods.axn.protocol_runs`; a first
-stage's re-ranking is 03's DE re-rank (:func:`xenbench.methods.baselines.rerank_baseline`) of that first stage's ranking. A method without
+**test** queries (where the chosen setting is reported). ANNCUR/ADACUR are
+:func:`xenbench.studies.adacur.adacur_protocol_runs` and :func:`~xenbench.studies.adacur.chosen_on_dev`; AXN is
+:func:`xenbench.studies.axn.axn_protocol_runs`; a first stage's re-ranking is 03's DE re-rank
+(:func:`xenbench.methods.baselines.rerank_baseline`) of that first stage's ranking. A method without
 anchor-seed randomness (re-rankings, ANNCUR DE, DE-started ADACUR/AXN) gives the same result for every anchor seed of a
 split, so it keeps one run per split (labelled with the first anchor seed): its interval across runs is over splits,
-and a comparison with it pairs the runs of that seed (:func:`xenbench.studies.experiments.paired_comparisons`).
+and a comparison with it pairs the runs of that seed (:func:`xenbench.studies.adacur.adacur_paired_comparisons`).
 
 Cost. Every method spends exactly B_CE CE calls per query. Wall time per query = the measured search time without the
 CE calls (DE query embedding where the method uses the DE, the first stage's search, the CE stage's own arithmetic;
@@ -51,14 +52,24 @@ import torch
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 from xenbench.metrics import BudgetCounter, topk_indices
-from xenbench.studies import experiments
+from xenbench.studies.adacur import (
+    COMPARABLE,
+    SPLIT_FRACTIONS,
+    SplitState,
+    adacur_paired_comparisons,
+    adacur_protocol_runs,
+    chosen_on_dev,
+)
+from xenbench.studies.axn import axn_protocol_runs
+from xenbench.studies.setup import Setup
 
-__all__ = ["CE_STAGE", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair", "de_embeddings",
-           "first_stage_scores", "pareto_front", "protocol_runs", "search_seconds", "summary"]
+__all__ = ["CE_STAGE", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair",
+           "compare_protocol_runs", "compare_summary", "first_stage_scores", "pareto_front", "pq_codes",
+           "query_embedding_seconds", "search_seconds"]
 
 logger = logging.getLogger(__name__)
 
-#: CE-stage methods of 03 (registry keys of :data:`xenbench.studies.experiments.COMPARABLE`).
+#: CE-stage methods of 03 (registry keys of :data:`xenbench.studies.adacur.COMPARABLE`).
 CE_STAGE: tuple[str, ...] = ("de_rerank", "anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit")
 #: AXN methods of 04 (its labels at the dev-chosen λ) -> the label used here.
 _AXN = {"AXN DE, tuned λ": "AXN DE", "AXN DE, MF-IND, tuned λ": "AXN DE, MF-IND"}
@@ -88,24 +99,18 @@ _GROUP = ["method", "budget", "k"]
 # ==============================================================================================
 # inputs: DE embeddings, first stages, the CE's cost
 # ==============================================================================================
-def de_embeddings(setup: experiments.Setup, *, n_timed: int = 256, device: str | torch.device = "auto"
-                  ) -> tuple[np.ndarray, np.ndarray, float]:
-    """The DE's item embeddings V (n_items, d), query embeddings U (n_queries, d), both L2-normalized float64, and
-    the measured seconds to embed one query: the first ``n_timed`` queries embedded again with the DE's embedding cache
-    off (batched, on ``device``), since U itself may come from that cache."""
+def query_embedding_seconds(setup: Setup, *, n_timed: int = 256, device: str | torch.device = "auto") -> float:
+    """The measured seconds to embed one query with the DE: the first ``n_timed`` queries of ``setup`` embedded
+    (batched, on ``device``) with the DE's embedding cache off, after a one-query warm-up, divided by ``n_timed``.
+    The embeddings themselves are :func:`xenbench.studies.setup.de_embeddings`."""
     from xenbench.models.retrievers import DualEncoder
 
-    de = DualEncoder(device=device).fit([setup.dataset.items[i] for i in setup.items])
-    U = de.embed_queries(setup.dataset.queries)
-    timed = list(setup.dataset.queries[:check_int(n_timed, "n_timed", 1, None, "de_embeddings")])
-    cache, de.cache_dir = de.cache_dir, None
-    try:
-        t0 = time.perf_counter()
-        de.embed_queries(timed)
-        seconds = (time.perf_counter() - t0) / len(timed)
-    finally:
-        de.cache_dir = cache
-    return de.item_embeddings_.astype(np.float64), U.astype(np.float64), seconds
+    timed = list(setup.dataset.queries[:check_int(n_timed, "n_timed", 1, None, "query_embedding_seconds")])
+    de = DualEncoder(device=device, cache_dir=False)
+    de.embed_queries(timed[:1])  # warm-up: lazy initialization and the first kernels are not a query's cost
+    t0 = time.perf_counter()
+    de.embed_queries(timed)
+    return (time.perf_counter() - t0) / len(timed)
 
 
 def _dense(D: np.ndarray, I: np.ndarray, n_items: int) -> np.ndarray:
@@ -148,19 +153,19 @@ def pq_codes(V: np.ndarray, n_bytes: int, *, seed: int = 0) -> tuple[Any, dict[s
                    "train_points_per_centroid": X.shape[0] / 2**nbits}
 
 
-def first_stage_scores(setup: experiments.Setup, split: Any, V: np.ndarray, U: np.ndarray, *, depth: int,
+def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *, depth: int,
                        pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32,
                        pq: Any = None) -> tuple[dict[str, dict[float, np.ndarray]], dict[str, float]]:
     """The first stages' scores of **every** query row on the items, for one split, and their search seconds.
 
     Parameters
     ----------
-    setup : experiments.Setup
+    setup : Setup
         The dataset (gold labels of the training queries) and the kept items.
     split : xenbench.methods.protocol.Split
         ``split.anchor`` are the labelled training queries of PEFA ([PEFA] §3: Y of those queries).
     V, U : ndarray of shape (n_items, d), (n_queries, d)
-        The DE's embeddings (:func:`de_embeddings`).
+        The DE's embeddings (:func:`xenbench.studies.setup.de_embeddings`).
     depth : int
         Items each first stage returns per query (the largest budget).
     pefa_lambdas : sequence of float
@@ -208,7 +213,7 @@ def first_stage_scores(setup: experiments.Setup, split: Any, V: np.ndarray, U: n
     return scores, seconds
 
 
-def ce_seconds_per_pair(model: str, setup: experiments.Setup, *, n_pairs: int = 512, device: str = "auto",
+def ce_seconds_per_pair(model: str, setup: Setup, *, n_pairs: int = 512, device: str = "auto",
                         seed: int = 0) -> dict[str, Any]:
     """The CE's measured seconds per (query, item) pair: :func:`xenbench.models.scoring.score_matrix` (the batched
     scorer behind the score stores) on a seeded sample of about ``n_pairs`` pairs of ``setup``'s data, after one
@@ -222,7 +227,7 @@ def ce_seconds_per_pair(model: str, setup: experiments.Setup, *, n_pairs: int = 
     n_items = min(len(setup.items), 64)
     n_queries = max(1, min(len(setup.dataset.queries), -(-n_pairs // n_items)))
     queries = [setup.dataset.queries[r] for r in sample_rows(len(setup.dataset.queries), n_queries, seed,
-                                                                kind="queries")]
+                                                             kind="queries")]
     items = [setup.dataset.items[setup.items[c]] for c in sample_rows(len(setup.items), n_items, seed, kind="items")]
     score_matrix(ce, queries[:1], items[:8], device=device, progress=False)  # warm-up: lazy init, first kernels
     timing = score_matrix(ce, queries, items, device=device, progress=False).timing
@@ -265,17 +270,17 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
     return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["setting"], how="left")
 
 
-def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds: Sequence[int],
-                  budgets: Sequence[int], *, V: np.ndarray, U: np.ndarray, k_values: Sequence[int] = (1, 10, 100),
-                  n_rounds: int = 5, axn_lambdas: Sequence[float] = (0.0, 0.4, 0.8, 0.9, 1.0),
-                  mf_items_per_query: int = 100, mf_epochs: int = 3, mf_lr: float = 0.005,
-                  pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32, pq_bytes: int | None = 12,
-                  device: str | torch.device = "auto", progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
+def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
+                          V: np.ndarray, U: np.ndarray, k_values: Sequence[int] = (1, 10, 100), n_rounds: int = 5,
+                          axn_lambdas: Sequence[float] = (0.0, 0.4, 0.8, 0.9, 1.0), mf_items_per_query: int = 100,
+                          mf_epochs: int = 3, mf_lr: float = 0.005, pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75),
+                          pefa_neighbors: int = 32, pq_bytes: int | None = 12, device: str | torch.device = "auto",
+                          progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-query test recall of every method at its dev-chosen setting, per run (query split × anchor seed).
 
     Parameters
     ----------
-    setup : experiments.Setup
+    setup : Setup
         Exact scores ``setup.M`` (n_queries, n_items) and the dataset.
     splits : sequence of xenbench.methods.protocol.Split
         Anchor (training) / dev / test rows.
@@ -285,9 +290,9 @@ def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds:
     budgets, k_values, n_rounds
         B_CE values, k of Top-k-Recall (k > B_CE skipped) and rounds of ADACUR/AXN.
     V, U : ndarray
-        DE embeddings (:func:`de_embeddings`).
+        DE embeddings (:func:`xenbench.studies.setup.de_embeddings`).
     axn_lambdas, mf_items_per_query, mf_epochs, mf_lr
-        AXN's λ grid (chosen on dev) and MF-IND's training, as in :func:`xenbench.methods.axn.protocol_runs`
+        AXN's λ grid (chosen on dev) and MF-IND's training, as in :func:`xenbench.studies.axn.axn_protocol_runs`
         (``mf_epochs=0``: no MF-IND).
     pefa_lambdas, pefa_neighbors
         PEFA's λ grid (chosen on dev by the re-ranking's Top-k-Recall) and k of PEFA-XL.
@@ -307,8 +312,6 @@ def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds:
     """
     from tqdm.auto import tqdm
 
-    from xenbench.methods import axn
-
     M = setup.M
     de = U @ V.T
     seeds = [int(s) for s in anchor_seeds]
@@ -316,14 +319,14 @@ def protocol_runs(setup: experiments.Setup, splits: Sequence[Any], anchor_seeds:
     depth = min(max(budgets), M.shape[1])
     bar = tqdm(total=3 + len(splits), desc="07 protocol (stage × split)", disable=not progress)
     # a method without anchor-seed randomness runs with the first anchor seed only: one run per split
-    seed_free = [key for key in CE_STAGE if experiments.COMPARABLE[key].label in _DETERMINISTIC]
-    ce_stage = experiments.chosen_on_dev(pd.concat([experiments.protocol_runs(
+    seed_free = [key for key in CE_STAGE if COMPARABLE[key].label in _DETERMINISTIC]
+    ce_stage = chosen_on_dev(pd.concat([adacur_protocol_runs(
         M, splits, run_seeds, budgets, methods=keys, k_values=k_values, de_scores=de, n_rounds=n_rounds,
         device=device) for keys, run_seeds in (([k for k in CE_STAGE if k not in seed_free], seeds),
                                                (seed_free, seeds[:1]))], ignore_index=True)
                                            ).rename(columns={"n_anchor_items": "setting"})
     bar.update(1)
-    axn_runs, axn_dev = axn.protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets,
+    axn_runs, axn_dev = axn_protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets,
                                           k_values=k_values, n_rounds=n_rounds, mf_items_per_query=mf_items_per_query,
                                           mf_epochs=mf_epochs, mf_lr=mf_lr, progress=False, device=device)
     axn_runs = axn_runs[axn_runs["method"].isin(list(_AXN))]
@@ -374,8 +377,8 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
     """
     from xenbench._device import search_device
     from xenbench.methods.adacur import SearchOptions
-    from xenbench.methods.baselines import rerank_baseline
     from xenbench.methods.axn import Axn, prior_scale
+    from xenbench.methods.baselines import rerank_baseline
 
     owner = "search_seconds"
     device = search_device(device, owner)
@@ -383,15 +386,15 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
     M_test = M[test]
     de = U @ V.T
     order = topk_indices(de[test], min(max(budgets), M.shape[1]))
-    state = experiments.SplitState(M[split.anchor], test, {"de_scores": order}, n_rounds,
-                                   experiments.SPLIT_FRACTIONS, 1.0, seed, SearchOptions(device=device))
+    state = SplitState(M[split.anchor], test, {"de_scores": order}, n_rounds, SPLIT_FRACTIONS, 1.0, seed,
+                       SearchOptions(device=device))
     de_cost = embed_seconds + first_stage_seconds["DE"]
     beta = prior_scale(M[split.anchor], de[split.anchor])
     out = []
     for budget in sorted({int(b) for b in budgets}):
         k = 1
         for key in CE_STAGE:
-            method = experiments.COMPARABLE[key]
+            method = COMPARABLE[key]
             spent = []
             for variant in method.variants(state, budget):
                 t0 = time.perf_counter()
@@ -420,7 +423,8 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
 # ==============================================================================================
 # summaries
 # ==============================================================================================
-def summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *, confidence: float = 0.95) -> pd.DataFrame:
+def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *,
+                    confidence: float = 0.95) -> pd.DataFrame:
     """Test recall per (method, budget, k) with its interval across runs, and the two costs.
 
     :func:`xenbench.methods.protocol.summarize` over runs; a deterministic method is summarized over its splits only
@@ -436,7 +440,7 @@ def summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *, con
     from xenbench.methods.protocol import summarize
 
     if not (isinstance(ce_seconds, (int, float)) and np.isfinite(ce_seconds) and ce_seconds >= 0):
-        raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare.summary")
+        raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare_summary")
     first_seed = runs["anchor_seed"].min()  # a seed-free method counts one run per split, whatever the input repeats
     distinct = runs[~runs["method"].isin(list(_DETERMINISTIC)) | (runs["anchor_seed"] == first_seed)]
     out = summarize(distinct, _GROUP, confidence=confidence)
@@ -481,7 +485,7 @@ def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean
 
 def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (budget, k): the method with the best **dev** recall (mean over runs), then paired tests on the **test**
-    queries of that method against every other (:func:`xenbench.studies.experiments.paired_comparisons`: per-query
+    queries of that method against every other (:func:`xenbench.studies.adacur.adacur_paired_comparisons`: per-query
     paired tests over the pooled test queries, Holm-adjusted over the comparisons of that cell, the run interval).
 
     Choosing the best on dev keeps the test comparisons honest: the best is named before its test numbers are read.
@@ -510,7 +514,7 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95) -> tuple[pd
                "best_mean": float(s["mean"]), "best_lo": float(s["lo"]), "best_hi": float(s["hi"]),
                "within_noise": [], "below": [], "above": [], "n_methods": int(len(dev))}
         if others:
-            c = experiments.paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence)
+            c = adacur_paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence)
             comps.append(c)
             for _, r in c.iterrows():
                 key = "below" if r["verdict"] == "beats" else "above" if r["verdict"] in _LOSES else "within_noise"

@@ -14,15 +14,10 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from xenbench.data.datasets import WORDNET_EL_ROOT, load_dataset
+from xenbench.data.datasets import load_dataset, wordnet_el_domains  # wordnet_el_domains: re-exported
 from xenbench.errors import ParameterError
 
 __all__ = ["Corpus", "corpus_specs", "load_corpus", "wordnet_el_domains"]
-
-
-def wordnet_el_domains() -> list[str]:
-    """The bundled WordNet-EL domains, sorted (folders of :data:`xenbench.data.datasets.WORDNET_EL_ROOT`)."""
-    return sorted(p.name for p in WORDNET_EL_ROOT.iterdir() if p.is_dir())
 
 
 def corpus_specs(dataset: str | Sequence[str]) -> list[str]:

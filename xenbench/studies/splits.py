@@ -3,6 +3,9 @@
 A kNN model over training queries can only help a test query whose relevant item was labelled for
 some training query (its *gold is seen*). Two regimes:
 
+Both return a :class:`xenbench.methods.protocol.Split` whose ``anchor`` rows are the labelled training queries
+(PEFA's kNN memory), with ``dev`` (choose λ, k) and ``test`` (report) rows.
+
 * ``"random"``: dev and test queries drawn uniformly from all queries (the rest train). On WordNet-EL,
   where queries are example sentences of different senses, few test golds are seen.
 * ``"by_item"`` (in-domain): each item's queries are divided between training and evaluation, so an
@@ -17,26 +20,18 @@ References
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
 from xenbench._validation import check_float, check_int
 from xenbench.data.datasets import Dataset, load_dataset
 from xenbench.errors import DataError, ParameterError
+from xenbench.methods.protocol import Split
 
-__all__ = ["SPLITS", "ThreeWaySplit", "gold_groups", "make_split", "pool_datasets", "pooled_embeddings", "split_by_item",
+__all__ = ["SPLITS", "gold_groups", "make_split", "pool_datasets", "pooled_embeddings", "split_by_item",
            "split_like"]
 
 SPLITS = ("random", "by_item")
-
-
-class ThreeWaySplit(NamedTuple):
-    """Disjoint, sorted query rows: training (the kNN memory), dev (choose λ, k) and test (report)."""
-
-    train: np.ndarray
-    dev: np.ndarray
-    test: np.ndarray
 
 
 def _fraction(x: object, name: str, owner: str) -> float:
@@ -56,7 +51,7 @@ def gold_groups(dataset: Dataset) -> np.ndarray:
 
 
 def split_by_item(groups: Sequence[int], eval_fraction: float = 0.5, dev_fraction: float = 0.5, *,
-                  seed: int = 0) -> ThreeWaySplit:
+                  seed: int = 0) -> Split:
     """In-domain split: every item's queries divided between training and evaluation (dev + test).
 
     An item with c >= 2 queries sends max(1, min(c - 1, round(eval_fraction · c))) of them (Python's round,
@@ -73,7 +68,7 @@ def split_by_item(groups: Sequence[int], eval_fraction: float = 0.5, dev_fractio
 
     Examples
     --------
-    >>> split_by_item([0, 0, 1, 2, 2, 2], seed=0).train.size  # item 0: 1 + 1, item 1: 1 + 0, item 2: 1 + 2
+    >>> split_by_item([0, 0, 1, 2, 2, 2], seed=0).anchor.size  # item 0: 1 + 1, item 1: 1 + 0, item 2: 1 + 2
     3
     """
     owner = "split_by_item"
@@ -98,10 +93,10 @@ def split_by_item(groups: Sequence[int], eval_fraction: float = 0.5, dev_fractio
     if dev.size == 0 or test.size == 0:
         raise ParameterError("groups", "items with >= 2 queries, enough for non-empty dev and test queries",
                              f"{dev.size} dev and {test.size} test queries", owner)
-    return ThreeWaySplit(train, dev, test)
+    return Split(train, dev, test, seed)
 
 
-def split_like(n: int, n_dev: int, n_test: int, *, seed: int = 0) -> ThreeWaySplit:
+def split_like(n: int, n_dev: int, n_test: int, *, seed: int = 0) -> Split:
     """Random split of ``n`` query rows with ``n_dev`` dev and ``n_test`` test queries (the rest train)."""
     owner = "split_like"
     n = check_int(n, "n", 3, 2**63 - 1, owner, "2**63 - 1")
@@ -109,11 +104,11 @@ def split_like(n: int, n_dev: int, n_test: int, *, seed: int = 0) -> ThreeWaySpl
     n_test = check_int(n_test, "n_test", 1, n - 1 - n_dev, owner, "n - 1 - n_dev")
     seed = check_int(seed, "seed", 0, 2**63 - 1, owner, "2**63 - 1")
     perm = np.random.default_rng(seed).permutation(n)
-    return ThreeWaySplit(np.sort(perm[n_dev + n_test:]), np.sort(perm[:n_dev]), np.sort(perm[n_dev:n_dev + n_test]))
+    return Split(np.sort(perm[n_dev + n_test:]), np.sort(perm[:n_dev]), np.sort(perm[n_dev:n_dev + n_test]), seed)
 
 
 def make_split(kind: str, groups: Sequence[int], eval_fraction: float = 0.5, dev_fraction: float = 0.5, *,
-               seed: int = 0) -> ThreeWaySplit:
+               seed: int = 0) -> Split:
     """A ``"by_item"`` split (:func:`split_by_item`), or a ``"random"`` one with the same dev and test sizes.
 
     Both regimes of one seed thus evaluate equally many queries and train on equally many.

@@ -250,7 +250,7 @@ def _rank(results: Mapping[str, Any]) -> list[Witness]:
 # ------------------------------------------------------------------------------------------------
 # 03: ANNCUR and ADACUR at one split, anchor seed and budget (the protocol's test recall at the dev choice)
 # ------------------------------------------------------------------------------------------------
-#: Notebook 03's witnessed methods (keys of :data:`xenbench.studies.experiments.COMPARABLE`) and budget: ANNCUR and
+#: Notebook 03's witnessed methods (keys of :data:`xenbench.studies.adacur.COMPARABLE`) and budget: ANNCUR and
 #: ADACUR TopK No-Split need no retriever scores, so no DE has to embed anything.
 ADACUR_METHODS = ("anncur", "adacur_nosplit")
 ADACUR_BUDGET = 50
@@ -259,24 +259,23 @@ ADACUR_BUDGET = 50
 def _store_setup(p: Mapping[str, Any], split_seeds: list[int]) -> tuple[Any, list[Any]]:
     """The exact matrix of a store-reading notebook (03, 07) and its query splits, as its parameters ``p`` made them."""
     from xenbench.methods.protocol import query_splits
-    from xenbench.studies.experiments import load_setup
+    from xenbench.studies.setup import load_setup
 
-    setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], n_anchor_queries=p["n_anchor_queries"],
-                       seed=p["seed"], max_items=p["max_items"])
+    setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], seed=p["seed"], max_items=p["max_items"])
     return setup, query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], split_seeds,
                                max_test=p["max_test_queries"])
 
 
 @register("03_adacur_rounds")
 def _adacur(results: Mapping[str, Any]) -> list[Witness]:
-    from xenbench.studies.experiments import METHODS, chosen_on_dev, protocol_runs
+    from xenbench.studies.adacur import METHODS, adacur_protocol_runs, chosen_on_dev
 
     p = results["params"]
     setup, split = _store_setup(p, p["split_seeds"][:1])
     seed = p["anchor_seeds"][0]
     k_values = sorted({int(r["k"]) for r in results["test_at_dev_choice"]} & {1, 10})
-    runs = protocol_runs(setup.M, split, [seed], [ADACUR_BUDGET], methods=ADACUR_METHODS, k_values=k_values,
-                         n_rounds=p["n_rounds"], device="cpu")
+    runs = adacur_protocol_runs(setup.M, split, [seed], [ADACUR_BUDGET], methods=ADACUR_METHODS, k_values=k_values,
+                                n_rounds=p["n_rounds"], device="cpu")
     today = chosen_on_dev(runs)
     committed = pd.DataFrame(results["test_at_dev_choice"])
     out = []
@@ -302,13 +301,13 @@ AXN_LAMBDA, AXN_BUDGET = 0.8, 50
 
 @register("04_axn_lambda")
 def _axn(results: Mapping[str, Any]) -> list[Witness]:
-    from xenbench.methods.axn import lambda_sweep, prior_scale
+    from xenbench.methods.axn import prior_scale
     from xenbench.methods.protocol import query_splits, run_seed
-    from xenbench.studies.experiments import de_embeddings, load_setup
+    from xenbench.studies.axn import axn_lambda_sweep
+    from xenbench.studies.setup import de_embeddings, load_setup
 
     p = results["params"]
-    setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], n_anchor_queries=p["n_anchor_queries"],
-                       seed=p["seed"], max_items=p["max_items"])
+    setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], seed=p["seed"], max_items=p["max_items"])
     M = setup.M
     first = query_splits(M.shape[0], p["n_anchor_queries"], p["dev_queries"], p["split_seeds"][:1],
                          max_test=p["max_test_queries"])[0]
@@ -322,8 +321,8 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     de_order = np.argsort(-de, axis=1, kind="stable")
     dev = first.dev
     for method, cand in (("AXN DE", de_order[dev]), ("AXN", None)):
-        today = lambda_sweep(M[dev], V, beta * U[dev], [AXN_LAMBDA], [AXN_BUDGET], [1, 10], n_rounds=p["n_rounds"],
-                             candidates=cand, method=method, seed=seed, query_ids=dev, device="cpu")
+        today = axn_lambda_sweep(M[dev], V, beta * U[dev], [AXN_LAMBDA], [AXN_BUDGET], [1, 10], n_rounds=p["n_rounds"],
+                                 candidates=cand, method=method, seed=seed, query_ids=dev, device="cpu")
         for k in (1, 10):
             sel = lambda d: d[(d["method"] == method) & (d["lam"] == AXN_LAMBDA)  # noqa: E731
                               & (d["budget"] == AXN_BUDGET) & (d["k"] == k)]
@@ -341,7 +340,7 @@ PEFA_SPLIT = "random"
 
 @register("05_pefa_lambda")
 def _pefa(results: Mapping[str, Any]) -> list[Witness]:
-    from xenbench.methods.pefa import tune_and_test
+    from xenbench.studies.pefa import tune_and_test
     from xenbench.studies.splits import gold_groups, make_split, pool_datasets, pooled_embeddings
 
     p = results["params"]
@@ -380,16 +379,16 @@ CCSA_IMBALANCE_REL_TOL, CCSA_RECALL_ABS_TOL = 1e-4, 2e-3
 
 @register("06_ccsa_balance")
 def _ccsa(results: Mapping[str, Any]) -> list[Witness]:
-    from xenbench.methods.ccsa import balance_sweep, exact_topk, query_split
+    from xenbench.studies.ccsa import balance_sweep, eval_split, evaluated_rows, exact_ip_topk
     from xenbench.studies.corpus import load_corpus
 
     p = results["params"]
     corpus = load_corpus(p["dataset"])
     train = np.concatenate([corpus.items, corpus.queries])
     seed = p["seeds"][0]
-    rows, split = query_split(len(corpus.queries), p["n_eval_queries"], seed)
+    rows, split = evaluated_rows(eval_split(len(corpus.queries), p["n_eval_queries"], seed))
     Q, rel = corpus.queries[rows], corpus.relevant[rows]
-    today, _ = balance_sweep(train, corpus.items, Q, [(CCSA_REG, p["batch_size"])], exact=exact_topk(Q, corpus.items,
+    today, _ = balance_sweep(train, corpus.items, Q, [(CCSA_REG, p["batch_size"])], exact=exact_ip_topk(Q, corpus.items,
                              p["k"]), relevant=rel, split=split, n_chunks=p["n_chunks"], chunk_size=p["chunk_size"],
                              k=p["k"], m=p["m"], shortlist=p["shortlist"], progress=False, seed=seed, steps=p["steps"],
                              temperature=p["temperature"], lr=p["lr"], device="cpu")
@@ -416,13 +415,13 @@ COMPARE_BUDGET = 50
 
 @register("07_compare_methods")
 def _compare(results: Mapping[str, Any]) -> list[Witness]:
-    from xenbench.studies.experiments import METHODS, chosen_on_dev, protocol_runs
+    from xenbench.studies.adacur import METHODS, adacur_protocol_runs, chosen_on_dev
 
     p = results["params"]
     setup, splits = _store_setup(p, p["split_seeds"])
     k_values = [k for k in (1, 10) if k in p["k_values"]]
-    today = chosen_on_dev(protocol_runs(setup.M, splits, p["anchor_seeds"], [COMPARE_BUDGET], methods=["anncur"],
-                                        k_values=k_values, device="cpu"))
+    today = chosen_on_dev(adacur_protocol_runs(setup.M, splits, p["anchor_seeds"], [COMPARE_BUDGET], methods=["anncur"],
+                                               k_values=k_values, device="cpu"))
     summary = pd.DataFrame(results["summary"])
     out = []
     for k in k_values:

@@ -1,6 +1,7 @@
 """Interactive controls for notebooks: thin ipywidgets wrappers around the static cells' functions.
 
-No logic lives here: every widget calls :mod:`xenbench.studies.experiments` and :mod:`xenbench.viz.plots` with
+No logic lives here: every widget calls the notebook's driver (:mod:`xenbench.studies.adacur`,
+:mod:`xenbench.studies.axn`) and :mod:`xenbench.viz.plots` with
 the values of its controls and shows the figure they return, so what a reader explores is exactly
 what the static cells compute. ipywidgets and plotly's ``FigureWidget`` (which needs ``anywidget``)
 are imported only when a widget is built.
@@ -16,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from xenbench.studies import experiments
+from xenbench.methods.protocol import Split
+from xenbench.studies import adacur as adacur_study
+from xenbench.studies import axn as axn_study
 from xenbench.viz.plots import adacur as adacur_plots
 
 __all__ = ["Explorer", "axn_explorer", "round_explorer"]
@@ -136,11 +139,9 @@ def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: 
     value : dict, optional
         Initial values: keys ``query_row``, ``lam``, ``budget``, ``first_round`` ("random" or "retriever").
     device : str, default "auto"
-        Torch device of every redraw's search (passed to :func:`xenbench.methods.axn.round_trace`).
+        Torch device of every redraw's search (passed to :func:`xenbench.studies.axn.axn_round_trace`).
     """
     import ipywidgets as widgets
-
-    from xenbench.methods import axn
 
     value = dict(value or {})
     query = _query_picker(list(rows), query_labels, value.get("query_row"))
@@ -155,9 +156,10 @@ def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: 
 
     def figure() -> Any:
         row = query.value
-        trace = axn.round_trace(M, V, row, budget=budget.value, n_rounds=n_rounds, lam=lam.value, u_param=u_param[row],
-                                candidates=candidates[row] if first.value == "retriever" else None, seed=seed,
-                                device=device)
+        trace = axn_study.axn_round_trace(M, V, row, budget=budget.value, n_rounds=n_rounds, lam=lam.value,
+                                          u_param=u_param[row],
+                                          candidates=candidates[row] if first.value == "retriever" else None,
+                                          seed=seed, device=device)
         return adacur_plots.round_scatter(trace, item_labels=item_labels, y_title="AXN retrieval score u_qᵀv_i",
                                           diagonal=False,
                                           title=f"Row {row}: AXN, λ = {lam.value:g}, B_CE = {budget.value}")
@@ -165,21 +167,21 @@ def axn_explorer(M: np.ndarray, V: np.ndarray, rows: Sequence[int], *, budgets: 
     return _explorer([[query, lam], [budget, first]], draw, status, figure)
 
 
-def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Sequence[int],
+def round_explorer(M: np.ndarray, split: Split, *, budgets: Sequence[int],
                    rounds: Sequence[int] = (1, 2, 5, 10), samplers: Sequence[str] = ("topk", "softmax", "random"),
                    query_rows: Sequence[int] | None = None, query_labels: Sequence[str] | None = None,
                    item_labels: Sequence[str] | None = None, anchor_fractions: Sequence[float | None] = (None, 0.5),
                    seed: int = 0, value: dict[str, Any] | None = None, device: str = "auto") -> Any:
     """Controls (query, sampler, budget, rounds, split) over :func:`xenbench.viz.plots.adacur.round_scatter`.
 
-    Each change (or the "draw" button) calls :func:`xenbench.studies.experiments.round_trace` with the
+    Each change (or the "draw" button) calls :func:`xenbench.studies.adacur.adacur_round_trace` with the
     controls' values, exactly as the notebook's static cell does, and redraws the scatter. The figure
     is drawn on the first event, not when the widget is built (see :func:`_figure_view`).
 
     Parameters
     ----------
     M, split
-        As in :func:`xenbench.studies.experiments.round_trace`.
+        As in :func:`xenbench.studies.adacur.adacur_round_trace`.
     budgets, rounds, samplers
         Choices of B_CE, N_r and sampler.
     query_rows : sequence of int, optional
@@ -193,7 +195,7 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
     value : dict, optional
         Initial values: keys ``query_row``, ``sampler``, ``budget``, ``n_rounds``, ``anchor_fraction``.
     device : str, default "auto"
-        Torch device of every redraw's search (passed to :func:`xenbench.studies.experiments.round_trace`).
+        Torch device of every redraw's search (passed to :func:`xenbench.studies.adacur.adacur_round_trace`).
 
     Returns
     -------
@@ -220,9 +222,9 @@ def round_explorer(M: np.ndarray, split: experiments.QuerySplit, *, budgets: Seq
     status = widgets.HTML("")
 
     def figure() -> Any:
-        trace = experiments.round_trace(M, split, query.value, budget=budget.value, n_rounds=n_rounds.value,
-                                        sampler=sampler.value, anchor_fraction=fractions[split_choice.value], seed=seed,
-                                        device=device)
+        trace = adacur_study.adacur_round_trace(M, split, query.value, budget=budget.value, n_rounds=n_rounds.value,
+                                   sampler=sampler.value, anchor_fraction=fractions[split_choice.value], seed=seed,
+                                   device=device)
         return adacur_plots.round_scatter(trace, item_labels=item_labels)
 
     return _explorer([[query, sampler], [budget, n_rounds, split_choice]], draw, status, figure)

@@ -22,7 +22,15 @@ import numpy as np
 import torch
 
 from xenbench.methods.adacur.records import AdaCurResult, RoundRecord, _Plan, rank_by_exact
-from xenbench.methods.adacur.samplers import _STREAM_EPSILON, _STREAM_MAIN, Draws, Oracle, _gumbel, _n_random, keyed_uniforms
+from xenbench.methods.adacur.samplers import (
+    _STREAM_EPSILON,
+    _STREAM_MAIN,
+    Draws,
+    Oracle,
+    _gumbel,
+    _n_random,
+    keyed_uniforms,
+)
 from xenbench.metrics import BudgetCounter, topk_indices
 
 __all__ = ["DeviceIndex", "run_batched"]

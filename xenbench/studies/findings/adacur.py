@@ -4,7 +4,7 @@ Every statement is computed from the notebook's saved results:
 
 * ``protocol``: how many query splits and anchor seeds, dev and test sizes;
 * ``comparisons`` and ``test_at_dev_choice``: the pre-declared paired comparisons of
-  :func:`xenbench.studies.experiments.paired_comparisons` (test rows, k_i chosen on dev rows) and each run's test
+  :func:`xenbench.studies.adacur.adacur_paired_comparisons` (test rows, k_i chosen on dev rows) and each run's test
   recall; a pair "beats" / "loses to" its baseline at a (budget, k) only by the one rule
   :func:`xenbench.methods.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
   Holm-adjusted over every declared cell, < α, and the interval across independent runs, recomputed from the
@@ -21,7 +21,7 @@ import pandas as pd
 
 from xenbench.errors import ParameterError
 from xenbench.methods.protocol import ALPHA, decide, run_interval
-from xenbench.studies.experiments import COMPARABLE
+from xenbench.studies.adacur import COMPARABLE
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import verdict_rule
 
@@ -64,7 +64,7 @@ def describe_pair(d: pd.DataFrame) -> str:
     return text + "; ".join(parts) + "."
 
 
-#: Labels of the methods that make no random draw given the split (:attr:`xenbench.studies.experiments.Comparable.deterministic`).
+#: Labels of the methods that make no random draw given the split (:attr:`xenbench.studies.adacur.Comparable.deterministic`).
 DETERMINISTIC = {m.label for m in COMPARABLE.values() if m.deterministic}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from xenbench.methods.axn import SANITY_CHECKS
+from xenbench.studies.axn import SANITY_CHECKS
 from xenbench.methods.protocol import ALPHA, decide, run_interval
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import points, verdict_rule

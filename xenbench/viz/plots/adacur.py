@@ -1,5 +1,5 @@
 """Figures of ADACUR vs ANNCUR ([ADACUR] Fig. 2, 3, 4, 6/8): pure functions of the outputs of
-:mod:`xenbench.studies.experiments`, returning plotly figures (no computation beyond reshaping).
+:mod:`xenbench.studies.adacur`, returning plotly figures (no computation beyond reshaping).
 
 Every figure is self-contained static HTML: the per-round scatter switches rounds with a slider
 that toggles trace visibility (no animation frames, so the same figure also works inside a
@@ -60,7 +60,7 @@ def round_scatter(trace: Any, *, bands: Sequence[int] = (10, 100, 1000), item_la
     Parameters
     ----------
     trace : RoundTrace
-        From :func:`xenbench.studies.experiments.round_trace` (attributes ``exact`` (n_items,), ``approx``
+        From :func:`xenbench.studies.adacur.adacur_round_trace` (attributes ``exact`` (n_items,), ``approx``
         (n_rounds, n_items), ``anchors`` (list of (k_s,) arrays), ``query_row``, ``budget``,
         ``sampler``).
     bands : sequence of int
@@ -174,7 +174,7 @@ def recall_vs_budget_lines(results: pd.DataFrame, *, title: str | None = "Top-k-
     Parameters
     ----------
     results : DataFrame
-        :func:`xenbench.studies.experiments.recall_vs_budget` output (columns ``method``, ``budget``, ``k``,
+        :func:`xenbench.studies.adacur.recall_vs_budget` output (columns ``method``, ``budget``, ``k``,
         ``recall``, ``recall_se``).
     error_bars : bool
         ± one standard error over test queries.
@@ -204,7 +204,7 @@ def recall_vs_rounds_lines(results: pd.DataFrame, *, title: str | None = "Top-k-
     Parameters
     ----------
     results : DataFrame
-        :func:`xenbench.studies.experiments.recall_vs_rounds` output.
+        :func:`xenbench.studies.adacur.recall_vs_rounds` output.
     """
     df = results.sort_values(["budget", "n_rounds"]).assign(budget=lambda d: "B_CE = " + d["budget"].astype(str))
     fig = px.line(df, x="n_rounds", y="recall", color="budget", facet_col="k", markers=True, log_x=True,
@@ -224,7 +224,7 @@ def latency_vs_rounds_bars(results: pd.DataFrame, *, normalize: bool = False,
     Parameters
     ----------
     results : DataFrame
-        :func:`xenbench.studies.experiments.latency_vs_rounds` output.
+        :func:`xenbench.studies.adacur.latency_vs_rounds` output.
     normalize : bool
         Show each step's share of the total instead of milliseconds.
     """

@@ -1,5 +1,5 @@
 """Figures of λ tuning ([AXN] Eq. 7, [PEFA] Eq. 2): pure functions of the λ sweeps of
-:func:`xenbench.methods.axn.lambda_sweep` and :func:`xenbench.methods.pefa.lambda_sweep`."""
+:func:`xenbench.studies.axn.axn_lambda_sweep` and :func:`xenbench.studies.pefa.pefa_lambda_sweep`."""
 from __future__ import annotations
 
 import pandas as pd
@@ -25,7 +25,7 @@ def recall_vs_lambda_lines(sweep: pd.DataFrame, chosen: pd.DataFrame | None = No
         A λ sweep (columns ``method``, ``lam``, ``k``, ``recall``, ``recall_se``, optionally ``budget``),
         one or several methods concatenated.
     chosen : DataFrame, optional
-        :func:`xenbench.studies.experiments.select_lambda` output: its λ per line and k is marked with a star.
+        :func:`xenbench.methods.protocol.choose_on_dev` output: its λ per line and k is marked with a star.
     """
     df = sweep.sort_values([c for c in ("method", "budget", "lam") if c in sweep]).assign(line=_line)
     lines = list(dict.fromkeys(df["line"]))

@@ -1,5 +1,6 @@
-"""Experiments of notebook 03 on small synthetic low-rank matrices: seeded splits, every method at
-every budget, exactness at full budget, and the per-round trace agreeing with AdaCur itself."""
+"""Notebook 03's driver (:mod:`xenbench.studies.adacur`) and its inputs (:mod:`xenbench.studies.setup`) on small
+synthetic low-rank matrices: every method at every budget, exactness at full budget, the per-round trace agreeing
+with AdaCur itself, and the dev/test protocol."""
 from __future__ import annotations
 
 
@@ -8,9 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from xenbench import experiments as ex
-from xenbench.methods.adacur import AdaCur
 from xenbench.errors import ParameterError
+from xenbench.methods.adacur import AdaCur
+from xenbench.methods.protocol import Split
+from xenbench.studies import adacur as ex
+from xenbench.studies import setup as study_setup
 
 N_QUERIES, N_ITEMS, N_ANCHOR_QUERIES = 70, 60, 20
 
@@ -27,8 +30,10 @@ def M() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def split() -> ex.QuerySplit:
-    return ex.split_rows(N_QUERIES, N_ANCHOR_QUERIES, seed=3)
+def split() -> Split:
+    """k_q = 20 seeded anchor rows, the other 50 test rows (no dev rows: the one-split functions do not read them)."""
+    perm = np.random.default_rng(3).permutation(N_QUERIES)
+    return Split(np.sort(perm[:N_ANCHOR_QUERIES]), np.empty(0, np.int64), np.sort(perm[N_ANCHOR_QUERIES:]), 3)
 
 
 @pytest.fixture(scope="module")
@@ -41,39 +46,14 @@ def retrievers(M, split) -> dict[str, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------------------------
-# split_rows / subsample
+# subsample
 # ----------------------------------------------------------------------------------------------
-def test_split_rows_is_seeded_disjoint_and_complete():
-    a = ex.split_rows(100, 30, seed=7)
-    b = ex.split_rows(100, 30, seed=7)
-    c = ex.split_rows(100, 30, seed=8)
-    np.testing.assert_array_equal(a.anchor, b.anchor)
-    np.testing.assert_array_equal(a.test, b.test)
-    assert not np.array_equal(a.anchor, c.anchor)
-    assert a.anchor.size == 30 and a.test.size == 70
-    assert np.intersect1d(a.anchor, a.test).size == 0
-    np.testing.assert_array_equal(np.sort(np.concatenate(a)), np.arange(100))
-    assert (np.diff(a.anchor) > 0).all() and (np.diff(a.test) > 0).all()
-
-
-def test_split_rows_max_test_takes_a_subset_of_the_full_test_set():
-    full = ex.split_rows(100, 30, seed=7)
-    small = ex.split_rows(100, 30, seed=7, max_test=10)
-    np.testing.assert_array_equal(small.anchor, full.anchor)  # the anchors do not depend on max_test
-    assert small.test.size == 10 and np.isin(small.test, full.test).all()
-
-
-def test_split_rows_rejects_bad_sizes():
-    with pytest.raises(ParameterError, match=r"'n_anchor_queries' parameter of split_rows must be an int in \[1, n - 1\]"):
-        ex.split_rows(10, 10)
-
-
 def test_subsample_is_sorted_seeded_and_all_when_unbounded():
-    np.testing.assert_array_equal(ex.subsample(5, None), np.arange(5))
-    np.testing.assert_array_equal(ex.subsample(5, 9), np.arange(5))
-    s = ex.subsample(100, 10, seed=2)
+    np.testing.assert_array_equal(study_setup.subsample(5, None), np.arange(5))
+    np.testing.assert_array_equal(study_setup.subsample(5, 9), np.arange(5))
+    s = study_setup.subsample(100, 10, seed=2)
     assert s.size == 10 and np.unique(s).size == 10 and (np.diff(s) > 0).all()
-    np.testing.assert_array_equal(s, ex.subsample(100, 10, seed=2))
+    np.testing.assert_array_equal(s, study_setup.subsample(100, 10, seed=2))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,28 +152,6 @@ def test_adacur_beats_random_anchors_on_low_rank_data(M, split):
     assert r[5] > r[1] + 0.2
 
 
-def test_gain_over_takes_the_best_random_start_adacur_variant(budget_results):
-    gains = ex.gain_over(budget_results)
-    assert len(gains) == 5
-    for _, row in gains.iterrows():
-        sub = budget_results[(budget_results["budget"] == row["budget"]) & (budget_results["k"] == row["k"])]
-        ada = sub[sub["method"].isin(ex.RANDOM_START)]
-        assert row["best"] in ex.RANDOM_START and row["best_recall"] == ada["recall"].max()
-        assert row["gain"] == pytest.approx(row["best_recall"] - sub.loc[sub["method"] == "ANNCUR", "recall"].item())
-        assert row["clear"] == (abs(row["gain"]) > 2 * row["gain_se"])
-
-
-def test_gain_over_takes_the_best_of_several_baselines(budget_results):
-    gains = ex.gain_over(budget_results, baseline=["DE re-rank", "TF-IDF re-rank"],
-                         challengers=["ADACUR DE+TopK No-Split"])
-    sub = budget_results.set_index(["method", "budget", "k"])["recall"]
-    for _, row in gains.iterrows():
-        key = (row["budget"], row["k"])
-        assert row["baseline_recall"] == max(sub[("DE re-rank", *key)], sub[("TF-IDF re-rank", *key)])
-    with pytest.raises(ParameterError, match="'results' parameter of gain_over"):
-        ex.gain_over(budget_results, baseline="BM25")
-
-
 # ----------------------------------------------------------------------------------------------
 # rounds and latency
 # ----------------------------------------------------------------------------------------------
@@ -218,8 +176,8 @@ def test_latency_vs_rounds_models_ce_calls(M, split):
 
 def test_ce_seconds_per_call_reads_the_store_sessions():
     attrs = {"sessions": [{"n_pairs": 1000, "wall_s": 2.0}, {"n_pairs": 1000, "wall_s": 2.0}]}
-    assert ex.ce_seconds_per_call(attrs) == pytest.approx(2e-3)
-    assert ex.ce_seconds_per_call({"wall_s": 6.0, "query_ids": [1, 2], "item_ids": [1, 2, 3]}) == pytest.approx(1.0)
+    assert study_setup.ce_seconds_per_call(attrs) == pytest.approx(2e-3)
+    assert study_setup.ce_seconds_per_call({"wall_s": 6.0, "query_ids": [1, 2], "item_ids": [1, 2, 3]}) == pytest.approx(1.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,8 +188,8 @@ def test_round_trace_matches_adacur_on_all_test_queries(M, split, sampler, fract
     budget, n_rounds = 20, 4
     pos = 7
     row = int(split.test[pos])
-    trace = ex.round_trace(M, split, row, budget=budget, n_rounds=n_rounds, sampler=sampler,
-                           anchor_fraction=fraction, seed=5)
+    trace = ex.adacur_round_trace(M, split, row, budget=budget, n_rounds=n_rounds, sampler=sampler,
+                                  anchor_fraction=fraction, seed=5)
     k_i = budget if fraction is None else 10
     ada = AdaCur(budget, n_anchor_items=None if fraction is None else k_i, n_rounds=n_rounds, sampler=sampler,
                  seed=5).fit(M[split.anchor])
@@ -252,8 +210,8 @@ def test_round_trace_matches_adacur_on_all_test_queries(M, split, sampler, fract
 
 def test_round_trace_interpolates_its_anchors_and_is_deterministic(M, split):
     row = int(split.test[0])
-    a = ex.round_trace(M, split, row, budget=15, n_rounds=3, seed=1)
-    b = ex.round_trace(M, split, row, budget=15, n_rounds=3, seed=1)
+    a = ex.adacur_round_trace(M, split, row, budget=15, n_rounds=3, seed=1)
+    b = ex.adacur_round_trace(M, split, row, budget=15, n_rounds=3, seed=1)
     for t in range(3):
         np.testing.assert_array_equal(a.anchors[t], b.anchors[t])
         anchors = a.anchors_until(t)  # CUR is exact on the anchors while |I_anc| <= k_q
@@ -265,8 +223,8 @@ def test_round_trace_interpolates_its_anchors_and_is_deterministic(M, split):
 
 
 def test_round_trace_rejects_an_anchor_query(M, split):
-    with pytest.raises(ParameterError, match="'query_row' parameter of round_trace must be a row of M among"):
-        ex.round_trace(M, split, int(split.anchor[0]), budget=10)
+    with pytest.raises(ParameterError, match="'query_row' parameter of adacur_round_trace must be a row of M among"):
+        ex.adacur_round_trace(M, split, int(split.anchor[0]), budget=10)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -281,7 +239,7 @@ def plots():
 
 
 def test_round_scatter_has_one_slider_step_per_round(M, split, plots):
-    trace = ex.round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4)
+    trace = ex.adacur_round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4)
     fig = plots.round_scatter(trace, bands=(5, 20))
     steps = fig.layout.sliders[0].steps
     assert len(steps) == 4 and fig.layout.sliders[0].active == 3
@@ -309,20 +267,7 @@ def test_a_perfect_retriever_makes_its_methods_exact(M, split):
     assert (df["recall"] == 1.0).all(), df  # k <= B_CE / N_r = 4 items come in the DE's first batch
 
 
-def test_describe_gain_counts_ahead_behind_level() -> None:
-    import pandas as pd
-
-    g = pd.DataFrame({"budget": [50, 50, 100], "k": [1, 10, 1], "gain": [0.2, -0.1, 0.01],
-                      "clear": [True, True, False]})
-    text = ex.describe_gain("X vs Y", g)
-    assert text.startswith("**X vs Y:** clearly ahead at 1 of 3 (budget, k) pairs (by 20.0 to 20.0 points")
-    assert "clearly behind at 1: B_CE = 50/k = 10 (-10.0)" in text
-    assert "within 2 standard errors at 1: B_CE = 100/k = 1 (+1.0)." in text
-    table = ex.gain_table({"X vs Y": g})
-    assert table.loc[(100, 1), "X vs Y"] == "+1.0 ~" and table.loc[(50, 1), "X vs Y"] == "+20.0"
-
-
-def test_load_setup_checks_ids_and_splits(tmp_path) -> None:
+def test_load_setup_checks_ids(tmp_path) -> None:
     from xenbench.data.datasets import Dataset, Item, Query
     from xenbench.errors import DataError
     from xenbench.data.store import ScoreStore
@@ -334,15 +279,15 @@ def test_load_setup_checks_ids_and_splits(tmp_path) -> None:
     store = ScoreStore.create(tmp_path / "s", 5, 6, chunks=(5, None),
                               attrs={"query_ids": ds.query_ids, "item_ids": ds.item_ids, "model": "m"})
     store.write_chunk(0, M)
-    setup = ex.load_setup(tmp_path / "s", ds, n_anchor_queries=2, seed=0, max_items=4)
-    assert setup.M.shape == (5, 4) and setup.split.anchor.size == 2 and setup.split.test.size == 3
+    setup = study_setup.load_setup(tmp_path / "s", ds, seed=0, max_items=4)
+    assert setup.M.shape == (5, 4)
     np.testing.assert_array_equal(setup.M, M[:, setup.items])
     assert setup.item_labels == [f"t{i}" for i in setup.items]
     bad = ScoreStore.create(tmp_path / "b", 5, 6, chunks=(5, None),
                             attrs={"query_ids": ds.query_ids[::-1], "item_ids": ds.item_ids})
     bad.write_chunk(0, M)
     with pytest.raises(DataError, match="was not computed on tiny"):
-        ex.load_setup(tmp_path / "b", ds, n_anchor_queries=2)
+        study_setup.load_setup(tmp_path / "b", ds)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,7 +299,7 @@ def protocol(M):
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0, 1, 2])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
-    runs = ex.protocol_runs(M, splits, [0, 1], [20], k_values=(1, 5), de_scores=de)
+    runs = ex.adacur_protocol_runs(M, splits, [0, 1], [20], k_values=(1, 5), de_scores=de)
     return splits, de, runs
 
 
@@ -406,7 +351,7 @@ def test_anncur_anchors_are_drawn_per_split_and_seed(M, monkeypatch):
 
     monkeypatch.setattr(AnnCur, "fit", spy)
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0, 1])
-    ex.protocol_runs(M, splits, [0, 1], [20], methods=("anncur",), k_values=(1,), split_fractions=(0.25,))
+    ex.adacur_protocol_runs(M, splits, [0, 1], [20], methods=("anncur",), k_values=(1,), split_fractions=(0.25,))
     assert [d[0] for d in drawn] == [run_seed(s, r) for s in (0, 1) for r in (0, 1)]
     anchors = {d[2] for d in drawn}
     assert len(anchors) == 4  # 2 splits x 2 seeds: four draws, not two (a seed alone would repeat its draw)
@@ -421,7 +366,7 @@ def test_dev_choice_never_reads_test_rows(M, protocol):
     for s in splits:  # the splits' dev/anchor rows must stay intact: use one split's test rows only
         bad = M.copy()
         bad[s.test] = np.random.default_rng(9).standard_normal((s.test.size, M.shape[1])).astype(M.dtype)
-        runs_bad = ex.protocol_runs(bad, [s], [0, 1], [20], k_values=(1, 5), de_scores=de)
+        runs_bad = ex.adacur_protocol_runs(bad, [s], [0, 1], [20], k_values=(1, 5), de_scores=de)
         again = ex.chosen_on_dev(runs_bad)
         key = ["split_seed", "anchor_seed", "method", "budget", "k"]
         a = chosen[chosen["split_seed"] == s.seed].set_index(key)["n_anchor_items"].sort_index()
@@ -460,14 +405,14 @@ def _hand_runs(sign: float) -> pd.DataFrame:
 
 
 def test_paired_comparisons_verdicts_follow_the_numbers():
-    beats = ex.paired_comparisons(_hand_runs(1.0), pairs=[("C", "B")]).iloc[0]
+    beats = ex.adacur_paired_comparisons(_hand_runs(1.0), pairs=[("C", "B")]).iloc[0]
     assert beats["verdict"] == "beats" and beats["mean"] == pytest.approx(0.8)
     assert (beats["n_better"], beats["n_worse"], beats["n_queries"]) == (24, 0, 30)
-    trails = ex.paired_comparisons(_hand_runs(-1.0), pairs=[("C", "B")]).iloc[0]
+    trails = ex.adacur_paired_comparisons(_hand_runs(-1.0), pairs=[("C", "B")]).iloc[0]
     assert trails["verdict"] == "loses" and trails["mean"] == pytest.approx(-0.8)
     level = _hand_runs(1.0)
     level["per_query"] = [np.zeros(30)] * len(level)
-    assert ex.paired_comparisons(level, pairs=[("C", "B")]).iloc[0]["verdict"] == "level"
+    assert ex.adacur_paired_comparisons(level, pairs=[("C", "B")]).iloc[0]["verdict"] == "level"
 
 
 def test_paired_comparisons_holm_adjust_over_every_declared_cell():
@@ -479,9 +424,9 @@ def test_paired_comparisons_holm_adjust_over_every_declared_cell():
         runs["per_query"] = [hit if m == "C" else np.zeros(30) for m in runs["method"]]
         return runs
 
-    alone = ex.paired_comparisons(cell(10), pairs=[("C", "B")]).iloc[0]
+    alone = ex.adacur_paired_comparisons(cell(10), pairs=[("C", "B")]).iloc[0]
     assert alone["verdict"] == "beats" and alone["p_holm"] == pytest.approx(alone["p"])
-    family = ex.paired_comparisons(pd.concat([cell(10), cell(20)], ignore_index=True), pairs=[("C", "B")])
+    family = ex.adacur_paired_comparisons(pd.concat([cell(10), cell(20)], ignore_index=True), pairs=[("C", "B")])
     assert family["p"].tolist() == pytest.approx([alone["p"]] * 2)
     assert family["p_holm"].tolist() == pytest.approx([2 * alone["p"]] * 2)
     assert family["p_wilcoxon_holm"].tolist() == pytest.approx([2 * alone["p_wilcoxon"]] * 2)
@@ -566,13 +511,13 @@ def _device_runs(M, split, retrievers, **device) -> dict:
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
-    trace = ex.round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4, anchor_fraction=0.5, **device)
+    trace = ex.adacur_round_trace(M, split, int(split.test[0]), budget=20, n_rounds=4, anchor_fraction=0.5, **device)
     return {
         "recall_vs_budget": ex.recall_vs_budget(M, split, [20], ["anncur_de", "adacur_softmax", "adacur_de_nosplit"],
                                                 (1, 5), de_scores=retrievers["de_scores"], **device),
         "recall_vs_rounds": ex.recall_vs_rounds(M, split, [20], rounds=(1, 4), k_values=(1, 5), **device),
-        "protocol_runs": ex.protocol_runs(M, splits, [0], [20], methods=("anncur_de", "adacur_nosplit"),
-                                          k_values=(1, 5), de_scores=de, **device),
+        "protocol_runs": ex.adacur_protocol_runs(M, splits, [0], [20], methods=("anncur_de", "adacur_nosplit"),
+                                                 k_values=(1, 5), de_scores=de, **device),
         "round_trace": {"anchors": np.concatenate(trace.anchors), "approx": trace.approx, "retrieved": trace.retrieved},
     }
 
@@ -619,9 +564,9 @@ def _every_device_function(M, split, device):
         "recall_vs_budget": lambda: ex.recall_vs_budget(M, split, [20], ["anncur"], (1,), device=device),
         "recall_vs_rounds": lambda: ex.recall_vs_rounds(M, split, [20], rounds=(1,), k_values=(1,), device=device),
         "latency_vs_rounds": lambda: ex.latency_vs_rounds(M, split, [20], rounds=(1,), max_queries=1, device=device),
-        "round_trace": lambda: ex.round_trace(M, split, int(split.test[0]), budget=20, device=device),
-        "protocol_runs": lambda: ex.protocol_runs(M, splits, [0], [20], methods=("anncur",), k_values=(1,),
-                                                  device=device),
+        "adacur_round_trace": lambda: ex.adacur_round_trace(M, split, int(split.test[0]), budget=20, device=device),
+        "adacur_protocol_runs": lambda: ex.adacur_protocol_runs(M, splits, [0], [20], methods=("anncur",), k_values=(1,),
+                                                                device=device),
     }
 
 
@@ -648,5 +593,4 @@ def test_cuda_gives_the_cpu_results(M, split, retrievers, adacur_devices):
 
 def test_load_setup_takes_max_queries_only_with_a_model():
     with pytest.raises(ParameterError, match="'max_queries' parameter of load_setup must be None unless model"):
-        ex.load_setup("../data/scores/noun.cognition/cls-ce", "wordnet-el:noun.cognition", n_anchor_queries=10,
-                      max_queries=50)
+        study_setup.load_setup("../data/scores/noun.cognition/cls-ce", "wordnet-el:noun.cognition", max_queries=50)

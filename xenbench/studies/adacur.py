@@ -1,23 +1,23 @@
-"""The ANNCUR / ADACUR comparisons of notebook 03, as small pure functions of a score matrix.
+"""Notebook 03's driver: ANNCUR and ADACUR at equal CE budget, round by round, under the dev/test protocol.
 
-Every function takes an exact CE score matrix ``M`` of shape (n_queries, n_items) and a seeded
-:class:`QuerySplit` of its rows into anchor queries Q_anc (whose rows form the offline index
-R_anc = M[anchor]) and test queries (whose rows are the CE "oracle" a method may query within its
-budget B_CE). They return tidy DataFrames (one row per measured number) that the plots of
-:mod:`xenbench.viz.plots.adacur` draw and the widgets of :mod:`xenbench.viz.widgets` recompute.
+Every function takes an exact CE score matrix ``M`` of shape (n_queries, n_items) and a
+:class:`xenbench.methods.protocol.Split` of its rows (:func:`xenbench.methods.protocol.query_splits`): anchor
+queries Q_anc (whose rows form the offline index R_anc = M[split.anchor]) and test queries (whose rows are the
+CE "oracle" a method may query within its budget B_CE; dev rows where settings are chosen). They return tidy
+DataFrames (one row per measured number) that the plots of :mod:`xenbench.viz.plots.adacur` draw and the widgets
+of :mod:`xenbench.viz.widgets` recompute.
 
-=========================  ==================================================================
-:func:`split_rows`         seeded split of the rows into anchor and test queries
-:func:`recall_vs_budget`   Top-k-Recall at equal CE budget of every method ([ADACUR] Fig. 2)
-:func:`recall_vs_rounds`   Top-k-Recall of ADACUR for a number of rounds N_r ([ADACUR] Fig. 3)
-:func:`latency_vs_rounds`  time per query in CE calls, pinv, matmul, sampling ([ADACUR] Fig. 4)
-:func:`round_trace`        exact vs approximate scores of one test query, round by round (Fig. 6/8)
-:func:`gain_over`          per (budget, k): best challenger minus a baseline (test-chosen; optimistic)
-:func:`protocol_runs`      per-query recall on dev and test rows, per (query split, anchor seed)
-:func:`chosen_on_dev`      k_i chosen on dev rows, test recall read at that k_i
-:func:`protocol_summary`   test recall: mean over runs, 95 % interval across runs, k_i chosen
-:func:`paired_comparisons` the pre-declared pairs (:data:`PAIRS`), per-query paired tests
-=========================  ==================================================================
+============================  ==================================================================
+:func:`recall_vs_budget`      Top-k-Recall at equal CE budget of every method ([ADACUR] Fig. 2)
+:func:`recall_vs_rounds`      Top-k-Recall of ADACUR for a number of rounds N_r ([ADACUR] Fig. 3)
+:func:`latency_vs_rounds`     time per query in CE calls, pinv, matmul, sampling ([ADACUR] Fig. 4)
+:func:`adacur_round_trace`    exact vs approximate scores of one test query, round by round (Fig. 6/8)
+:func:`adacur_protocol_runs`  per-query recall on dev and test rows, per (query split, anchor seed)
+:func:`chosen_on_dev`         k_i chosen on dev rows, test recall read at that k_i
+:func:`adacur_protocol_summary`  test recall: mean over runs, 95 % interval across runs, k_i chosen
+:func:`adacur_paired_comparisons`  the pre-declared pairs (:data:`ADACUR_PAIRS`), per-query paired tests
+:func:`budget_rule_gap`       ANNCUR's two budget rules at the same split, seed, B_CE, k and k_i
+============================  ==================================================================
 
 Notebook 03 reports the protocol functions (built on :mod:`xenbench.methods.protocol`): every setting is chosen
 on dev queries, every number is a mean over anchor seeds × query splits with an interval that contains
@@ -58,7 +58,6 @@ References
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,58 +67,37 @@ import numpy as np
 import pandas as pd
 import torch
 
-from xenbench._device import search_device  # re-exported: the one device rule of the searches
+from xenbench._device import search_device
+from xenbench._validation import check_choice, check_float, check_int, is_int
+from xenbench.errors import ParameterError
 from xenbench.methods.adacur import SAMPLERS, AdaCur, SearchOptions, TopK, make_sampler
 from xenbench.methods.baselines import anncur_with_budget, rerank_baseline
-from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.methods.cur import AnnCur
-from xenbench.errors import ParameterError
+from xenbench.methods.protocol import ALPHA, Split, compare_runs, decide, run_seed
+from xenbench.methods.trace import RoundTrace, trace_from_result
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
-from xenbench.methods.protocol import ALPHA, compare_runs, decide, run_seed
-from xenbench.sampling import sample_rows
-from xenbench.methods.trace import RoundTrace, trace_from_result  # re-exported: lives in the methods layer (axn uses it)
 
 __all__ = [
-    "ALPHA",
+    "ADACUR_PAIRS",
     "COMPARABLE",
     "METHODS",
-    "PAIRS",
     "PROTOCOL_METHODS",
-    "RANDOM_START",
     "SPLIT_FRACTIONS",
     "Comparable",
-    "QuerySplit",
-    "Setup",
-    "RoundTrace",
     "Search",
     "SplitState",
     "Variant",
-    "all_retriever_scores",
-    "at_lambda",
+    "adacur_paired_comparisons",
+    "adacur_protocol_runs",
+    "adacur_protocol_summary",
+    "adacur_round_trace",
     "budget_rule_gap",
     "chosen_on_dev",
-    "ce_seconds_per_call",
-    "de_embeddings",
-    "describe_gain",
     "describe_latency",
-    "gain_over",
-    "gain_table",
     "latency_vs_rounds",
-    "load_setup",
-    "paired_comparisons",
-    "protocol_runs",
-    "protocol_summary",
     "recall_vs_budget",
     "recall_vs_rounds",
-    "retriever_scores",
-    "round_trace",
-    "search_device",
     "seed_spread",
-    "select_lambda",
-    "split_rows",
-    "standard_comparisons",
-    "subsample",
-    "trace_from_result",
 ]
 
 logger = logging.getLogger(__name__)
@@ -268,8 +246,6 @@ COMPARABLE: dict[str, Comparable] = {
 }
 #: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
 METHODS: dict[str, str] = {key: method.label for key, method in COMPARABLE.items()}
-#: ADACUR variants whose first round is uniform at random: the like-for-like challengers of ANNCUR.
-RANDOM_START: tuple[str, ...] = (METHODS["adacur_topk"], METHODS["adacur_softmax"], METHODS["adacur_nosplit"])
 
 #: Grid of k_i / B_CE over which ANNCUR and ADACUR (split) take their best split per (budget, k).
 SPLIT_FRACTIONS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
@@ -281,68 +257,15 @@ _STEPS = {"ce": "CE calls", "pinv": "pinv", "matmul": "matmul", "sample": "sampl
 # ==============================================================================================
 # inputs
 # ==============================================================================================
-class QuerySplit(NamedTuple):
-    """Rows of M split into anchor queries Q_anc and test queries (both sorted, disjoint).
-
-    Unpacks as ``anchor, test = split``; ``M[split.anchor]`` is R_anc.
-    """
-
-    anchor: np.ndarray  # Q_anc rows, int64 (k_q,)
-    test: np.ndarray    # test rows, int64 (n_test,)
-
-
-def split_rows(n: int, n_anchor_queries: int, seed: int = 0, *, max_test: int | None = None) -> QuerySplit:
-    """Seeded random split of ``n`` query rows into k_q anchor queries and test queries.
-
-    Parameters
-    ----------
-    n : int
-        Number of queries (rows of M).
-    n_anchor_queries : int
-        k_q = |Q_anc|, ``1 <= k_q < n``.
-    seed : int
-        Seed of the permutation.
-    max_test : int, optional
-        Keep at most this many test queries (a seeded sample of the rest, for speed).
-
-    Returns
-    -------
-    split : QuerySplit
-        ``anchor`` (k_q,) and ``test`` (min(n − k_q, max_test),), each sorted, disjoint.
-
-    Examples
-    --------
-    >>> anchor, test = split_rows(10, 3, seed=0)
-    >>> len(anchor), len(test), bool(set(anchor) & set(test))
-    (3, 7, False)
-    """
-    owner = "split_rows"
-    n = check_int(n, "n", 2, None, owner)
-    k_q = check_int(n_anchor_queries, "n_anchor_queries", 1, n - 1, owner, "n - 1")
-    seed = check_int(seed, "seed", 0, None, owner)
-    n_test = n - k_q if max_test is None else min(n - k_q, check_int(max_test, "max_test", 1, None, owner))
-    perm = np.random.default_rng(seed).permutation(n)
-    return QuerySplit(np.sort(perm[:k_q]).astype(np.int64), np.sort(perm[k_q:k_q + n_test]).astype(np.int64))
-
-
-def subsample(n: int, max_n: int | None, seed: int = 0) -> np.ndarray:
-    """Sorted seeded sample of ``min(n, max_n)`` item indices of ``range(n)`` (all of them when ``max_n`` is None):
-    :func:`xenbench.sampling.sample_rows` of kind ``"items"``, so every notebook's seed picks the same items.
-
-    Used to cut the item set (columns of M, and the same items of the retrievers) for quick runs.
-    """
-    return sample_rows(n, max_n, seed, kind="items")
-
-
-def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, QuerySplit]:
+def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, Split]:
     M = np.asarray(M)
     if M.ndim != 2 or min(M.shape) < 1 or not np.issubdtype(M.dtype, np.floating):
         raise ParameterError("M", "a float array of shape (n_queries, n_items)", f"{M.dtype} array of shape {M.shape}",
                              owner)
-    if not (isinstance(split, tuple) and len(split) == 2):
-        raise ParameterError("split", "a QuerySplit (anchor rows, test rows) from split_rows", type(split).__name__,
-                             owner)
-    anchor, test = (np.asarray(part) for part in split)
+    if not isinstance(split, Split):
+        raise ParameterError("split", "a xenbench.methods.protocol.Split (anchor, dev, test rows) from query_splits",
+                             type(split).__name__, owner)
+    anchor, test = np.asarray(split.anchor), np.asarray(split.test)
     for name, rows in (("anchor", anchor), ("test", test)):
         if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) \
                 or rows.min() < 0 or rows.max() >= M.shape[0]:
@@ -350,7 +273,7 @@ def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, QuerySpli
                                  f"{rows.dtype} array of shape {rows.shape}", owner)
     if np.intersect1d(anchor, test).size:
         raise ParameterError("split", "disjoint anchor and test rows", "rows in both", owner)
-    return M, QuerySplit(anchor.astype(np.int64), test.astype(np.int64))
+    return M, split._replace(anchor=anchor.astype(np.int64), test=test.astype(np.int64))
 
 
 def _check_retriever_scores(scores: Any, name: str, n_test: int, n_items: int, owner: str) -> np.ndarray | None:
@@ -359,7 +282,7 @@ def _check_retriever_scores(scores: Any, name: str, n_test: int, n_items: int, o
     scores = np.asarray(scores)
     if scores.shape != (n_test, n_items) or not np.issubdtype(scores.dtype, np.number):
         raise ParameterError(name, f"scores of the test queries, shape (n_test={n_test}, n_items={n_items}), "
-                                   "rows in the order of split.test", f"{scores.dtype} array of shape {scores.shape}",
+                             "rows in the order of split.test", f"{scores.dtype} array of shape {scores.shape}",
                              owner)
     return scores
 
@@ -378,24 +301,6 @@ def _check_k_values(k_values: Any, n_items: int, owner: str) -> list[int]:
     if not k_values:
         raise ParameterError("k_values", "a non-empty list of ints in [1, n_items]", k_values, owner)
     return sorted({check_int(k, "k_values", 1, n_items, owner, f"n_items={n_items}") for k in k_values})
-
-
-def ce_seconds_per_call(attrs: Mapping[str, Any]) -> float:
-    """Seconds per CE call measured when a score matrix was computed (its :class:`~xenbench.data.store.ScoreStore` attrs).
-
-    The throughput of the batched scoring run (pairs per second over its sessions), so a lower bound
-    on the cost of a test query's k_s calls per round: what the latency figure charges per CE call.
-    """
-    sessions = attrs.get("sessions") or []
-    pairs = sum(s.get("n_pairs", 0) for s in sessions)
-    wall = sum(s.get("wall_s", 0.0) for s in sessions)
-    if pairs > 0 and wall > 0:
-        return wall / pairs
-    n_pairs = len(attrs.get("query_ids", ())) * len(attrs.get("item_ids", ()))
-    if attrs.get("wall_s") and n_pairs:
-        return float(attrs["wall_s"]) / n_pairs
-    raise ParameterError("attrs", "score-store attributes with 'sessions' (n_pairs, wall_s) or 'wall_s'",
-                         sorted(attrs), "ce_seconds_per_call")
 
 
 # ==============================================================================================
@@ -426,7 +331,7 @@ def _recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int, 
     return {k: recall_under_budget(M_test, I, k, calls=calls, budget=budget, per_query=True) for k in k_values}
 
 
-def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], methods: Sequence[str] | None = None,
+def recall_vs_budget(M: np.ndarray, split: Split, budgets: Sequence[int], methods: Sequence[str] | None = None,
                      k_values: Sequence[int] = (1, 10, 100), de_scores: np.ndarray | None = None,
                      tfidf_scores: np.ndarray | None = None, *, n_rounds: int = 5,
                      split_fractions: Sequence[float] = SPLIT_FRACTIONS, temperature: float = 1.0, seed: int = 0,
@@ -438,8 +343,8 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
     ----------
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores.
-    split : QuerySplit
-        Anchor rows (R_anc = M[split.anchor]) and test rows.
+    split : xenbench.methods.protocol.Split
+        Anchor rows (R_anc = M[split.anchor]) and test rows (its dev rows are not read).
     budgets : sequence of int
         B_CE values, each in [1, n_items].
     methods : sequence of str, optional
@@ -460,10 +365,11 @@ def recall_vs_budget(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], m
         query gets the same draws in any subset).
     device : str or torch.device
         Torch device of ADACUR: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or
-        ``"cuda:<k>"`` (:func:`search_device`). Devices retrieve the same items up to float64 round-off.
+        ``"cuda:<k>"`` (:func:`xenbench._device.search_device`). Devices retrieve the same items up to float64
+        round-off.
     all_splits : bool
         Return one row per grid point of the split methods instead of the best per (budget, k).
-        The best per (budget, k) reads the test rows' recall (optimistic); :func:`protocol_runs`
+        The best per (budget, k) reads the test rows' recall (optimistic); :func:`adacur_protocol_runs`
         chooses on dev rows instead.
     per_query : bool
         Add a column ``per_query``: each row's per-query recalls (float array in the order of
@@ -538,50 +444,6 @@ def _all_or_best(candidates: list[list[dict[str, Any]]], all_splits: bool) -> li
     return [max((rows[j] for rows in candidates), key=lambda r: r["recall"]) for j in range(len(candidates[0]))]
 
 
-def gain_over(results: pd.DataFrame, baseline: str | Sequence[str] = METHODS["anncur"],
-              challengers: Sequence[str] | None = None) -> pd.DataFrame:
-    """Per (budget, k): the best challenger's recall minus the best baseline's.
-
-    Parameters
-    ----------
-    results : DataFrame
-        Output of :func:`recall_vs_budget` (best splits).
-    baseline : str or sequence of str
-        ``method`` label(s); with several, the best of them per (budget, k) is the baseline.
-    challengers : sequence of str, optional
-        ``method`` labels; default the random-start ADACUR variants present (:data:`RANDOM_START`).
-
-    Returns
-    -------
-    DataFrame
-        Columns ``budget``, ``k``, ``baseline`` (the best baseline's label), ``baseline_recall``,
-        ``best`` (the best challenger's label), ``best_recall``, ``gain`` (best − baseline, in recall
-        points of [0, 1]), ``gain_se`` (standard error of the difference from the two standard errors
-        as if independent; both are measured on the same queries, so this overstates the
-        uncertainty of a difference: conservative) and ``clear`` (``abs(gain) > 2 · gain_se``).
-    """
-    baselines = [baseline] if isinstance(baseline, str) else list(baseline)
-    if challengers is None:
-        challengers = [m for m in RANDOM_START if m in set(results["method"])]
-    base = results[results["method"].isin(baselines)]
-    chal = results[results["method"].isin(list(challengers))]
-    if base.empty or chal.empty:
-        raise ParameterError("results", f"rows of one of {baselines} and of one of {list(challengers)}",
-                             sorted(results["method"].unique()), "gain_over")
-    top_base = {key: g.loc[g["recall"].idxmax()] for key, g in base.groupby(["budget", "k"])}
-    out = []
-    for (budget, k), group in chal.groupby(["budget", "k"]):
-        if (budget, k) not in top_base:
-            continue
-        top, b = group.loc[group["recall"].idxmax()], top_base[(budget, k)]
-        gain, gain_se = float(top["recall"] - b["recall"]), float(np.hypot(top["recall_se"], b["recall_se"]))
-        out.append({"budget": int(budget), "k": int(k), "baseline": b["method"], "baseline_recall": float(b["recall"]),
-                    "best": top["method"], "best_recall": float(top["recall"]), "gain": gain, "gain_se": gain_se,
-                    "clear": bool(abs(gain) > 2 * gain_se)})
-    return pd.DataFrame(out, columns=["budget", "k", "baseline", "baseline_recall", "best", "best_recall", "gain",
-                                      "gain_se", "clear"])
-
-
 # ==============================================================================================
 # rounds (Fig. 3) and latency (Fig. 4)
 # ==============================================================================================
@@ -593,7 +455,7 @@ def _n_anchor_items(budget: int, anchor_fraction: float | None, owner: str) -> i
     return max(1, min(budget - 1, int(round(anchor_fraction * budget))))
 
 
-def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
+def recall_vs_rounds(M: np.ndarray, split: Split, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
                      k_values: Sequence[int] = (1, 10, 100), *, sampler: str = "topk",
                      anchor_fraction: float | None = None, temperature: float = 1.0, seed: int = 0,
                      device: str | torch.device = "auto") -> pd.DataFrame:
@@ -652,7 +514,7 @@ def recall_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], r
                                       "n_test_queries"])
 
 
-def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
+def latency_vs_rounds(M: np.ndarray, split: Split, budgets: Sequence[int], rounds: Sequence[int] = (1, 2, 5, 10, 20),
                       *, sampler: str = "topk", anchor_fraction: float | None = None,
                       seconds_per_ce_call: float | None = None, max_queries: int | None = 20, solver: str = "pinv",
                       seed: int = 0, device: str | torch.device = "auto") -> pd.DataFrame:
@@ -716,13 +578,26 @@ def latency_vs_rounds(M: np.ndarray, split: QuerySplit, budgets: Sequence[int], 
                                       "device"])
 
 
+def describe_latency(latency: pd.DataFrame, rounds: Sequence[int]) -> list[str]:
+    """One line per (budget, N_r ∈ ``rounds``): ms per query and each step's share (from :func:`latency_vs_rounds`)."""
+    ms = latency.pivot_table(index=["budget", "n_rounds"], columns="step", values="seconds") * 1e3
+    lines = []
+    for (b, r), t in ms.iterrows():
+        if r in set(rounds):
+            total = t.sum()
+            lines.append(f"B_CE = {b}, N_r = {r}: {total:.1f} ms per query; CE calls {t['CE calls']:.1f} ms "
+                         f"({t['CE calls'] / total:.0%}), pinv {t['pinv']:.1f} ms, matmul {t['matmul']:.1f} ms, "
+                         f"sampling {t['sampling']:.1f} ms")
+    return lines
+
+
 # ==============================================================================================
 # one query, round by round (Fig. 6 / 8)
 # ==============================================================================================
-def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int, n_rounds: int = 5,
-                sampler: str = "topk", anchor_fraction: float | None = None, temperature: float = 1.0,
-                seed: int = 0, candidates: np.ndarray | None = None,
-                device: str | torch.device = "auto") -> RoundTrace:
+def adacur_round_trace(M: np.ndarray, split: Split, query_row: int, *, budget: int, n_rounds: int = 5,
+                       sampler: str = "topk", anchor_fraction: float | None = None, temperature: float = 1.0,
+                       seed: int = 0, candidates: np.ndarray | None = None,
+                       device: str | torch.device = "auto") -> RoundTrace:
     """Run ADACUR for one test query and keep its approximate scores after every round ([ADACUR] Fig. 6/8).
 
     The query's randomness is keyed by its row (``query_ids``), so its anchors are exactly those it
@@ -751,11 +626,11 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     -------
     RoundTrace
     """
-    owner = "round_trace"
+    owner = "adacur_round_trace"
     M, split = _check_inputs(M, split, owner)
     if not is_int(query_row) or query_row not in set(split.test.tolist()):
         raise ParameterError("query_row", f"a row of M among the {split.test.size} test rows (split.test, e.g. "
-                                          f"{split.test[0]})", query_row, owner)
+                             f"{split.test[0]})", query_row, owner)
     query_row = int(query_row)
     budget = check_int(budget, "budget", 1, M.shape[1], owner, f"n_items={M.shape[1]}")
     k_i = _n_anchor_items(budget, anchor_fraction, owner)
@@ -768,236 +643,27 @@ def round_trace(M: np.ndarray, split: QuerySplit, query_row: int, *, budget: int
     return trace_from_result(res, query_row, M[query_row], budget, sampler)
 
 
-def standard_comparisons(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The comparisons notebook 03 concludes from: ADACUR vs ANNCUR and vs re-ranking, random or DE start.
-
-    Each value is :func:`gain_over` of ``results`` (from :func:`recall_vs_budget`).
-    """
-    rerankers = ["DE re-rank", "TF-IDF re-rank"]
-    return {
-        "ADACUR (random start) vs ANNCUR": gain_over(results, "ANNCUR", list(RANDOM_START)),
-        "ADACUR TopK No-Split vs ANNCUR": gain_over(results, "ANNCUR", ["ADACUR TopK No-Split"]),
-        "ADACUR (random start) vs best re-rank": gain_over(results, rerankers, list(RANDOM_START)),
-        "ADACUR DE+TopK No-Split vs ANNCUR DE": gain_over(results, "ANNCUR DE", ["ADACUR DE+TopK No-Split"]),
-        "ADACUR DE+TopK No-Split vs best re-rank": gain_over(results, rerankers, ["ADACUR DE+TopK No-Split"]),
-    }
-
-
-def gain_table(comparisons: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Recall points (×100) of challenger minus baseline per (budget, k); ``~`` marks |gain| ≤ 2 SE."""
-    return pd.DataFrame({
-        name: g.set_index(["budget", "k"]).apply(
-            lambda r: f"{100 * r['gain']:+.1f}" + ("" if r["clear"] else " ~"), axis=1)
-        for name, g in comparisons.items()
-    })
-
-
-def describe_gain(name: str, gains: pd.DataFrame) -> str:
-    """One markdown sentence: where the challenger is clearly ahead, clearly behind, or level."""
-    clear = gains["clear"]
-    ahead, behind, level = gains[clear & (gains["gain"] > 0)], gains[clear & (gains["gain"] < 0)], gains[~clear]
-
-    def where(d: pd.DataFrame) -> str:
-        return ", ".join(f"B_CE = {b}/k = {k} ({100 * x:+.1f})" for b, k, x in zip(d["budget"], d["k"], d["gain"]))
-
-    text = f"**{name}:** clearly ahead at {len(ahead)} of {len(gains)} (budget, k) pairs"
-    if len(ahead):
-        top = ahead.loc[ahead["gain"].idxmax()]
-        text += (f" (by {100 * ahead['gain'].min():.1f} to {100 * top['gain']:.1f} points, the most at "
-                 f"B_CE = {top['budget']}, k = {top['k']})")
-    text += f"; clearly behind at {len(behind)}" + (f": {where(behind)}" if len(behind) else "")
-    text += f"; within 2 standard errors at {len(level)}" + (f": {where(level)}" if len(level) else "") + "."
-    return text
-
-
-def describe_latency(latency: pd.DataFrame, rounds: Sequence[int]) -> list[str]:
-    """One line per (budget, N_r ∈ ``rounds``): ms per query and each step's share (from :func:`latency_vs_rounds`)."""
-    ms = latency.pivot_table(index=["budget", "n_rounds"], columns="step", values="seconds") * 1e3
-    lines = []
-    for (b, r), t in ms.iterrows():
-        if r in set(rounds):
-            total = t.sum()
-            lines.append(f"B_CE = {b}, N_r = {r}: {total:.1f} ms per query; CE calls {t['CE calls']:.1f} ms "
-                         f"({t['CE calls'] / total:.0%}), pinv {t['pinv']:.1f} ms, matmul {t['matmul']:.1f} ms, "
-                         f"sampling {t['sampling']:.1f} ms")
-    return lines
-
-
-@dataclass
-class Setup:
-    """What notebook 03 works on: the exact matrix of one CE on one dataset, split into anchor and test rows.
-
-    Attributes
-    ----------
-    M : ndarray of shape (n_queries, n_items)
-        Exact CE scores (the kept item columns only).
-    split : QuerySplit
-        Anchor rows (Q_anc, the offline index R_anc = M[split.anchor]) and test rows.
-    dataset : Dataset
-        Texts of the same queries (rows) and items.
-    items : ndarray of shape (n_items,)
-        Dataset rows of the kept item columns.
-    attrs : dict
-        The store's manifest.
-    """
-
-    M: np.ndarray
-    split: QuerySplit
-    dataset: Any
-    items: np.ndarray
-    attrs: dict
-
-    @property
-    def n_items(self) -> int:
-        return int(self.M.shape[1])
-
-    @property
-    def item_labels(self) -> list[str]:
-        return [self.dataset.items[i].title for i in self.items]
-
-    @property
-    def query_texts(self) -> list[str]:
-        return [q.text for q in self.dataset.queries]
-
-    @property
-    def ce_seconds_per_call(self) -> float:
-        return ce_seconds_per_call(self.attrs)
-
-    def describe(self) -> str:
-        a = self.attrs
-        model = a.get("model") or os.path.basename(str(a.get("model_path", "?")).rstrip("/"))  # a cached store: its folder
-        return (f"{model} on {self.dataset.name}: M is {self.M.shape[0]} queries x {self.n_items} items; "
-                f"k_q = {self.split.anchor.size} anchor queries, {self.split.test.size} test queries.\n"
-                f"One CE call cost {self.ce_seconds_per_call * 1e6:.1f} µs when the matrix was computed "
-                f"({a.get('device')}, {a.get('precision')}, batched); Fig. 4 charges calls at this rate.")
-
-
-def load_setup(store_path, dataset, *, n_anchor_queries: int, seed: int = 0, max_items: int | None = None,
-               max_test: int | None = None, model: str | os.PathLike[str] | None = None,
-               max_queries: int | None = None, device: str = "auto") -> Setup:
-    """The exact matrix of one CE on ``dataset``, items subsampled, rows split.
-
-    Two sources. Without ``model``: open the score store at ``store_path`` and check that it scores ``dataset``'s
-    queries and items in order. With ``model`` (a CE folder, for your own data): score a seeded sample of
-    ``max_queries`` queries × ``max_items`` items with it through :func:`xenbench.models.scoring.cached_scores`
-    (resumable, cached by model and texts; ``store_path`` is ignored), so nothing needs precomputing.
-
-    Raises
-    ------
-    DataError
-        If the store's query or item ids are not the dataset's, in the same order.
-    ParameterError
-        If ``model`` is not a CE folder, or ``max_queries`` is given without ``model``.
-    """
-    from xenbench.data.datasets import load_dataset
-    from xenbench.errors import DataError
-    from xenbench.data.store import ScoreStore
-
-    ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
-    if model:
-        from xenbench.models.scoring import cached_scores
-
-        queries = sample_rows(len(ds.queries), max_queries, seed, kind="queries")
-        items = subsample(len(ds.items), max_items, seed)
-        ds = ds.subset([ds.queries[r].id for r in queries], [ds.items[i].id for i in items])
-        store = cached_scores(model, ds, device=device)
-        items = np.arange(len(ds.items))
-    else:
-        if max_queries is not None:
-            raise ParameterError("max_queries", "None unless model is given (a precomputed store is used whole)",
-                                 max_queries, "load_setup")
-        store = ScoreStore.open(store_path)
-        if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
-            raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
-        items = subsample(len(ds.items), max_items, seed)
-    M = store.to_numpy()[:, items]
-    split = split_rows(M.shape[0], n_anchor_queries, seed, max_test=max_test)
-    return Setup(M=M, split=split, dataset=ds, items=np.asarray(items), attrs=store.attrs)
-
-
-def select_lambda(sweep: pd.DataFrame, by: Sequence[str] = ("method", "budget", "k")) -> pd.DataFrame:
-    """The λ with the highest recall per group ``by`` of a λ sweep (ties: the smaller λ).
-
-    Works on :func:`xenbench.methods.axn.lambda_sweep` (groups: method, budget, k) and
-    :func:`xenbench.methods.pefa.lambda_sweep` (``by=("method", "k")``) outputs.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``by``, ``lam``, ``recall``.
-    """
-    by = list(by)
-    ordered = sweep.sort_values(by + ["recall", "lam"], ascending=[True] * len(by) + [False, True])
-    best = ordered.groupby(by, sort=False).head(1)
-    return best[by + ["lam", "recall"]].sort_values(by).reset_index(drop=True)
-
-
-def at_lambda(sweep: pd.DataFrame, chosen: pd.DataFrame, by: Sequence[str] = ("method", "budget", "k")) -> pd.DataFrame:
-    """Rows of ``sweep`` at the λ that ``chosen`` (from :func:`select_lambda`, usually on another
-    split) names for each group ``by``: the honest test score of a tuned λ."""
-    keys = list(by) + ["lam"]
-    return sweep.merge(chosen[keys], on=keys, how="inner").reset_index(drop=True)
-
-
-def de_embeddings(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """Bundled DE embeddings (L2-normalized, float64): items V (n_items, d) and every query U (n_queries, d).
-
-    Their inner products are the ``de_scores`` of :func:`retriever_scores`; AXN uses V as its item
-    embeddings and U as u_param ([AXN] Eq. 7). ``device``: where the DE encodes
-    (:class:`xenbench.models.retrievers.DualEncoder`).
-    """
-    from xenbench.models.retrievers import DualEncoder
-
-    de = DualEncoder(device=device).fit([setup.dataset.items[i] for i in setup.items])
-    return de.item_embeddings_.astype(np.float64), de.embed_queries(setup.dataset.queries).astype(np.float64)
-
-
-def retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """DE and TF-IDF scores of the test queries on the kept items: two arrays of shape (n_test, n_items).
-
-    ``device``: where the DE encodes (:class:`xenbench.models.retrievers.DualEncoder`).
-    """
-    from xenbench.models.retrievers import DualEncoder, TfidfRetriever
-
-    queries = [setup.dataset.queries[r] for r in setup.split.test]
-    items = [setup.dataset.items[i] for i in setup.items]
-    return DualEncoder(device=device).fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
-
-
 # ==============================================================================================
 # the honest protocol: k_i chosen on dev rows, test results over anchor seeds x query splits, paired tests
 # ==============================================================================================
 #: Pre-declared comparisons (challenger label, baseline label), fixed before any result is seen: the
 #: like-for-like random-start pair and the DE-start pair of [ADACUR] Fig. 2, plus the DE-start pair
 #: without adaptive rounds. Every pair is tested at every (budget, k); nothing is a "best of" several.
-PAIRS: tuple[tuple[str, str], ...] = (
+ADACUR_PAIRS: tuple[tuple[str, str], ...] = (
     (METHODS["adacur_nosplit"], METHODS["anncur"]),
     (METHODS["adacur_de_nosplit"], METHODS["de_rerank"]),
     (METHODS["adacur_de_nosplit"], METHODS["anncur_de"]),
 )
-#: Methods the protocol runs by default: those the pairs of :data:`PAIRS` need (method keys).
+#: Methods the protocol runs by default: those the pairs of :data:`ADACUR_PAIRS` need (method keys).
 PROTOCOL_METHODS: tuple[str, ...] = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", "de_rerank")
 # ALPHA (imported above) is the family-wise level of the one verdict rule, xenbench.methods.protocol.verdict.
 
 
-def all_retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """DE and TF-IDF scores of **every** query row on the kept items: two arrays (n_queries, n_items).
-
-    The protocol needs them for dev and test rows of several splits; slice rows with ``[rows]``.
-    ``device``: where the DE encodes (:class:`xenbench.models.retrievers.DualEncoder`).
-    """
-    from xenbench.models.retrievers import DualEncoder, TfidfRetriever
-
-    items = [setup.dataset.items[i] for i in setup.items]
-    queries = list(setup.dataset.queries)
-    return DualEncoder(device=device).fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
-
-
-def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
-                  methods: Sequence[str] = PROTOCOL_METHODS, k_values: Sequence[int] = (1, 10, 100),
-                  de_scores: np.ndarray | None = None, tfidf_scores: np.ndarray | None = None, n_rounds: int = 5,
-                  split_fractions: Sequence[float] = SPLIT_FRACTIONS,
-                  device: str | torch.device = "auto") -> pd.DataFrame:
+def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
+                         methods: Sequence[str] = PROTOCOL_METHODS, k_values: Sequence[int] = (1, 10, 100),
+                         de_scores: np.ndarray | None = None, tfidf_scores: np.ndarray | None = None, n_rounds: int = 5,
+                         split_fractions: Sequence[float] = SPLIT_FRACTIONS,
+                         device: str | torch.device = "auto") -> pd.DataFrame:
     """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
 
     One run = one query split (:func:`xenbench.methods.protocol.query_splits`: anchor rows Q_anc, dev rows,
@@ -1019,7 +685,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
     budgets, methods, k_values, n_rounds, split_fractions, device
         As in :func:`recall_vs_budget` (every grid point is kept: ``all_splits=True``).
     de_scores, tfidf_scores : ndarray of shape (n_queries, n_items), optional
-        Retriever scores of **every** row of M (:func:`all_retriever_scores`).
+        Retriever scores of **every** row of M (:func:`xenbench.studies.setup.retriever_scores`).
 
     Returns
     -------
@@ -1031,7 +697,7 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
     """
     from tqdm.auto import tqdm
 
-    owner = "protocol_runs"
+    owner = "adacur_protocol_runs"
     M = np.asarray(M)
     seeds = [check_int(s, "anchor_seeds", 0, None, owner) for s in anchor_seeds]
     if not seeds or not len(splits):
@@ -1045,9 +711,9 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
     frames = []
     runs = [(sp, seed) for sp in splits for seed in seeds]
     for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):
-        if not hasattr(sp, "dev"):
-            raise ParameterError("splits", "xenbench.methods.protocol.Split objects (anchor, dev, test)", type(sp).__name__,
-                                 owner)
+        if not isinstance(sp, Split):
+            raise ParameterError("splits", "xenbench.methods.protocol.Split objects (anchor, dev, test)",
+                                 type(sp).__name__, owner)
         rows = np.concatenate([sp.dev, sp.test])
         order = np.argsort(rows, kind="stable")
         rows = rows[order]
@@ -1055,7 +721,9 @@ def protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[i
         run_methods = [m for m in methods if seed == seeds[0] or not COMPARABLE.get(m, _RANDOM).deterministic]
         if not run_methods:
             continue
-        res = recall_vs_budget(M, QuerySplit(sp.anchor, rows), budgets, run_methods, k_values,
+        # dev and test rows together as the evaluated rows: each row's result is the one it gets alone
+        evaluated = Split(sp.anchor, np.empty(0, np.int64), rows, sp.seed)
+        res = recall_vs_budget(M, evaluated, budgets, run_methods, k_values,
                                None if de_scores is None else np.asarray(de_scores)[rows],
                                None if tfidf_scores is None else np.asarray(tfidf_scores)[rows], n_rounds=n_rounds,
                                split_fractions=split_fractions, seed=run_seed(int(sp.seed), seed), device=device,
@@ -1095,7 +763,7 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["n_anchor_items"], how="left")
 
 
-def protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+def adacur_protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Test recall per (method, budget, k): mean over runs, interval across runs, per-query SE, and how
     often each k_i was chosen (:func:`xenbench.methods.protocol.summarize` of :func:`chosen_on_dev`)."""
     from xenbench.methods.protocol import summarize
@@ -1107,8 +775,8 @@ def protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> 
     return out.merge(ki, on=_GROUP, how="left")
 
 
-def paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, str]] = PAIRS, *,
-                       alpha: float = ALPHA, confidence: float = 0.95) -> pd.DataFrame:
+def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, str]] = ADACUR_PAIRS, *,
+                              alpha: float = ALPHA, confidence: float = 0.95) -> pd.DataFrame:
     """Pre-declared paired comparisons on the test rows, at the dev-chosen settings, with the one verdict rule.
 
     For each pair (challenger, baseline) and (budget, k), :func:`xenbench.methods.protocol.compare_runs` over the
@@ -1157,7 +825,7 @@ def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence
     """How much ANNCUR's budget rule moves its test recall: "free anchors" minus "authors' code"
     (:data:`xenbench.methods.cur.BUDGET_RULES`), at the same split, anchor seed, B_CE, k and k_i.
 
-    Every cell is ANNCUR as :func:`protocol_runs` runs it (R_anc = M[split.anchor], ``AnnCur(k_i, seed=run_seed(split
+    Every cell is ANNCUR as :func:`adacur_protocol_runs` runs it (R_anc = M[split.anchor], ``AnnCur(k_i, seed=run_seed(split
     seed, anchor seed))``,
     k_i over the same grid of B_CE), scored on the split's test rows; both rules re-rank from the same ŝ, so the cells
     differ only by the rule. The authors' re-ranked items are a subset of the free-anchor ones, so no cell is negative.
@@ -1169,7 +837,7 @@ def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence
     splits : sequence of xenbench.methods.protocol.Split
         Query splits (anchor and test rows are used).
     anchor_seeds, budgets, k_values, split_fractions
-        As in :func:`protocol_runs` (pairs with k > B_CE are skipped).
+        As in :func:`adacur_protocol_runs` (pairs with k > B_CE are skipped).
 
     Returns
     -------

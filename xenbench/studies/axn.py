@@ -1,0 +1,333 @@
+"""Notebook 04's driver: AXN's λ of Eq. 7 chosen on dev queries, tested over first-round seeds × query splits.
+
+:func:`axn_lambda_sweep` measures AXN (:class:`xenbench.methods.axn.Axn`) for every λ and budget B_CE;
+:func:`axn_protocol_runs` runs the protocol (λ chosen on each split's dev rows, reported on its test rows, with
+the baselines ADACUR TopK No-Split and DE re-rank); :func:`axn_protocol_summary` and
+:func:`axn_paired_comparisons` summarize it under the one verdict rule (:func:`xenbench.methods.protocol.verdict`);
+:func:`axn_round_trace` follows one query round by round.
+
+References
+----------
+.. [AXN] Yadav, Monath, Zaheer, Fergus, McCallum. "Adaptive Retrieval and Scalable Indexing for k-NN
+   Search with Cross-Encoders", ICLR 2024: §2.1 (MF-IND), §2.2, Alg. 1, Eq. 4–7, §3 ("we tune λ on the dev set").
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from xenbench._device import search_device
+from xenbench.errors import ParameterError
+from xenbench.methods.adacur import AdaCur, SearchOptions, TopK
+from xenbench.methods.axn import Axn, prior_scale
+from xenbench.methods.trace import RoundTrace, trace_from_result
+from xenbench.metrics import mean_se, recall_under_budget
+
+__all__ = ["AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
+           "axn_protocol_summary", "axn_round_trace"]
+
+
+# ==============================================================================================
+# tuning λ on a dev split ([AXN] §3: "we tune λ on the dev set")
+# ==============================================================================================
+def axn_lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lambdas: Sequence[float],
+                     budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100), *, n_rounds: int = 5,
+                     candidates: np.ndarray | None = None, method: str = "AXN", seed: int = 0,
+                     query_ids: np.ndarray | None = None, per_query: bool = False,
+                     device: str | torch.device = "auto") -> pd.DataFrame:
+    """Top-k-Recall of AXN for every λ and budget B_CE: one run of all queries per (λ, B_CE).
+
+    Parameters
+    ----------
+    M_test : ndarray of shape (nq, n_items)
+        Exact CE scores of the queries (every read is a counted CE call).
+    V : ndarray of shape (n_items, d)
+        Item embeddings.
+    u_param : ndarray of shape (nq, d)
+        Parametric query embeddings on the CE's scale (used for λ > 0).
+    lambdas : sequence of float
+        λ values in [0, 1].
+    budgets : sequence of int
+        B_CE values.
+    k_values : sequence of int
+        Sizes of the exact neighbourhood; pairs with k > B_CE are skipped.
+    n_rounds : int
+        R (capped at B_CE).
+    candidates : int ndarray of shape (nq, >= B_CE / R), optional
+        A retriever's ranking for round 1 (default: random items).
+    method : str
+        Label of the ``method`` column.
+    seed : int
+        Seed of the random first round.
+    query_ids : int ndarray of shape (nq,), optional
+        Global ids (rows of the full score matrix) of the queries of ``M_test``; the random first
+        round is keyed by them (see :meth:`Axn.run`). Default ``arange(nq)``.
+    per_query : bool, default False
+        Also return one row per (λ, B_CE, k, query) in a second frame (for paired tests).
+    device : str or torch.device, default "auto"
+        Torch device of the searches: CUDA when available, else CPU (see :class:`Axn`).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, ``lam``, ``budget``, ``k``, ``recall`` (mean over queries), ``recall_se``
+        (its standard error) and ``n_test_queries``. With ``per_query=True``, a tuple of it and a
+        frame with columns ``method``, ``lam``, ``budget``, ``k``, ``query``, ``recall``.
+    """
+    options = SearchOptions(device=search_device(device, "axn_lambda_sweep"))
+    rows, per_rows = [], []
+    qids = np.arange(np.asarray(M_test).shape[0]) if query_ids is None else np.asarray(query_ids)
+    for budget in budgets:
+        for lam in lambdas:
+            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, options=options).fit(V)
+            result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates, query_ids=query_ids)
+            for k in (k for k in k_values if k <= budget):
+                r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
+                recall, se = mean_se(r)
+                rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k), "recall": recall,
+                             "recall_se": se, "n_test_queries": int(r.size)})
+                if per_query:
+                    per_rows.append(pd.DataFrame({"method": method, "lam": float(lam), "budget": int(budget),
+                                                  "k": int(k), "query": qids.astype(np.int64), "recall": r}))
+    summary = pd.DataFrame(rows)
+    if per_query:
+        return summary, (pd.concat(per_rows, ignore_index=True) if per_rows else pd.DataFrame(
+            columns=["method", "lam", "budget", "k", "query", "recall"]))
+    return summary
+
+
+def axn_round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_rounds: int = 5, lam: float = 0.0,
+                    u_param: np.ndarray | None = None, candidates: np.ndarray | None = None, seed: int = 0,
+                    device: str | torch.device = "auto") -> RoundTrace:
+    """AXN for one query of M, keeping its approximate scores u · v_i after every round (for the
+    per-round scatter of :func:`xenbench.viz.plots.adacur.round_scatter`; "anchors" are the scored items).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores; row ``query_row`` is the query.
+    V : ndarray of shape (n_items, d)
+        Item embeddings.
+    u_param : ndarray of shape (d,), optional
+        The query's parametric embedding (required when ``lam > 0``).
+    candidates : int ndarray of shape (>= B_CE / R,), optional
+        A retriever's ranking for this query (round 1 takes its first items).
+    budget, n_rounds, lam, seed
+        As in :class:`Axn`; the random first round is keyed by ``query_row``.
+    device : str or torch.device, default "auto"
+        Torch device of the search: CUDA when available, else CPU (see :class:`Axn`).
+    """
+    device = search_device(device, "axn_round_trace")
+    axn = Axn(budget, n_rounds=n_rounds, lam=lam, seed=seed, options=SearchOptions(device=device)).fit(V)
+    result = axn.run(M[[query_row]], u_param=None if u_param is None or lam == 0 else np.asarray(u_param)[None],
+                     candidates=None if candidates is None else np.asarray(candidates)[None],
+                     query_ids=np.array([query_row]), trace_query=0, return_approx=True)
+    return trace_from_result(result, query_row, M[query_row], budget, f"AXN, λ = {lam:g}")
+
+
+# ==============================================================================================
+# the notebook-04 protocol: λ chosen on dev, test over first-round seeds × query splits, paired tests
+# ==============================================================================================
+#: Pre-declared comparisons of notebook 04, (challenger, baseline); fixed before any result is seen. All of them, every
+#: (budget, k) cell, form the family of the verdict rule (:func:`xenbench.methods.protocol.verdict`).
+AXN_PAIRS: tuple[tuple[str, str], ...] = (
+    ("AXN DE, tuned λ", "DE re-rank"),                          # tuned AXN vs retrieve-and-rerank
+    ("AXN, tuned λ", "AXN, λ = 0"),                             # sanity check: does u_param (Eq. 7) help at all?
+    ("AXN DE, MF-IND, tuned λ", "ADACUR TopK No-Split"),        # AXN MF-IND vs ADACUR TopK No-Split
+    ("AXN DE, MF-IND, tuned λ", "AXN DE, tuned λ"),             # does fitting V to the CE help?
+)
+#: Pairs of :data:`AXN_PAIRS` that are sanity checks, not claims: λ = 0 is one end of the grid that the tuned λ was
+#: chosen from on dev, so tuned AXN is expected to be at least as good; the comparison checks the protocol, and its
+#: size says how far the regression of Eq. 4 alone is from usable. It stays in the declared family.
+SANITY_CHECKS: tuple[tuple[str, str], ...] = (("AXN, tuned λ", "AXN, λ = 0"),)
+
+
+def _per_query_recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int,
+                       k_values: Sequence[int]) -> dict[int, np.ndarray]:
+    return {k: recall_under_budget(M_test, I, k, calls=calls, budget=budget, per_query=True)
+            for k in k_values if k <= budget}
+
+
+def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray, *, seeds: Sequence[int],
+                      lambdas: Sequence[float], budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100),
+                      n_rounds: int = 5, mf_items_per_query: int = 100, mf_epochs: int = 0, mf_lr: float = 0.005,
+                      progress: bool = True, device: str | torch.device = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Notebook 04's protocol: every split × seed is one run; λ is chosen on dev rows, reported on test rows.
+
+    Per split (:class:`xenbench.methods.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
+    on the anchor (training) queries, u_param = β · U. Every random draw of a run takes the run's own seed,
+    :func:`xenbench.methods.protocol.run_seed` of (split seed, seed). Methods:
+
+    * "AXN" (random first round, keyed by (run seed, global query row)), once per seed in ``seeds``; λ is
+      chosen once per split on its dev rows with the first seed's first round (halves the cost) and used by
+      every seed;
+    * "AXN DE" (the DE's top B_CE / R items first, then greedy rounds): deterministic given the split, so run
+      once per split (``seed`` = the first seed);
+    * "AXN DE, MF-IND" (with ``mf_epochs > 0``): per run, MF-IND ([AXN] §2.1) is fitted on G =
+      ``mf_items_per_query`` random items of each anchor query, with the run seed choosing G's items, the MLP
+      initialization and the pair order, so its runs carry its training's randomness; λ is chosen on dev
+      for each fitted model.
+
+    λ is chosen per (method, budget, k) by :func:`xenbench.methods.protocol.choose_on_dev` (ties to the smaller λ);
+    each run reports the test rows at that λ ("…, tuned λ") and at λ = 0 ("…, λ = 0"). Baselines on the same
+    test rows: ADACUR TopK No-Split (R_anc = M[anchor], random first round, per seed) and DE re-rank (per split).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores (every read by a method is a counted CE call).
+    splits : sequence of Split
+        From :func:`xenbench.methods.protocol.query_splits`.
+    V, U : ndarray of shape (n_items, d), (n_queries, d)
+        DE item and query embeddings.
+    seeds : sequence of int
+        Seeds within a split (>= 1).
+    lambdas, budgets, k_values, n_rounds
+        As in :func:`axn_lambda_sweep`.
+    mf_items_per_query, mf_epochs, mf_lr
+        MF-IND's sparse matrix G (k_d items per training query) and training
+        (:class:`xenbench.methods.mf.MatrixFactorization`); 0 epochs: no MF-IND.
+    device : str or torch.device, default "auto"
+        Torch device of every AXN and ADACUR search and of MF-IND's training: CUDA when available, else CPU.
+
+    Returns
+    -------
+    runs : DataFrame
+        One row per (split, seed, method, budget, k) on the test rows: ``lam`` (NaN for baselines),
+        ``recall``, ``recall_se`` (over queries), ``n_test_queries``, ``rows`` and ``per_query`` (arrays).
+        Deterministic methods have rows for the first seed only.
+    dev : DataFrame
+        The dev λ sweeps, one per split and method (and per seed for MF-IND): :func:`axn_lambda_sweep` frames with
+        ``split`` and ``seed`` columns.
+    """
+    from tqdm.auto import tqdm
+
+    from xenbench.methods.baselines import rerank_baseline
+    from xenbench.methods.mf import MatrixFactorization, observed_pairs
+    from xenbench.methods.protocol import choose_on_dev, run_seed
+    from xenbench.metrics import BudgetCounter
+
+    owner = "axn_protocol_runs"
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ParameterError("seeds", "a non-empty list of ints >= 0", seeds, owner)
+    if not splits:
+        raise ParameterError("splits", "a non-empty list of protocol.Split", splits, owner)
+    device = search_device(device, owner)
+    options = SearchOptions(device=device)
+    M = np.asarray(M)
+    de = U @ V.T
+    de_order = np.argsort(-de, axis=1, kind="stable")
+    k_values = [int(k) for k in k_values]
+    runs, dev_frames = [], []
+    n_steps = len(splits) * (len(seeds) * (2 if mf_epochs else 1) + 2)
+    bar = tqdm(total=n_steps, desc="04 protocol (split × method × seed)", disable=not progress)
+
+    def add(split, seed, method, budget, lam, test, recalls):
+        for k, r in recalls.items():
+            recall, se = mean_se(r)
+            runs.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
+                         "k": int(k), "lam": float(lam), "recall": recall, "recall_se": se,
+                         "n_test_queries": int(r.size), "rows": test, "per_query": r})
+
+    for split in splits:
+        anchor, dev, test = split.anchor, split.dev, split.test
+        M_test = M[test]
+        u_de = prior_scale(M[anchor], de[anchor]) * U
+
+        def tune(name, V_m, u_m, cand, seed):
+            """λ per (budget, k) with the best recall on the split's dev rows (run seed of ``seed``)."""
+            sweep = axn_lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
+                                     candidates=None if cand is None else cand[dev], method=name,
+                                     seed=run_seed(int(split.seed), seed), query_ids=dev, device=device)
+            dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
+            return choose_on_dev(sweep, ["budget", "k"], "lam")
+
+        def report(name, V_m, u_m, cand, seed, chosen):
+            """The run's test rows at the chosen λ per (budget, k), and at λ = 0."""
+            for budget in budgets:
+                at_b = chosen[chosen["budget"] == budget]
+                for lam in sorted(set(at_b["lam"]) | {0.0}):
+                    axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=run_seed(int(split.seed), seed),
+                              options=options).fit(V_m)
+                    res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
+                                  candidates=None if cand is None else cand[test], query_ids=test)
+                    rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
+                    tuned = set(at_b.loc[at_b["lam"] == lam, "k"])
+                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned})
+                    if lam == 0.0:
+                        add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
+            bar.update(1)
+
+        chosen = tune("AXN", V, u_de, None, seeds[0])  # random first round: chosen once per split, on seed 0's draws
+        for seed in seeds:
+            report("AXN", V, u_de, None, seed, chosen)
+        report("AXN DE", V, u_de, de_order, seeds[0], tune("AXN DE", V, u_de, de_order, seeds[0]))  # deterministic
+        if mf_epochs:
+            for seed in seeds:  # MF-IND is trained per run: G's items, initialization and pair order follow its seed
+                rs = run_seed(int(split.seed), seed)
+                rows_g, cols_g = observed_pairs(anchor.size, M.shape[1], mf_items_per_query, seed=rs)
+                mf = MatrixFactorization("ind", epochs=mf_epochs, lr=mf_lr, seed=rs, progress=False,
+                                         device=device).fit(U[anchor], V, rows_g, cols_g, M[anchor][rows_g, cols_g])
+                V_mf, u_mf = mf.item_embeddings_, mf.transform_queries(U)
+                report("AXN DE, MF-IND", V_mf, u_mf, de_order, seed, tune("AXN DE, MF-IND", V_mf, u_mf, de_order, seed))
+        for seed in seeds:
+            for budget in budgets:
+                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler=TopK(),
+                             seed=run_seed(int(split.seed), seed), options=options)
+                res = ada.fit(M[anchor]).run(M_test, query_ids=test)
+                add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
+                    _per_query_recalls(M_test, res.I, res.calls, budget, k_values))
+        for budget in budgets:
+            counter = BudgetCounter(M_test, budget)
+            _, I = rerank_baseline(counter, de_order[test], budget)
+            add(split, seeds[0], "DE re-rank", budget, np.nan, test,
+                _per_query_recalls(M_test, I, counter.calls, budget, k_values))
+        bar.update(1)
+    bar.close()
+    return pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)
+
+
+def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Test recall per (method, budget, k): mean over runs with a t-interval over runs (seed × split;
+    split only for the deterministic methods), :func:`xenbench.methods.protocol.summarize`; plus ``recall`` (the
+    mean) and ``recall_se`` (sd over runs / √runs) for the plots, and the chosen λ values."""
+    from xenbench.methods.protocol import summarize
+
+    out = summarize(runs, ["method", "budget", "k"], confidence=confidence)
+    out["recall"] = out["mean"]
+    out["recall_se"] = out["sd_runs"] / np.sqrt(out["n_runs"])
+    lams = runs.groupby(["method", "budget", "k"])["lam"].agg(
+        lambda x: ", ".join(f"{v:g}" for v in sorted(set(x.dropna()))))
+    return out.merge(lams.rename("lams").reset_index(), on=["method", "budget", "k"])
+
+
+def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] = AXN_PAIRS, *,
+                           confidence: float = 0.95) -> pd.DataFrame:
+    """The pre-declared ``pairs`` (challenger a, baseline b) per (budget, k), under the one verdict rule.
+
+    Per cell, :func:`xenbench.methods.protocol.compare_runs` over the runs (a deterministic method's one run per
+    split pairs with every run of the other): the per-query paired test on each query's difference averaged
+    over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``, ``n``
+    queries, ``n_a_better``, ``n_b_better``; its p-values cover the queries only) and the interval across the
+    independent runs (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). Every pair and cell was declared in
+    advance, so the family is this table: :func:`xenbench.methods.protocol.decide` adds ``p_holm``,
+    ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`.
+    """
+    from xenbench.methods.protocol import compare_runs, decide
+
+    out = []
+    for a, b in pairs:
+        for (budget, k), g in runs[runs["method"].isin([a, b])].groupby(["budget", "k"], sort=True):
+            ga, gb = g[g["method"] == a], g[g["method"] == b]
+            if ga.empty or gb.empty:
+                continue
+            c = compare_runs(ga, gb, split="split", seed="seed", confidence=confidence)
+            out.append({"challenger": a, "baseline": b, "budget": int(budget), "k": int(k),
+                        "sanity_check": (a, b) in SANITY_CHECKS, **c})
+    if not out:
+        return pd.DataFrame(out)
+    return decide(pd.DataFrame(out))
