@@ -1,0 +1,373 @@
+"""ANNCUR, ADACUR and retrieve-and-rerank at equal CE budget ([ADACUR] Fig. 2): the registry of comparable methods
+(:data:`COMPARABLE`: each variant, built from one split's fitted state, answers ``search(counter, k)``) and
+:func:`recall_vs_budget`, which loops over it. Notebook 07 compares the same registry's methods.
+
+References
+----------
+.. [ADACUR] Yadav, Monath, Zaheer, McCallum. "Adaptive Selection of Anchor Items for CUR-based k-NN
+   search with Cross-Encoders", Findings of EMNLP 2023: §2.2, §3, Fig. 2–4, 6, 8.
+.. [ANNCUR] Yadav et al. "Efficient Nearest Neighbor Search for Cross-Encoder Models using Matrix
+   Factorization", EMNLP 2022, §3.2.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+import torch
+
+from xenbench._device import search_device
+from xenbench._validation import check_float, check_int
+from xenbench.errors import ParameterError
+from xenbench.methods.adacur import AdaCur, SearchOptions, TopK, make_sampler
+from xenbench.methods.baselines import anncur_with_budget, rerank_baseline
+from xenbench.methods.cur import AnnCur
+from xenbench.methods.protocol import Split
+from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
+
+__all__ = ["COMPARABLE", "METHODS", "SPLIT_FRACTIONS", "Comparable", "Search", "SplitState", "Variant", "recall_vs_budget"]
+
+logger = logging.getLogger(__name__)
+
+# ==============================================================================================
+# the methods compared at equal budget: a registry with one shared call
+# ==============================================================================================
+#: ``search(counter, k) -> (D float32 (nq, k), I int64 (nq, k))``: the top-k of every test query by
+#: exact score, every CE call read through ``counter`` (a fresh :class:`~xenbench.metrics.BudgetCounter`
+#: of the test rows with budget B_CE).
+Search = Callable[[BudgetCounter, int], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class SplitState:
+    """What every method of :data:`COMPARABLE` is built from: one split's offline index and settings.
+
+    Attributes
+    ----------
+    R_anc : ndarray of shape (k_q, n_items)
+        M[split.anchor], the offline index.
+    test : int ndarray of shape (n_test,)
+        Test rows: the keys of ADACUR's per-query randomness.
+    orders : dict
+        ``"de_scores"`` / ``"tfidf_scores"`` -> the retriever's ranking of the test rows, best first
+        (the top max(budgets) items), for the methods that need it.
+    n_rounds, split_fractions, temperature, seed
+        As in :func:`recall_vs_budget`.
+    options : SearchOptions
+        ADACUR's engine options (the device).
+    """
+
+    R_anc: np.ndarray
+    test: np.ndarray
+    orders: Mapping[str, np.ndarray]
+    n_rounds: int
+    split_fractions: Sequence[float]
+    temperature: float
+    seed: int
+    options: SearchOptions
+
+
+class Variant(NamedTuple):
+    """One configuration of a method at a budget: k_i (0 for re-rank, B_CE for No-Split), N_r (None
+    when not ADACUR) and its search."""
+
+    n_anchor_items: int
+    n_rounds: int | None
+    search: Search
+
+
+@dataclass(frozen=True)
+class Comparable:
+    """A method of :func:`recall_vs_budget`.
+
+    Attributes
+    ----------
+    label : str
+        Display name (the ``method`` column and the plots).
+    variants : callable (SplitState, budget) -> list of Variant
+        Its configurations at a budget; with several (a k_i grid), the driver reports the best.
+    needs : str, optional
+        The retriever scores it needs (``"de_scores"`` or ``"tfidf_scores"``).
+    deterministic : bool
+        Its result depends on the split only, not on the seed (a retriever's first round or ranking and greedy
+        TopK rounds: no random draw). The protocol runs it once per split, and it counts one run per split
+        (:mod:`xenbench.methods.protocol`); ``tests/test_experiments.py`` checks that two seeds give the same result.
+    """
+
+    label: str
+    variants: Callable[[SplitState, int], list[Variant]]
+    needs: str | None = None
+    deterministic: bool = False
+
+
+def _top(result: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    D, I = result
+    return D[:, :k], I[:, :k]
+
+
+def _anncur(state: SplitState, budget: int) -> list[Variant]:
+    """ANNCUR with k_i random anchors, then B_CE − k_i items by ŝ ([ANNCUR] §3.2), per k_i of the grid."""
+    def variant(k_i: int) -> Variant:
+        cur = AnnCur(k_i, seed=state.seed).fit(state.R_anc)
+        return Variant(k_i, None, lambda counter, k: _top(anncur_with_budget(cur, counter, budget), k))
+
+    return [variant(k_i) for k_i in _split_grid(budget, state.split_fractions, 1, budget, state.R_anc.shape[0])]
+
+
+def _adacur_search(ada: AdaCur, candidates: np.ndarray | None, test: np.ndarray) -> Search:
+    return lambda counter, k: ada.search(counter, k, candidates=candidates, query_ids=test)
+
+
+def _adacur_split(sampler: str, *, de_start: bool = False) -> Callable[[SplitState, int], list[Variant]]:
+    """ADACUR (split) with ``sampler`` per k_i of the grid; ``de_start``: ANNCUR_DE, one round whose
+    anchors are the DE's top k_i items ([ADACUR] Fig. 2)."""
+    def variants(state: SplitState, budget: int) -> list[Variant]:
+        n_rounds = 1 if de_start else state.n_rounds
+        candidates = state.orders["de_scores"] if de_start else None
+        out = []
+        for k_i in _split_grid(budget, state.split_fractions, n_rounds, budget - 1, state.R_anc.shape[0]):
+            if k_i < n_rounds or k_i >= budget:
+                continue
+            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds,
+                         sampler=make_sampler(sampler, "recall_vs_budget", temperature=state.temperature),
+                         seed=state.seed, options=state.options).fit(state.R_anc)
+            out.append(Variant(k_i, None if de_start else n_rounds, _adacur_search(ada, candidates, state.test)))
+        return out
+
+    return variants
+
+
+def _adacur_nosplit(*, de_start: bool = False) -> Callable[[SplitState, int], list[Variant]]:
+    """ADACUR^No-Split with TopK; ``de_start``: round 1 takes the DE's top k_s items."""
+    def variants(state: SplitState, budget: int) -> list[Variant]:
+        if budget < state.n_rounds:
+            return []
+        ada = AdaCur(budget, n_rounds=state.n_rounds, sampler=TopK(), seed=state.seed,
+                     options=state.options).fit(state.R_anc)
+        candidates = state.orders["de_scores"] if de_start else None
+        return [Variant(budget, state.n_rounds, _adacur_search(ada, candidates, state.test))]
+
+    return variants
+
+
+def _rerank(scores: str) -> Callable[[SplitState, int], list[Variant]]:
+    """Retrieve-and-rerank: the retriever's top B_CE items scored with the CE."""
+    def variants(state: SplitState, budget: int) -> list[Variant]:
+        order = state.orders[scores]
+        return [Variant(0, None, lambda counter, k: _top(rerank_baseline(counter, order, budget), k))]
+
+    return variants
+
+
+#: Method keys of :func:`recall_vs_budget` -> the comparable method, in the order they are run and drawn.
+COMPARABLE: dict[str, Comparable] = {
+    "anncur": Comparable("ANNCUR", _anncur),
+    "anncur_de": Comparable("ANNCUR DE", _adacur_split("topk", de_start=True), "de_scores", deterministic=True),
+    "adacur_topk": Comparable("ADACUR TopK", _adacur_split("topk")),
+    "adacur_softmax": Comparable("ADACUR SoftMax", _adacur_split("softmax")),
+    "adacur_nosplit": Comparable("ADACUR TopK No-Split", _adacur_nosplit()),
+    "adacur_de_nosplit": Comparable("ADACUR DE+TopK No-Split", _adacur_nosplit(de_start=True), "de_scores",
+                                    deterministic=True),
+    "de_rerank": Comparable("DE re-rank", _rerank("de_scores"), "de_scores", deterministic=True),
+    "tfidf_rerank": Comparable("TF-IDF re-rank", _rerank("tfidf_scores"), "tfidf_scores", deterministic=True),
+}
+#: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
+METHODS: dict[str, str] = {key: method.label for key, method in COMPARABLE.items()}
+
+#: Grid of k_i / B_CE over which ANNCUR and ADACUR (split) take their best split per (budget, k).
+SPLIT_FRACTIONS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
+
+
+# ==============================================================================================
+# inputs
+# ==============================================================================================
+def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, Split]:
+    M = np.asarray(M)
+    if M.ndim != 2 or min(M.shape) < 1 or not np.issubdtype(M.dtype, np.floating):
+        raise ParameterError("M", "a float array of shape (n_queries, n_items)", f"{M.dtype} array of shape {M.shape}",
+                             owner)
+    if not isinstance(split, Split):
+        raise ParameterError("split", "a xenbench.methods.protocol.Split (anchor, dev, test rows) from query_splits",
+                             type(split).__name__, owner)
+    anchor, test = np.asarray(split.anchor), np.asarray(split.test)
+    for name, rows in (("anchor", anchor), ("test", test)):
+        if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) \
+                or rows.min() < 0 or rows.max() >= M.shape[0]:
+            raise ParameterError("split", f"{name} rows: a non-empty 1-d int array in [0, n_queries={M.shape[0]})",
+                                 f"{rows.dtype} array of shape {rows.shape}", owner)
+    if np.intersect1d(anchor, test).size:
+        raise ParameterError("split", "disjoint anchor and test rows", "rows in both", owner)
+    return M, split._replace(anchor=anchor.astype(np.int64), test=test.astype(np.int64))
+
+
+def _check_retriever_scores(scores: Any, name: str, n_test: int, n_items: int, owner: str) -> np.ndarray | None:
+    if scores is None:
+        return None
+    scores = np.asarray(scores)
+    if scores.shape != (n_test, n_items) or not np.issubdtype(scores.dtype, np.number):
+        raise ParameterError(name, f"scores of the test queries, shape (n_test={n_test}, n_items={n_items}), "
+                             "rows in the order of split.test", f"{scores.dtype} array of shape {scores.shape}",
+                             owner)
+    return scores
+
+
+def _check_budgets(budgets: Any, n_items: int, owner: str) -> list[int]:
+    if isinstance(budgets, (int, np.integer)):
+        budgets = [budgets]
+    budgets = list(budgets)
+    if not budgets:
+        raise ParameterError("budgets", "a non-empty list of ints in [1, n_items]", budgets, owner)
+    return sorted({check_int(b, "budgets", 1, n_items, owner, f"n_items={n_items}") for b in budgets})
+
+
+def _check_k_values(k_values: Any, n_items: int, owner: str) -> list[int]:
+    k_values = list(k_values)
+    if not k_values:
+        raise ParameterError("k_values", "a non-empty list of ints in [1, n_items]", k_values, owner)
+    return sorted({check_int(k, "k_values", 1, n_items, owner, f"n_items={n_items}") for k in k_values})
+
+
+# ==============================================================================================
+# recall at equal budget (Fig. 2)
+# ==============================================================================================
+def _split_grid(budget: int, fractions: Sequence[float], lo: int, hi: int, k_q: int) -> list[int]:
+    """Distinct k_i = round(f · B) in [lo, hi], without k_i = k_q (ill-conditioned, [ANNCUR] §B.2)."""
+    grid = sorted({int(round(f * budget)) for f in fractions})
+    grid = [k for k in grid if lo <= k <= hi and k != k_q]
+    if not grid:  # every grid point fell out: take the nearest admissible k_i
+        grid = [min(max(lo, int(round(fractions[0] * budget))), hi)]
+    return grid
+
+
+def _rows(method: str, budget: int, k_values: list[int], per_query: dict[int, np.ndarray], k_i: int,
+          n_rounds: int | None, keep: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for k in k_values:
+        r = per_query[k]
+        recall, se = mean_se(r)
+        out.append({"method": method, "budget": budget, "k": k, "recall": recall, "recall_se": se,
+                    "n_anchor_items": k_i, "n_rounds": n_rounds, "n_test_queries": int(r.size)}
+                   | ({"per_query": r} if keep else {}))
+    return out
+
+
+def _recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int, k_values: list[int]) -> dict[int, np.ndarray]:
+    return {k: recall_under_budget(M_test, I, k, calls=calls, budget=budget, per_query=True) for k in k_values}
+
+
+def recall_vs_budget(M: np.ndarray, split: Split, budgets: Sequence[int], methods: Sequence[str] | None = None,
+                     k_values: Sequence[int] = (1, 10, 100), de_scores: np.ndarray | None = None,
+                     tfidf_scores: np.ndarray | None = None, *, n_rounds: int = 5,
+                     split_fractions: Sequence[float] = SPLIT_FRACTIONS, temperature: float = 1.0, seed: int = 0,
+                     device: str | torch.device = "auto", all_splits: bool = False,
+                     per_query: bool = False) -> pd.DataFrame:
+    """Top-k-Recall of ANNCUR, ADACUR and retrieve-and-rerank at equal CE budgets ([ADACUR] Fig. 2).
+
+    Parameters
+    ----------
+    M : ndarray of shape (n_queries, n_items)
+        Exact CE scores.
+    split : xenbench.methods.protocol.Split
+        Anchor rows (R_anc = M[split.anchor]) and test rows (its dev rows are not read).
+    budgets : sequence of int
+        B_CE values, each in [1, n_items].
+    methods : sequence of str, optional
+        Keys of :data:`METHODS`; default every method whose inputs are given (the DE ones need
+        ``de_scores``, TF-IDF ``tfidf_scores``).
+    k_values : sequence of int
+        Sizes of the exact neighbourhood; a (budget, k) pair with k > budget is skipped.
+    de_scores, tfidf_scores : ndarray of shape (n_test, n_items), optional
+        Retriever scores of the test queries, rows in the order of ``split.test``.
+    n_rounds : int
+        N_r of every ADACUR variant (k_i < N_r points of the split grid are skipped).
+    split_fractions : sequence of float
+        Grid of k_i / B_CE for ANNCUR and ADACUR (split); k_i = k_q is left out.
+    temperature : float
+        Of the SoftMax sampler.
+    seed : int
+        Seeds ANNCUR's anchor draw and ADACUR's keyed randomness (keyed by the global query row, so a
+        query gets the same draws in any subset).
+    device : str or torch.device
+        Torch device of ADACUR: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or
+        ``"cuda:<k>"`` (:func:`xenbench._device.search_device`). Devices retrieve the same items up to float64
+        round-off.
+    all_splits : bool
+        Return one row per grid point of the split methods instead of the best per (budget, k).
+        The best per (budget, k) reads the test rows' recall (optimistic); :func:`adacur_protocol_runs`
+        chooses on dev rows instead.
+    per_query : bool
+        Add a column ``per_query``: each row's per-query recalls (float array in the order of
+        ``split.test``), for paired tests.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method`` (label of :data:`METHODS`), ``budget``, ``k``, ``recall`` (mean over test
+        queries, in [0, 1]), ``recall_se`` (its standard error), ``n_anchor_items`` (the k_i used:
+        0 for re-rank, B_CE for No-Split), ``n_rounds`` (None for non-ADACUR methods),
+        ``n_test_queries``.
+    """
+    owner = "recall_vs_budget"
+    M, split = _check_inputs(M, split, owner)
+    n_items = M.shape[1]
+    budgets = _check_budgets(budgets, n_items, owner)
+    k_values = _check_k_values(k_values, n_items, owner)
+    n_rounds = check_int(n_rounds, "n_rounds", 1, None, owner)
+    test = split.test
+    scores = {"de_scores": _check_retriever_scores(de_scores, "de_scores", test.size, n_items, owner),
+              "tfidf_scores": _check_retriever_scores(tfidf_scores, "tfidf_scores", test.size, n_items, owner)}
+    methods = _check_methods(methods, {name for name, sc in scores.items() if sc is not None}, owner)
+    if not split_fractions or not all(0 < f <= 1 for f in split_fractions):
+        raise ParameterError("split_fractions", "a non-empty list of floats in (0, 1]", split_fractions, owner)
+    check_float(temperature, "temperature", 0, None, owner, closed="neither")
+    state = SplitState(M[split.anchor], test,
+                       {name: topk_indices(sc, max(budgets)) for name, sc in scores.items() if sc is not None},
+                       n_rounds, tuple(split_fractions), temperature, seed,
+                       SearchOptions(device=search_device(device, owner)))
+    M_test = M[test]
+    rows: list[dict[str, Any]] = []
+    for budget in budgets:
+        ks = [k for k in k_values if k <= budget]
+        if not ks:
+            continue
+        for key in methods:
+            method = COMPARABLE[key]
+            t0 = time.perf_counter()
+            candidates = []
+            for variant in method.variants(state, budget):
+                counter = BudgetCounter(M_test, budget)
+                _, I = variant.search(counter, max(ks))
+                candidates.append(_rows(method.label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks),
+                                        variant.n_anchor_items, variant.n_rounds, bool(per_query)))
+            if candidates:
+                rows += _all_or_best(candidates, all_splits)
+            logger.info("%s at B_CE=%d: %.1f s", method.label, budget, time.perf_counter() - t0)
+    return pd.DataFrame(rows, columns=["method", "budget", "k", "recall", "recall_se", "n_anchor_items",
+                                       "n_rounds", "n_test_queries"] + (["per_query"] if per_query else []))
+
+
+def _check_methods(methods: Sequence[str] | None, given: set[str], owner: str) -> list[str]:
+    """Keys of :data:`COMPARABLE`; default every method whose retriever scores are ``given``."""
+    if methods is None:
+        return [key for key, m in COMPARABLE.items() if m.needs is None or m.needs in given]
+    methods = list(methods)
+    for key in methods:
+        if key not in COMPARABLE:
+            raise ParameterError("methods", f"a list of keys of METHODS {list(METHODS)}", key, owner)
+        needs = COMPARABLE[key].needs
+        if needs is not None and needs not in given:
+            raise ParameterError(needs, f"the retriever scores that method {key!r} needs", None, owner)
+    return methods
+
+
+def _all_or_best(candidates: list[list[dict[str, Any]]], all_splits: bool) -> list[dict[str, Any]]:
+    """Every variant's rows, or per k the variant with the highest mean recall (ties: the one listed first,
+    i.e. the smaller k_i)."""
+    if all_splits:
+        return [r for rows in candidates for r in rows]
+    return [max((rows[j] for rows in candidates), key=lambda r: r["recall"]) for j in range(len(candidates[0]))]
