@@ -96,7 +96,7 @@ class Comparable:
     deterministic : bool
         Its result depends on the split only, not on the seed (a retriever's first round or ranking and greedy
         TopK rounds: no random draw). The protocol runs it once per split, and it counts one run per split
-        (:mod:`xenbench.methods.protocol`); ``tests/test_experiments.py`` checks that two seeds give the same result.
+        (:mod:`xenbench.methods.protocol`); ``tests/test_adacur_study.py`` checks that two seeds give the same result.
     """
 
     label: str
