@@ -134,7 +134,7 @@ KNOWN_CLASHES: dict[str, str] = {
     "item_text": "models.crossencoder and models.retrievers: two item texts (title + text vs 'title: text')",
     "register": "studies.findings and studies.witnesses: two registries",
     "registered": "studies.findings and studies.witnesses: two registries",
-    "update_readme": "studies.findings and studies.findings.checkpoints: two README blocks",
+    "block": "studies.findings, .checkpoints and .claims: the generated block of docs/FINDINGS.md, docs/MODELS.md, README.md",
     "verify": "integrity.verify (weight digests) and studies.witnesses.verify (committed results)",
 }
 
