@@ -51,6 +51,7 @@ from xenbench.models.crossencoder import (
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.data.store import ScoreStore, writer_lock
+from xenbench.models.fingerprint import folder_fingerprint, load_shared, model_fingerprint
 
 __all__ = [
     "PairAssembler",
@@ -356,17 +357,6 @@ def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, disable=not enabled, desc=desc, unit="pair", unit_scale=True, smoothing=0.1)
-
-
-def model_fingerprint(ce: CrossEncoder) -> str:
-    """SHA-256 of the CE's config and every parameter/buffer: what resuming a store checks."""
-    h = hashlib.sha256(ce.config.to_json().encode())
-    for name, tensor in sorted(ce.model.state_dict().items()):
-        h.update(name.encode())
-        t = tensor.detach().contiguous().cpu().reshape(-1)
-        h.update(str(t.dtype).encode())
-        h.update(t.view(torch.uint8).numpy())
-    return h.hexdigest()
 
 
 def _texts_fingerprint(queries: Sequence[Query], items: Sequence[Item]) -> str:
@@ -886,10 +876,12 @@ def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, nam
 
 
 
-def cache_path(ce: CrossEncoder, dataset: Dataset, cache: str | os.PathLike[str] | None = None) -> Path:
-    """Where :func:`cached_scores` keeps the scores of ``ce`` on ``dataset``: ``<cache>/scores/<key>``, ``key`` a hash
-    of the CE's weights and config and of every query and item text (the harness looks there before a run)."""
-    key = hashlib.sha256(f"{model_fingerprint(ce)}:{_texts_fingerprint(dataset.queries, dataset.items)}".encode())
+def cache_path(ce: CrossEncoder | str, dataset: Dataset, cache: str | os.PathLike[str] | None = None) -> Path:
+    """Where :func:`cached_scores` keeps the scores of ``ce`` (a CE, or its :func:`model_fingerprint`) on ``dataset``:
+    ``<cache>/scores/<key>``, ``key`` a hash of the CE's weights and config and of every query and item text (the
+    harness looks there before a run)."""
+    fingerprint = ce if isinstance(ce, str) else model_fingerprint(ce)
+    key = hashlib.sha256(f"{fingerprint}:{_texts_fingerprint(dataset.queries, dataset.items)}".encode())
     root = Path(cache) if cache is not None else Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
     return root / "scores" / key.hexdigest()[:32]
 
@@ -901,8 +893,9 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
 
     For notebooks run on a user's own data without a precomputed matrix: pass a seeded sample
     (:meth:`xenbench.data.datasets.Dataset.subset`) to score only what the notebook needs. The store lives in
-    ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config (:func:`model_fingerprint`) and of
-    every query and item text, so another checkpoint or another sample gets its own store. Scoring is resumable
+    ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config (:func:`model_fingerprint`, computed once
+    per run: :func:`xenbench.models.fingerprint.folder_fingerprint`) and of every query and item text, so another
+    checkpoint or another sample gets its own store; the CE is loaded only when something is left to score. Scoring is resumable
     (:func:`score_to_store`): an interrupted run continues where it stopped.
 
     Parameters
@@ -922,12 +915,13 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     folder = Path(model).expanduser()
     if not folder.is_dir():
         raise ParameterError("model", "a cross-encoder folder (see load_cross_encoder)", str(model), "cached_scores")
-    ce = load_cross_encoder(folder)
-    out = cache_path(ce, dataset, cache)
+    # The fingerprint xenbench run computed before the kernel started, if unchanged: a cached sample needs no load.
+    out = cache_path(folder_fingerprint(folder), dataset, cache)
     with contextlib.suppress(DataError):
         store = ScoreStore.open(out)
         if store.is_complete:
             return store
+    ce = load_shared(folder)
     logger.info("scoring %d x %d pairs of %s with %s into %s", len(dataset.queries), len(dataset.items), dataset.name,
                 folder, out)
     return score_to_store(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,

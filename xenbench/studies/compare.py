@@ -215,22 +215,17 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
 
 def ce_seconds_per_pair(model: str, setup: Setup, *, n_pairs: int = 512, device: str = "auto",
                         seed: int = 0) -> dict[str, Any]:
-    """The CE's measured seconds per (query, item) pair: :func:`xenbench.models.scoring.score_matrix` (the batched
-    scorer behind the score stores) on a seeded sample of about ``n_pairs`` pairs of ``setup``'s data, after one
-    warm-up batch. Returns ``seconds_per_pair``, ``n_pairs``, ``device``, ``precision``, ``batch_size``."""
-    from xenbench.models.crossencoder import load_cross_encoder
-    from xenbench.models.scoring import score_matrix
-    from xenbench.sampling import sample_rows
+    """The CE's measured seconds per (query, item) pair: :func:`xenbench.models.probe.probe_rate` (the batched scorer
+    behind the score stores, after one warm-up batch) on a seeded sample of about ``n_pairs`` pairs of ``setup``'s
+    queries and kept items. The CE in folder ``model`` is the one this process already loaded, if it did
+    (:func:`xenbench.models.fingerprint.load_shared`). Returns ``seconds_per_pair``, ``n_pairs``, ``device``,
+    ``precision``, ``batch_size``, ``source``."""
+    from xenbench.models.fingerprint import load_shared
+    from xenbench.models.probe import probe_rate
 
-    n_pairs = check_int(n_pairs, "n_pairs", 1, None, "ce_seconds_per_pair")
-    ce = load_cross_encoder(model)
-    n_items = min(len(setup.items), 64)
-    n_queries = max(1, min(len(setup.dataset.queries), -(-n_pairs // n_items)))
-    queries = [setup.dataset.queries[r] for r in sample_rows(len(setup.dataset.queries), n_queries, seed,
-                                                             kind="queries")]
-    items = [setup.dataset.items[setup.items[c]] for c in sample_rows(len(setup.items), n_items, seed, kind="items")]
-    score_matrix(ce, queries[:1], items[:8], device=device, progress=False)  # warm-up: lazy init, first kernels
-    timing = score_matrix(ce, queries, items, device=device, progress=False).timing
+    items = [setup.dataset.items[i] for i in setup.items]
+    timing = probe_rate(load_shared(model), setup.dataset.queries, items, n_pairs=n_pairs, seed=seed,
+                        device=device).timing
     return {"seconds_per_pair": timing.wall_s / timing.n_pairs, "n_pairs": timing.n_pairs, "device": timing.device,
             "precision": timing.precision, "batch_size": timing.batch_size, "source": f"measured: {model}"}
 

@@ -1,0 +1,114 @@
+"""A CE loaded and fingerprinted once per run (xenbench.models.fingerprint), and the one rate probe (models.probe).
+
+Truth: the fingerprint is :func:`model_fingerprint` of a freshly loaded CE; "not loaded again" is shown by replacing
+``load_cross_encoder`` with a function that fails the test; a changed file (its modification time) makes a process
+load and hash again; the probe's scores equal ``score_matrix`` on the seeded sample it documents.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xenbench import provenance
+from xenbench.data.datasets import Dataset, Item, Query
+from xenbench.models import crossencoder, fingerprint, scoring
+from xenbench.models.probe import PROBE_ITEMS, probe_rate
+from xenbench.sampling import sample_rows
+
+CE = Path(__file__).resolve().parent.parent / "models" / "cls-ce"
+WORDS = "apple river stone cloud music garden window pencil ladder candle".split()
+QUERIES = [Query(f"q{k}", f"we talked about the {WORDS[k % 10]} and the {WORDS[(k * 3) % 10]}") for k in range(7)]
+ITEMS = [Item(f"i{k}", WORDS[k % 10] + str(k), f"a {WORDS[(k * 7) % 10]} near a {WORDS[k % 10]}") for k in range(70)]
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A process that has computed and loaded nothing yet, and received no fingerprints."""
+    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
+    monkeypatch.setattr(fingerprint, "_SHARED", None)
+    monkeypatch.delenv(fingerprint.FINGERPRINTS_ENV, raising=False)
+
+
+def _no_load(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the CE was loaded again")
+
+    monkeypatch.setattr(crossencoder, "load_cross_encoder", fail)
+
+
+@pytest.fixture(scope="module")
+def ce_copy(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ce") / "my-ce"
+    shutil.copytree(CE, folder)
+    return folder
+
+
+def test_a_folder_is_fingerprinted_once_per_process_and_handed_to_a_child(fresh, monkeypatch, ce_copy):
+    truth = fingerprint.model_fingerprint(crossencoder.load_cross_encoder(ce_copy))
+    assert fingerprint.folder_fingerprint(ce_copy) == truth
+    env = fingerprint.fingerprints_env()
+    _no_load(monkeypatch)
+    assert fingerprint.folder_fingerprint(ce_copy) == truth  # this process: remembered
+    # a child process (the kernel): nothing computed there, the parent's fingerprint in its environment
+    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
+    monkeypatch.setattr(fingerprint, "_SHARED", None)
+    monkeypatch.setenv(fingerprint.FINGERPRINTS_ENV, env[fingerprint.FINGERPRINTS_ENV])
+    provenance.clear_inputs()
+    assert fingerprint.folder_fingerprint(str(ce_copy) + "/") == truth
+    assert ("model", ce_copy.resolve()) in provenance.recorded_inputs()  # recorded as read, as a load would
+
+
+def test_a_changed_file_is_loaded_and_hashed_again(fresh, monkeypatch, ce_copy):
+    fingerprint.folder_fingerprint(ce_copy)
+    env = fingerprint.fingerprints_env()
+    weights = ce_copy / crossencoder.WEIGHTS_NAME
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten (same bytes: the load verifies them)
+    try:
+        monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {**fingerprint._FINGERPRINTS})
+        monkeypatch.setenv(fingerprint.FINGERPRINTS_ENV, env[fingerprint.FINGERPRINTS_ENV])
+        _no_load(monkeypatch)
+        with pytest.raises(AssertionError, match="loaded again"):
+            fingerprint.folder_fingerprint(ce_copy)  # neither this process's entry nor the parent's is trusted
+        with pytest.raises(AssertionError, match="loaded again"):
+            fingerprint.load_shared(ce_copy)
+    finally:
+        os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_load_shared_returns_one_object_per_folder(fresh, monkeypatch, ce_copy):
+    first = fingerprint.load_shared(ce_copy)
+    _no_load(monkeypatch)
+    assert fingerprint.load_shared(Path(ce_copy).parent / ".." / ce_copy.parent.name / ce_copy.name) is first
+    fingerprint.release_shared()
+    with pytest.raises(AssertionError, match="loaded again"):
+        fingerprint.load_shared(ce_copy)
+
+
+def test_a_kernel_finds_its_cached_sample_without_loading_the_ce(fresh, monkeypatch, tmp_path, ce_copy):
+    data = Dataset("mine", ITEMS[:5], QUERIES[:3], gold={})
+    store = scoring.cached_scores(ce_copy, data, cache=tmp_path, device="cpu", progress=False)
+    env = fingerprint.fingerprints_env()
+    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
+    monkeypatch.setattr(fingerprint, "_SHARED", None)
+    monkeypatch.setenv(fingerprint.FINGERPRINTS_ENV, env[fingerprint.FINGERPRINTS_ENV])
+    _no_load(monkeypatch)
+    again = scoring.cached_scores(ce_copy, data, cache=tmp_path, device="cpu")
+    assert again.path == store.path and np.array_equal(again.to_numpy(), store.to_numpy())
+
+
+def test_the_probe_scores_the_seeded_sample_it_documents():
+    ce = crossencoder.load_cross_encoder(CE)
+    probe = probe_rate(ce, QUERIES, ITEMS, n_pairs=130, seed=3, device="cpu")
+    n_items = min(len(ITEMS), PROBE_ITEMS)  # 64 items, ceil(130 / 64) = 3 queries
+    qs = [QUERIES[r] for r in sample_rows(len(QUERIES), 3, 3, kind="queries")]
+    its = [ITEMS[c] for c in sample_rows(len(ITEMS), n_items, 3, kind="items")]
+    assert probe.scores.shape == (3, 64) and probe.timing.n_pairs == 192
+    direct = scoring.score_matrix(ce, qs, its, device="cpu", progress=False).scores
+    np.testing.assert_allclose(probe.scores, direct, rtol=0, atol=1e-5)  # same pairs; batching may differ
+    tiny = probe_rate(ce, QUERIES[:1], ITEMS[:4], n_pairs=1000, device="cpu")  # capped at what there is
+    assert tiny.scores.shape == (1, 4)
