@@ -358,7 +358,7 @@ def explain(results: dict, data: dict, args: argparse.Namespace, versions: dict)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from xenbench.notebook import profile_values
+    from xenbench.harness import profile_values
 
     full = profile_values("05_pefa_lambda", "full")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

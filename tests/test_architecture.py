@@ -7,12 +7,13 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
  0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling,
                     provenance
  1    data           xenbench.data: datasets, wordnet, store
- 2    models         xenbench.models: crossencoder, retrievers, scoring, packed, linking, train
+ 2    models         xenbench.models: crossencoder, retrievers, scoring, packed, probe, fingerprint, linking, train
  3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, trace, protocol
  4    studies        xenbench.studies: one driver per notebook (stats, rank, adacur, axn, pefa, ccsa, compare), their
                     inputs (setup, splits, corpus), findings, witnesses
  5    presentation   xenbench.viz: plots, widgets
- 6    entry points   notebook, sweep, cli
+ 6    entry points   xenbench.harness (spec, params, sizes, preflight, kernel, results, report, runner), sweep,
+                    cli
 ====  =============  ==========================================================================
 
 A subpackage is one unit: its modules share its layer and may import each other. ARCHITECTURE.md
@@ -44,7 +45,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("methods", {"methods"}),
     ("studies", {"studies"}),
     ("presentation", {"viz"}),
-    ("entry points", {"notebook", "sweep", "cli"}),
+    ("entry points", {"harness", "sweep", "cli"}),
 ]
 LAYER = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 

@@ -43,7 +43,8 @@ from pathlib import Path
 
 import pytest
 
-from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, REPORTS_ENV, list_notebooks, load_spec, run_notebook
+from xenbench._io import REPO_ROOT
+from xenbench.harness import NOTEBOOKS_DIR, REPORTS_ENV, list_notebooks, load_spec, run_notebook
 
 pytestmark = pytest.mark.browser
 

@@ -152,7 +152,7 @@ def test_quick_profile_trains_every_faiss_quantizer_on_39_rows_per_centroid():
     # corpus must cover the IVF lists (L), the PQ codebooks of CCSA's bytes, OPQ's inner 8-bit PQ and HNSW's PQ
     from xenbench.data.datasets import load_dataset
     from xenbench.studies.ccsa import pq_for_bytes
-    from xenbench.notebook import load_spec, profile_values
+    from xenbench.harness import load_spec, profile_values
     from xenbench.studies.corpus import corpus_specs
 
     quick = profile_values(load_spec("06_ccsa_balance"), "quick")

@@ -8,7 +8,7 @@ import pytest
 
 from xenbench._io import replace_blocks
 from xenbench.errors import DataError
-from xenbench.notebook import REPO_ROOT
+from xenbench._io import REPO_ROOT
 from xenbench.studies.findings import checkpoints
 
 DOC = REPO_ROOT / "docs" / "MODELS.md"

@@ -13,7 +13,7 @@ import pytest
 from xenbench import findings
 from xenbench._io import replace_blocks
 from xenbench.studies.findings import claims
-from xenbench.notebook import REPO_ROOT
+from xenbench._io import REPO_ROOT
 
 DOCS = claims.load_committed(findings.RESULTS_DIR)
 

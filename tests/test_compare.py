@@ -10,7 +10,7 @@ from xenbench import findings
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 from xenbench.methods.protocol import query_splits
-from xenbench.notebook import SUMMARY_TAG, summary_first
+from xenbench.harness import SUMMARY_TAG, summary_first
 from xenbench.studies import compare
 from xenbench.studies.setup import Setup
 from xenbench.viz.plots import recall_vs_cost

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import xenbench
-from xenbench import notebook as xnb
+from xenbench import harness as xh
 from xenbench._device import resolve_device
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
@@ -36,7 +36,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 def _package_calls(name: str) -> list[tuple[str, ast.Call]]:
     """Every ``xb.<module>.<function>(...)`` call in the notebook's code cells."""
-    nb = json.loads((xnb.NOTEBOOKS_DIR / f"{name}.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((xh.NOTEBOOKS_DIR / f"{name}.ipynb").read_text(encoding="utf-8"))
     calls = []
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
@@ -62,12 +62,12 @@ def _takes_device(obj) -> bool:
         return False
 
 
-@pytest.mark.parametrize("name", xnb.list_notebooks())
+@pytest.mark.parametrize("name", xh.list_notebooks())
 def test_notebooks_declare_device_and_pass_it_to_every_call_that_takes_one(name):
     torch_calls = [(dotted, node) for dotted, node in _package_calls(name) if _takes_device(_resolve(dotted))]
-    spec = xnb.load_spec(name)
+    spec = xh.load_spec(name)
     if "device" in spec.params:
-        assert xnb.profile_values(name, "quick")["device"] == "auto"
+        assert xh.profile_values(name, "quick")["device"] == "auto"
     if not torch_calls:
         return
     assert "device" in spec.params, f"{name} calls {sorted({d for d, _ in torch_calls})}, but declares no `device`"
@@ -84,7 +84,7 @@ def test_the_notebooks_of_this_change_run_torch_code_and_declare_device():
     # the notebook test above only bites when a notebook's calls are seen to take a device
     for name in ("00_data", "03_adacur_rounds", "04_axn_lambda", "05_pefa_lambda"):
         assert any(_takes_device(_resolve(d)) for d, _ in _package_calls(name)), name
-        assert "device" in xnb.load_spec(name).params, name
+        assert "device" in xh.load_spec(name).params, name
     assert not any(_takes_device(_resolve(d)) for d, _ in _package_calls("02_rank_cls_vs_emb"))
 
 

@@ -13,7 +13,8 @@ import pytest
 from xenbench import findings
 from xenbench.cli import main
 from xenbench.errors import DataError, ParameterError
-from xenbench.notebook import NOTEBOOKS_DIR, REPO_ROOT, list_notebooks
+from xenbench._io import REPO_ROOT
+from xenbench.harness import NOTEBOOKS_DIR, list_notebooks
 from xenbench.studies.findings import checkpoints, claims
 
 DOC = REPO_ROOT / "docs" / "FINDINGS.md"

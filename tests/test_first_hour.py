@@ -20,10 +20,11 @@ import papermill
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from xenbench import notebook as xnb
+from xenbench import harness as xh
 from xenbench.cli import main
 from xenbench.data.store import writer_lock
 from xenbench.errors import DataError, ParameterError
+from xenbench.models.probe import degenerate_scores
 
 REPO = Path(__file__).resolve().parent.parent
 CE = str(REPO / "models" / "cls-ce")
@@ -107,6 +108,13 @@ RUN_CASES = [
      r"The 'scores_dir' parameter of notebook 03_adacur_rounds must be an existing folder"),
     ("03_adacur_rounds", lambda d: ["model", d["root"] + "/no-ce", "dataset", d["good"], "max_queries", "100"],
      r"The 'model' parameter of notebook 03_adacur_rounds must be a cross-encoder"),
+    # a Lightning checkpoint loads only with its base model, which no parameter passes: refused first, saying why
+    ("03_adacur_rounds", lambda d: ["model", d["root"] + "/their.ckpt", "dataset", d["good"], "max_queries", "100"],
+     r"The 'model' parameter of notebook 03_adacur_rounds must be a cross-encoder folder: .*; a Lightning \.ckpt "
+     r"needs its base model, which no notebook parameter passes: .*load_cross_encoder\(path, base=\.\.\.\).*"
+     r"Got '.*their\.ckpt' instead\."),
+    ("01_score_matrices", lambda d: ["ces", "[../models/cls-ce, /data/zeshel/cls.ckpt]"],
+     r"The 'ces' parameter of notebook 01_score_matrices must be a cross-encoder folder: .*a Lightning \.ckpt needs"),
     # issue 27's first hour: 100 anchor + 40 dev queries of the quick profile do not fit in 100 queries
     ("03_adacur_rounds", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "100"],
      r"The 'n_anchor_queries' parameter of notebook 03_adacur_rounds must be <= 59 here: n_anchor_queries \+ "
@@ -177,7 +185,7 @@ def test_another_dataset_is_another_report_and_runs_beside(tmp_path, monkeypatch
         KeyboardInterrupt()))
     out = tmp_path / "reports"
     with writer_lock(out / "00_data.quick.ipynb"), pytest.raises(KeyboardInterrupt):
-        xnb.run_notebook("00_data", params={"dataset": data["good"], "eval_datasets": [data["good"]]}, out_dir=out,
+        xh.run_notebook("00_data", params={"dataset": data["good"], "eval_datasets": [data["good"]]}, out_dir=out,
                          progress_bar=False)
     assert len(started) == 1
 
@@ -203,8 +211,8 @@ def test_the_scoring_plan_is_one_line_before_the_kernel(tmp_path, monkeypatch, c
         raise KeyboardInterrupt
 
     monkeypatch.setattr(papermill, "execute_notebook", fake)
-    with caplog.at_level(logging.INFO, logger="xenbench.notebook"), pytest.raises(KeyboardInterrupt):
-        xnb.run_notebook("03_adacur_rounds", params=_fitting(data), out_dir=tmp_path / "r", progress_bar=False)
+    with caplog.at_level(logging.INFO, logger="xenbench.harness"), pytest.raises(KeyboardInterrupt):
+        xh.run_notebook("03_adacur_rounds", params=_fitting(data), out_dir=tmp_path / "r", progress_bar=False)
     plan = [m for m in seen if "pairs" in m]
     assert len(plan) == 1, seen
     assert re.search(r"03_adacur_rounds: scoring 20 queries x 30 items = 600 pairs with cls-ce takes about \d+ s at "
@@ -233,12 +241,12 @@ def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):
     from xenbench.sampling import sample_rows
 
     monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
-    values = {**xnb.profile_values("03_adacur_rounds"), **_fitting(data), "max_queries": 4, "max_items": 6}
+    values = {**xh.profile_values("03_adacur_rounds"), **_fitting(data), "max_queries": 4, "max_items": 6}
     ds = load_dataset(data["good"])
     rows = sample_rows(len(ds.queries), 4, 0, kind="queries")
     cols = sample_rows(len(ds.items), 6, 0, kind="items")  # load_setup's sample (seed 0)
     cached_scores(CE, ds.subset([ds.queries[r].id for r in rows], [ds.items[i].id for i in cols]), progress=False)
-    plan = xnb.plan_scoring("03_adacur_rounds", values, timeout=1)  # a 1 s timeout refuses any fresh scoring
+    plan = xh.plan_scoring("03_adacur_rounds", values, timeout=1)  # a 1 s timeout refuses any fresh scoring
     assert plan["pairs"] == 0 and plan["seconds"] == 0.0
 
 
@@ -254,26 +262,29 @@ def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):
     (1000.0 + 0.1 * np.arange(15.0), False),  # std 0.43 around 1000: 4e-4 of |mean|, still a ranking
 ])
 def test_near_constant_scores_are_flagged(scores, flagged):
-    warning = xnb.degenerate_scores(scores, "my-ce")
+    warning = degenerate_scores(scores, "my-ce")
     assert (warning is not None) == flagged
     if flagged:
         assert warning.startswith("the CE my-ce gives near-constant scores on this data")
 
 
-def test_a_hugging_face_folder_without_its_head_is_named(tmp_path):
-    """A bare encoder saved under a *ForSequenceClassification architecture: the head is initialized at random
-    on loading. The complete model is not flagged."""
-    from transformers import BertConfig, BertForSequenceClassification, BertModel
+def test_a_hugging_face_folder_without_its_head_is_refused_before_the_kernel(tmp_path, capsys, kernel_calls, data):
+    """A bare encoder saved under a *ForSequenceClassification architecture would score with a head initialized at
+    random: the preflight's one load of the CE refuses it in one line naming the folder and the missing head."""
+    from transformers import BertConfig, BertModel
 
     config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, num_labels=1, architectures=["BertForSequenceClassification"])
-    BertForSequenceClassification(config).save_pretrained(tmp_path / "whole")
     BertModel(config).save_pretrained(tmp_path / "headless")
     cfg = json.loads((tmp_path / "headless" / "config.json").read_text())
     cfg["architectures"] = ["BertForSequenceClassification"]
     (tmp_path / "headless" / "config.json").write_text(json.dumps(cfg))
-    assert xnb._fresh_head(tmp_path / "whole") == []
-    assert {k.split(".")[0] for k in xnb._fresh_head(tmp_path / "headless")} == {"classifier"}
+    capsys.readouterr()  # save_pretrained's own progress bar
+    argv = ["run", "03_adacur_rounds", "--out", str(tmp_path / "r")]
+    for k, v in {**_fitting(data), "model": str(tmp_path / "headless")}.items():
+        argv += ["-p", k, json.dumps(v) if isinstance(v, list) else str(v)]
+    _one_line_error(capsys, main(argv), r"headless.*is missing tensors .*classifier.* a trained classifier head")
+    assert not kernel_calls and not (tmp_path / "r").exists()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,33 +292,34 @@ def test_a_hugging_face_folder_without_its_head_is_named(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("model", "name"), [("../models/my-ce", "my-ce"), ("/data/ckpts/my-ce/", "my-ce"),
-                                              ("/data/zeshel/cls.ckpt", "cls")])
-def test_ce_name_is_the_folder_or_checkpoint(model, name):
-    assert xnb.ce_name(model) == name
+@pytest.mark.parametrize(("model", "name"), [("../models/my-ce", "my-ce"), ("/data/ckpts/my-ce/", "my-ce")])
+def test_ce_name_is_the_folder(model, name):
+    assert xh.ce_name(model) == name
 
 
 def test_check_names_the_model_and_hides_what_it_replaces(monkeypatch, data):
-    monkeypatch.chdir(xnb.NOTEBOOKS_DIR)
-    monkeypatch.setenv(xnb.REPORTS_ENV, "/nonexistent")  # as under run_notebook: values are used as given
-    namespace = {**xnb.profile_values("03_adacur_rounds"), **_fitting(data), "profile": "quick"}
-    params = xnb.check(namespace, "03_adacur_rounds")
-    assert "scores_dir" not in params and params["ce"] == "cls-ce" == namespace["ce"] == xnb.ce_name(CE)
-    namespace["model"] = str(Path(data["root"]) / "ckpt" / "their-ce")  # check() does not open the folder
-    assert xnb.check(namespace, "03_adacur_rounds")["ce"] == "their-ce" == namespace["ce"]
-    assert xnb.check(namespace, "03_adacur_rounds")["ce"] == "their-ce"  # a second check: 'their-ce' is no choice
+    monkeypatch.chdir(xh.NOTEBOOKS_DIR)
+    monkeypatch.setenv(xh.REPORTS_ENV, "/nonexistent")  # as under run_notebook: values are used as given
+    namespace = {**xh.profile_values("03_adacur_rounds"), **_fitting(data), "profile": "quick"}
+    params = xh.check_namespace(namespace, "03_adacur_rounds")
+    assert "scores_dir" not in params and params["ce"] == "cls-ce" == namespace["ce"] == xh.ce_name(CE)
+    namespace["model"] = str(Path(data["root"]) / "ckpt" / "their-ce")  # the check does not open the folder
+    assert xh.check_namespace(namespace, "03_adacur_rounds")["ce"] == "their-ce" == namespace["ce"]
+    assert xh.check_namespace(namespace, "03_adacur_rounds")["ce"] == "their-ce"  # twice: 'their-ce' is no choice
+    with pytest.raises(ParameterError, match=r"'model' parameter of notebook 03_adacur_rounds .*a Lightning \.ckpt"):
+        xh.check_namespace({**namespace, "model": "/data/zeshel/cls.ckpt"}, "03_adacur_rounds")
     without = {**namespace, "model": "", "ce": "cls-ce"}
-    assert xnb.check(without, "03_adacur_rounds")["scores_dir"] == "../data/scores/noun.cognition"
-    assert xnb.check({**without, "ce": "emb-ce-marker"}, "03_adacur_rounds")["ce"] == "emb-ce-marker"  # any store there
+    assert xh.check_namespace(without, "03_adacur_rounds")["scores_dir"] == "../data/scores/noun.cognition"
+    assert xh.check_namespace({**without, "ce": "emb-ce-marker"}, "03_adacur_rounds")["ce"] == "emb-ce-marker"  # any store there
     with pytest.raises(ParameterError, match=r"'ce' parameter of .* must be one of the score stores in scores_dir "
                                              r"'\.\./data/scores/noun\.cognition' \(cls-ce, de, emb-ce, emb-ce-marker\)"):
-        xnb.check({**without, "ce": "their-ce"}, "03_adacur_rounds")
+        xh.check_namespace({**without, "ce": "their-ce"}, "03_adacur_rounds")
     with pytest.raises(ParameterError, match=r"which holds none"):
-        xnb.check({**without, "scores_dir": str(Path(data["root"]))}, "03_adacur_rounds")
+        xh.check_namespace({**without, "scores_dir": str(Path(data["root"]))}, "03_adacur_rounds")
     # the same refusal before a kernel starts (xenbench run), with relative paths read from notebooks/
     monkeypatch.chdir(data["root"])
     with pytest.raises(ParameterError, match=r"'ce' parameter .* one of the score stores in scores_dir .*emb-ce-marker"):
-        xnb.preflight("03_adacur_rounds", {**xnb.profile_values("03_adacur_rounds"), "ce": "their-ce"})
+        xh.preflight("03_adacur_rounds", {**xh.profile_values("03_adacur_rounds"), "ce": "their-ce"})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -327,17 +339,17 @@ def test_malformed_relations_name_the_file(tmp_path, fits, message):
     path = tmp_path / "x.yaml"
     path.write_text("params:\n  n: {type: int}\nprofiles:\n  quick: {n: 1}\n" + fits + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=re.escape(str(path)) + ": .*" + message):
-        xnb.load_spec(path)
+        xh.load_spec(path)
 
 
 def test_a_relation_between_parameters_names_both(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("params:\n  k: {type: int}\n  m: {type: int}\nprofiles:\n  quick: {k: 1, m: 2}\n"
                     "fits:\n  - {rule: 'k <= m', why: 'the top k among the m returned'}\n", encoding="utf-8")
-    assert xnb.check_sizes(path, {"k": 2, "m": 2}) == {}
+    assert xh.check_sizes(path, {"k": 2, "m": 2}) == {}
     with pytest.raises(ParameterError, match=r"The 'k' parameter of notebook x must be <= 2 here: k <= m \(the top k "
                                              r"among the m returned\), and 3 = 3 > m = 2\. Or raise m\. Got 3 instead"):
-        xnb.check_sizes(path, {"k": 3, "m": 2})
+        xh.check_sizes(path, {"k": 3, "m": 2})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -358,7 +370,7 @@ def test_library_warnings_become_one_line_per_message():
              "text": "step 1\n" + "".join(FAISS.format(n=7) for _ in range(99)) + "x.py:3: UserWarning: odd\n"},
         ]},
     ]}
-    assert xnb.summarize_warnings(nb) == 398
+    assert xh.summarize_warnings(nb) == 398
     first, printed = nb["cells"][0]["outputs"]
     assert first["text"] == FAISS.format(n=600).rstrip("\n") + " [and 398 more like it in this run]\n"
     assert printed["text"] == FAISS.format(n=1)
@@ -372,7 +384,7 @@ def test_nested_text_bars_keep_their_last_state():
               "CCSA seeds: 100%|██████████| 2/2 [00:03<00:00,  1.65s/it]\n"
               "a line that is not a bar: 50%\n")
     nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stderr", "text": nested}]}]}
-    assert xnb.final_progress(nb) == 2
+    assert xh.final_progress(nb) == 2
     assert nb["cells"][0]["outputs"][0]["text"] == (
         "CCSA steps: 100%|██████████| 30/30 [00:00<00:00, 743.57it/s]\n"
         "CCSA seeds: 100%|██████████| 2/2 [00:03<00:00,  1.65s/it]\n"
@@ -397,7 +409,7 @@ def test_a_progress_widget_shows_its_finished_state_or_nothing():
         {"output_type": "display_data", "data": {view: {"model_id": "other"}, "text/plain": "IntSlider(value=0)"}},
         {"output_type": "display_data", "data": {view: {"model_id": "x"}, "text/html": "<img>", "text/plain": "x"}},
     ]}]}
-    outputs = xnb._without_widget_state(nb)["cells"][0]["outputs"]
+    outputs = xh.report.without_widget_state(nb)["cells"][0]["outputs"]
     assert [o["data"] for o in outputs] == [
         {"text/plain": "CCSA steps: 100%|██████████| 30/30 [00:01<00:00, 25.3it/s]"},  # finished, not 0 %
         {"text/html": "<img>", "text/plain": "x"},  # the slider without a static form is left out
@@ -414,9 +426,9 @@ def test_a_run_echoes_progress_and_saves_a_readable_report(tmp_path, capfd):
     folder = tmp_path / "nbs"
     folder.mkdir()
     nb = new_notebook(cells=[
-        new_code_cell("import sys\nimport xenbench as xb\nimport xenbench.notebook\nxb.notebook.setup_plotly()"),
+        new_code_cell("import sys\nimport xenbench as xb\nimport xenbench.harness\nxb.harness.setup_plotly()"),
         new_code_cell('profile = "quick"\nn = 3', metadata={"tags": ["parameters"]}),
-        new_code_cell('params = xb.notebook.check(globals(), "noisy")'),
+        new_code_cell('params = xb.harness.check_namespace(globals(), "noisy")'),
         new_code_cell("from tqdm.auto import tqdm\nfor _ in tqdm(range(40), desc='scoring', mininterval=0):\n"
                       "    pass"),
         new_code_cell("for k in range(200):\n"
@@ -426,7 +438,7 @@ def test_a_run_echoes_progress_and_saves_a_readable_report(tmp_path, capfd):
     ], metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}})
     nbformat.write(nb, folder / "noisy.ipynb")
     (folder / "noisy.yaml").write_text("params:\n  n: {type: int}\nprofiles:\n  quick: {n: 3}\n", encoding="utf-8")
-    executed = xnb.run_notebook(folder / "noisy.ipynb", out_dir=tmp_path / "r", progress_bar=True, timeout=300,
+    executed = xh.run_notebook(folder / "noisy.ipynb", out_dir=tmp_path / "r", progress_bar=True, timeout=300,
                                 kernel="python3", log_output=True)
     printed, terminal = capfd.readouterr()
     assert "printed by a cell\n" in printed and "papermill" not in printed + terminal

@@ -1,4 +1,4 @@
-"""Tests of the notebook harness (xenbench.notebook): profiles, validation, execution, reports.
+"""Tests of the notebook harness (xenbench.harness): profiles, validation, execution, reports.
 
 Unit tests use small profiles files written into ``tmp_path``; the execution tests (marked
 ``notebook``) run a throwaway notebook through papermill. The last tests check that every notebook in
@@ -20,7 +20,7 @@ import papermill as pm
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from xenbench import notebook as xnb
+from xenbench import harness as xh
 from xenbench.errors import DataError, ParameterError
 
 TINY_YAML = """\
@@ -52,15 +52,15 @@ def write_tiny(folder: Path, name: str = "tiny", body: list[str] | None = None, 
     if body is None:
         body = [
             "import plotly.graph_objects as go\ngo.Figure(go.Bar(x=list(range(n)), y=[scale] * n, name=label))",
-            f'xb.notebook.save_results("{name}", profile, {{"n": n, "tags": tags, "arr": np.arange(n)}})',
+            f'xb.harness.save_results("{name}", profile, {{"n": n, "tags": tags, "arr": np.arange(n)}})',
         ]
     nb = new_notebook(
         cells=[
             new_markdown_cell(f"# {name}"),
-            new_code_cell("import numpy as np\n\nimport xenbench as xb\nimport xenbench.notebook\n\n"
-                          "xb.notebook.setup_plotly()"),
+            new_code_cell("import numpy as np\n\nimport xenbench as xb\nimport xenbench.harness\n\n"
+                          "xb.harness.setup_plotly()"),
             new_code_cell(TINY_PARAMETERS, metadata={"tags": ["parameters"]}),
-            new_code_cell(f'params = xb.notebook.check(globals(), "{name}")'),
+            new_code_cell(f'params = xb.harness.check_namespace(globals(), "{name}")'),
             *(new_code_cell(src) for src in body),
         ],
         metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}},
@@ -82,15 +82,15 @@ def tiny(tmp_path: Path) -> Path:
 
 
 def test_load_spec_reads_params_and_profiles(tiny):
-    spec = xnb.load_spec(tiny)
+    spec = xh.load_spec(tiny)
     assert spec.name == "tiny"
     assert list(spec.params) == ["n", "scale", "label", "tags", "limit", "flag"]
     assert spec.params["n"].help == "bars"
-    assert xnb.profile_values(spec, "quick") == {
+    assert xh.profile_values(spec, "quick") == {
         "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None, "flag": False,
     }
     # other profiles override quick
-    assert xnb.profile_values(spec, "small") == {
+    assert xh.profile_values(spec, "small") == {
         "n": 2, "scale": 1.0, "label": "a", "tags": ["x", "y"], "limit": None, "flag": False,
     }
 
@@ -98,7 +98,7 @@ def test_load_spec_reads_params_and_profiles(tiny):
 def test_unknown_profile_lists_the_profiles(tiny):
     with pytest.raises(ParameterError, match=r"The 'profile' parameter of notebook tiny must be one of "
                                              r"\['quick', 'small'\]. Got 'cii' instead."):
-        xnb.profile_values(tiny, "cii")
+        xh.profile_values(tiny, "cii")
 
 
 @pytest.mark.parametrize(
@@ -128,12 +128,12 @@ def test_malformed_profiles_file_names_the_file_and_problem(tmp_path, yaml_text,
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml_text, encoding="utf-8")
     with pytest.raises(DataError, match=re.escape(str(path)) + ".*" + message):
-        xnb.load_spec(path)
+        xh.load_spec(path)
 
 
 def test_missing_profiles_file(tmp_path):
     with pytest.raises(DataError, match=r"tiny\.yaml: no such file: every notebook needs a profiles file"):
-        xnb.load_spec(tmp_path / "tiny.ipynb")
+        xh.load_spec(tmp_path / "tiny.ipynb")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_missing_profiles_file(tmp_path):
 )
 def test_bad_values_are_rejected_with_the_rule(tiny, values, message):
     with pytest.raises(ParameterError, match=message):
-        xnb.validate_params(tiny, values)
+        xh.validate_params(xh.load_spec(tiny), values)
 
 
 def test_unknown_name_names_notebook_bad_name_and_allowed_names(tiny):
@@ -171,7 +171,7 @@ def test_unknown_name_names_notebook_bad_name_and_allowed_names(tiny):
               r"\['flag', 'label', 'limit', 'n', 'scale', 'tags', 'profile'\] \(did you mean 'n'\?\). "
               r"Got 'nn' instead.",
     ):
-        xnb.validate_params(tiny, {"nn": 3})
+        xh.validate_params(xh.load_spec(tiny), {"nn": 3})
 
 
 def test_close_choice_is_suggested(tmp_path):
@@ -179,86 +179,86 @@ def test_close_choice_is_suggested(tmp_path):
     path.write_text("params: {domain: {type: str, choices: [noun.food, verb.contact]}}\n"
                     "profiles: {quick: {domain: noun.food}}\n", encoding="utf-8")
     with pytest.raises(ParameterError, match=r"\(did you mean 'noun.food'\?\). Got 'noun.fod' instead."):
-        xnb.validate_params(path, {"domain": "noun.fod"})
+        xh.validate_params(xh.load_spec(path), {"domain": "noun.fod"})
 
 
 def test_valid_values_are_cleaned(tiny):
-    cleaned = xnb.validate_params(tiny, {"n": 10, "scale": 2, "tags": ("z",), "limit": None, "profile": "small"})
+    cleaned = xh.validate_params(xh.load_spec(tiny), {"n": 10, "scale": 2, "tags": ("z",), "limit": None, "profile": "small"})
     assert cleaned == {"n": 10, "scale": 2.0, "tags": ["z"], "limit": None, "profile": "small"}
     assert isinstance(cleaned["scale"], float)
 
 
 def test_parse_cli_params_types_text_by_the_spec(tiny):
     pairs = [("n", "4"), ("scale", "0.5"), ("label", "b"), ("tags", "x,z"), ("limit", "null"), ("flag", "true")]
-    assert xnb.parse_cli_params(tiny, pairs) == {
+    assert xh.parse_cli_params(xh.load_spec(tiny), pairs) == {
         "n": 4, "scale": 0.5, "label": "b", "tags": ["x", "z"], "limit": None, "flag": True,
     }
-    assert xnb.parse_cli_params(tiny, {"tags": "[y, z]"}) == {"tags": ["y", "z"]}
+    assert xh.parse_cli_params(xh.load_spec(tiny), {"tags": "[y, z]"}) == {"tags": ["y", "z"]}
     with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. "
                                              r"Got 'four' instead."):
-        xnb.parse_cli_params(tiny, [("n", "four")])
+        xh.parse_cli_params(xh.load_spec(tiny), [("n", "four")])
     with pytest.raises(ParameterError, match=r"The 'lable' parameter .* \(did you mean 'label'\?\)"):
-        xnb.parse_cli_params(tiny, [("lable", "a")])
+        xh.parse_cli_params(xh.load_spec(tiny), [("lable", "a")])
 
 
 def test_check_validates_a_notebook_namespace(tiny, monkeypatch):
     monkeypatch.chdir(tiny.parent)  # as in a kernel: the profiles file is found beside the notebook
     namespace = {"profile": "quick", "n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None,
                  "flag": False, "unrelated": object()}
-    assert xnb.check(namespace, "tiny") == {**xnb.profile_values(tiny), "profile": "quick"}
+    assert xh.check_namespace(namespace, "tiny") == {**xh.profile_values(tiny), "profile": "quick"}
     with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]. "
                                              r"Got 11 instead."):
-        xnb.check({**namespace, "n": 11}, "tiny")
+        xh.check_namespace({**namespace, "n": 11}, "tiny")
     del namespace["flag"]
     with pytest.raises(DataError, match=r"declares \['flag'\] but the notebook's parameters cell does not define"):
-        xnb.check(namespace, "tiny")
+        xh.check_namespace(namespace, "tiny")
 
 
 def test_check_switches_the_profile_but_keeps_edited_values(tiny, monkeypatch):
     # JupyterLab: the parameters cell holds the quick values; profile = "small" switches every value still at
     # its quick value, in the namespace too, and keeps the ones the user edited.
     monkeypatch.chdir(tiny.parent)
-    monkeypatch.delenv(xnb.REPORTS_ENV, raising=False)
+    monkeypatch.delenv(xh.REPORTS_ENV, raising=False)
     cell = {"n": 3, "scale": 1.0, "label": "a", "tags": ["x"], "limit": None, "flag": False}
     namespace = {**cell, "profile": "small"}
-    assert xnb.check(namespace, "tiny") == {**xnb.profile_values(tiny, "small"), "profile": "small"}
+    assert xh.check_namespace(namespace, "tiny") == {**xh.profile_values(tiny, "small"), "profile": "small"}
     assert namespace["n"] == 2 and namespace["tags"] == ["x", "y"]
     edited = {**cell, "n": 7, "profile": "small"}
-    assert xnb.check(edited, "tiny") == {**xnb.profile_values(tiny, "small"), "n": 7, "profile": "small"}
+    assert xh.check_namespace(edited, "tiny") == {**xh.profile_values(tiny, "small"), "n": 7, "profile": "small"}
     # Under run_notebook every value is already resolved and injected: only validated.
-    monkeypatch.setenv(xnb.REPORTS_ENV, str(tiny.parent))
+    monkeypatch.setenv(xh.REPORTS_ENV, str(tiny.parent))
     injected = {**cell, "profile": "small"}
-    assert xnb.check(injected, "tiny") == injected
+    assert xh.check_namespace(injected, "tiny") == injected
 
 
 def test_profiles_extend_another_profile(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text("params: {n: {type: int}, m: {type: int}}\n"
                     "profiles: {quick: {n: 1, m: 1}, full: {n: 5}, paper: {extends: full, m: 9}}\n", encoding="utf-8")
-    assert xnb.profile_values(xnb.load_spec(path), "paper") == {"n": 5, "m": 9}
+    assert xh.profile_values(xh.load_spec(path), "paper") == {"n": 5, "m": 9}
     path.write_text("params: {n: {type: int}}\nprofiles: {quick: {n: 1}, a: {extends: b}, b: {extends: a}}\n",
                     encoding="utf-8")
     with pytest.raises(DataError, match=r"cycle: a -> b -> a"):
-        xnb.load_spec(path)
+        xh.load_spec(path)
     path.write_text("params: {n: {type: int}}\nprofiles: {quick: {n: 1}, a: {extends: nope}}\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"profile 'a' extends 'nope', which is not another profile"):
-        xnb.load_spec(path)
+        xh.load_spec(path)
 
 
 def test_unknown_notebook_lists_the_notebooks():
     with pytest.raises(ParameterError, match=r"The 'notebook' parameter of run_notebook must be one of "
                                              r"\[.*'00_data'.*\] or the path of an existing .ipynb file. "
                                              r"Got '99_nope' instead."):
-        xnb.run_notebook("99_nope")
+        xh.run_notebook("99_nope")
 
 
 def test_invalid_parameters_fail_before_anything_is_written(tiny, reports_dir):
     with pytest.raises(ParameterError, match=r"The 'n' parameter of notebook tiny must be an int in \[1, 10\]"):
-        xnb.run_notebook(tiny, params={"n": 0}, out_dir=reports_dir)
+        xh.run_notebook(tiny, params={"n": 0}, out_dir=reports_dir)
     with pytest.raises(ParameterError, match=r"must be one of \['quick', 'small'\]"):
-        xnb.run_notebook(tiny, profile="full", out_dir=reports_dir)
+        xh.run_notebook(tiny, profile="full", out_dir=reports_dir)
     with pytest.raises(ParameterError, match=r"choose the profile with profile="):
-        xnb.run_notebook(tiny, params={"profile": "small"}, out_dir=reports_dir)
+        xh.run_notebook(tiny, params={"profile": "small"}, out_dir=reports_dir)
     assert not reports_dir.exists()
 
 
@@ -268,8 +268,8 @@ def test_invalid_parameters_fail_before_anything_is_written(tiny, reports_dir):
 
 
 def test_save_results_writes_json_atomically(tmp_path, monkeypatch):
-    monkeypatch.setenv(xnb.REPORTS_ENV, str(tmp_path / "out"))
-    path = xnb.save_results("00_x", "small", {"acc": np.float32(0.5), "ks": np.array([1, 64]), "n": np.int64(3)})
+    monkeypatch.setenv(xh.REPORTS_ENV, str(tmp_path / "out"))
+    path = xh.save_results("00_x", "small", {"acc": np.float32(0.5), "ks": np.array([1, 64]), "n": np.int64(3)})
     assert path == tmp_path / "out" / "00_x.small.results.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["notebook"] == "00_x" and doc["profile"] == "small"
@@ -281,10 +281,10 @@ def test_save_results_writes_json_atomically(tmp_path, monkeypatch):
         assert abs(doc["resources"]["peak_rss_mb"] - hwm) < 0.05 * hwm
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     with pytest.raises(TypeError, match="cannot store a object in results JSON"):
-        xnb.save_results("00_x", "small", {"bad": object()})
+        xh.save_results("00_x", "small", {"bad": object()})
     assert [p.name for p in path.parent.iterdir()] == [path.name]
     with pytest.raises(ParameterError, match=r"The 'profile' parameter of save_results"):
-        xnb.save_results("00_x", "a/b", {})
+        xh.save_results("00_x", "a/b", {})
 
 
 def test_setup_plotly_keeps_figures_in_html_exports():
@@ -292,7 +292,7 @@ def test_setup_plotly_keeps_figures_in_html_exports():
 
     old = pio.renderers.default
     try:
-        xnb.setup_plotly()
+        xh.setup_plotly()
         assert pio.renderers.default == "plotly_mimetype+notebook"
     finally:
         pio.renderers.default = old
@@ -305,7 +305,7 @@ def test_setup_plotly_keeps_figures_in_html_exports():
 
 @pytest.mark.notebook
 def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_dir, notebook_kwargs):
-    executed = xnb.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
+    executed = xh.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
     assert executed == (reports_dir / "tiny.small.ipynb").resolve()
     assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.small.html", "tiny.small.ipynb",
@@ -329,7 +329,7 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
 
     # Opt-in: one shared plotly.js beside the reports, 4.6 MB less per report.
     shared = f"plotly-{plotly_version()}.min.js"
-    light = xnb.run_notebook(tiny, profile="small", out_dir=reports_dir / "shared", self_contained=False,
+    light = xh.run_notebook(tiny, profile="small", out_dir=reports_dir / "shared", self_contained=False,
                              **notebook_kwargs)
     body = light.with_suffix(".html").read_text(encoding="utf-8")
     assert f'<script type="text/javascript" src="{shared}"></script>' in body
@@ -355,7 +355,7 @@ def test_failed_run_keeps_the_previous_report(tmp_path, reports_dir, notebook_kw
         (reports_dir / name).write_text("from an earlier good run")
 
     with pytest.raises(pm.PapermillExecutionError, match="boom in cell"):
-        xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
+        xh.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
 
     assert sorted(p.name for p in reports_dir.iterdir()) == sorted([*earlier, "tiny.quick.failed.ipynb"])
     assert all((reports_dir / n).read_text() == "from an earlier good run" for n in earlier)
@@ -374,7 +374,7 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     reports_dir.mkdir()
     for name in ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json", "tiny.quick.failed.ipynb"):
         (reports_dir / name).write_text("earlier")
-    code = (f"import xenbench.notebook as x; x.run_notebook({str(slow)!r}, out_dir={str(reports_dir)!r}, "
+    code = (f"import xenbench.harness as x; x.run_notebook({str(slow)!r}, out_dir={str(reports_dir)!r}, "
             f"kernel={notebook_kwargs['kernel']!r}, progress_bar=False)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     deadline = time.time() + 120
@@ -390,18 +390,18 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
 
     # The next successful run replaces the whole set, drops the stale failed notebook and the killed run's staging.
     good = write_tiny(tmp_path / "nbs2")
-    xnb.run_notebook(good, out_dir=reports_dir, **notebook_kwargs)
+    xh.run_notebook(good, out_dir=reports_dir, **notebook_kwargs)
     assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("plotly-")) == [
         "tiny.quick.html", "tiny.quick.ipynb", "tiny.quick.results.json"]
     assert (reports_dir / "tiny.quick.results.json").read_text() != "earlier"
 
 
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
-    monkeypatch.delenv(xnb.REPORTS_ENV, raising=False)
-    lab = xnb.save_results("tiny", "quick", {"n": 1}, out_dir=tmp_path)
+    monkeypatch.delenv(xh.REPORTS_ENV, raising=False)
+    lab = xh.save_results("tiny", "quick", {"n": 1}, out_dir=tmp_path)
     assert lab.name == "tiny.quick.lab.results.json"
-    monkeypatch.setenv(xnb.REPORTS_ENV, str(tmp_path))
-    assert xnb.save_results("tiny", "quick", {"n": 1}).name == "tiny.quick.results.json"
+    monkeypatch.setenv(xh.REPORTS_ENV, str(tmp_path))
+    assert xh.save_results("tiny", "quick", {"n": 1}).name == "tiny.quick.results.json"
 
 
 @pytest.mark.notebook
@@ -419,22 +419,22 @@ def test_check_cell_stops_raw_papermill_with_the_same_message(tiny, tmp_path, no
 
 
 def test_list_notebooks_finds_the_workbench_notebooks():
-    assert "00_data" in xnb.list_notebooks()
+    assert "00_data" in xh.list_notebooks()
 
 
-@pytest.mark.parametrize("name", xnb.list_notebooks())
+@pytest.mark.parametrize("name", xh.list_notebooks())
 def test_quick_profile_equals_parameters_cell(name):
-    path = xnb.NOTEBOOKS_DIR / f"{name}.ipynb"
+    path = xh.NOTEBOOKS_DIR / f"{name}.ipynb"
     declared = pm.inspect_notebook(str(path))
     cell = {key: ast.literal_eval(p["default"]) for key, p in declared.items()}
     assert cell.pop("profile", None) == "quick", 'the parameters cell must declare profile = "quick"'
-    assert cell == xnb.profile_values(name, "quick")
-    assert "full" in xnb.load_spec(name).profiles, "every notebook needs the `full` profile of the study"
+    assert cell == xh.profile_values(name, "quick")
+    assert "full" in xh.load_spec(name).profiles, "every notebook needs the `full` profile of the study"
 
 
-@pytest.mark.parametrize("name", xnb.list_notebooks())
+@pytest.mark.parametrize("name", xh.list_notebooks())
 def test_notebook_follows_the_template(name):
-    nb = nbformat.read(xnb.NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    nb = nbformat.read(xh.NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), "title first"
     assert nb.metadata["kernelspec"]["name"] == "python3"
@@ -443,33 +443,33 @@ def test_notebook_follows_the_template(name):
     at = [i for i, t in enumerate(tags) if "parameters" in t]
     assert len(at) == 1, "exactly one cell tagged `parameters`"
     assert "setup_plotly()" in "\n".join(c.source for c in code[: at[0]]), "setup_plotly() before the parameters"
-    check_call = re.compile(r'=\s*xb\.notebook\.check\(globals\(\),\s*"' + re.escape(name) + r'"\)')
+    check_call = re.compile(r'=\s*xb\.harness\.check_namespace\(globals\(\),\s*"' + re.escape(name) + r'"\)')
     assert check_call.search(code[at[0] + 1].source), "validate the parameters right after their cell"
-    assert re.search(r'xb\.notebook\.save_results\(\s*"' + re.escape(name) + r'",\s*profile', code[-1].source), (
+    assert re.search(r'xb\.harness\.save_results\(\s*"' + re.escape(name) + r'",\s*profile', code[-1].source), (
         "the last cell saves the results"
     )
 
 
 def test_readme_format_example_in_module_docstring_parses(tmp_path):
-    # The format documented in xenbench/notebook.py is a valid profiles file.
-    doc = xnb.__doc__.split("::", 1)[1].split("\n\n", 2)[1]
+    # The format documented in xenbench/harness/spec.py is a valid profiles file.
+    doc = xh.spec.__doc__.split("::", 1)[1].split("\n\n", 2)[1]
     (tmp_path / "doc.yaml").write_text(textwrap.dedent(doc), encoding="utf-8")
-    spec = xnb.load_spec(tmp_path / "doc.yaml")
-    assert xnb.profile_values(spec, "quick")["max_queries"] == 100
-    assert xnb.check_sizes(spec, xnb.profile_values(spec, "quick")) == {"queries": 100, "items": 2964}
+    spec = xh.load_spec(tmp_path / "doc.yaml")
+    assert xh.profile_values(spec, "quick")["max_queries"] == 100
+    assert xh.check_sizes(spec, xh.profile_values(spec, "quick")) == {"queries": 100, "items": 2964}
     with pytest.raises(ParameterError, match=r"'k_values' parameter of notebook doc must be ints each <= the 2964 "
                                              r"items of its data \(dataset 'wordnet-el:noun.cognition', max_queries"):
-        xnb.check_sizes(spec, {**xnb.profile_values(spec, "quick"), "k_values": [1, 5000]})
-    assert xnb.profile_values(spec, "full")["max_queries"] is None
-    assert xnb.profile_values(spec, "paper") == {**xnb.profile_values(spec, "full"), "lambdas": [0.0, 0.1, 0.5]}
+        xh.check_sizes(spec, {**xh.profile_values(spec, "quick"), "k_values": [1, 5000]})
+    assert xh.profile_values(spec, "full")["max_queries"] is None
+    assert xh.profile_values(spec, "paper") == {**xh.profile_values(spec, "full"), "lambdas": [0.0, 0.1, 0.5]}
 
 
 def test_run_stem_names_other_data_and_models():
-    assert xnb.run_stem("00_data", "quick", xnb.profile_values("00_data", "quick")) == "00_data.quick"
-    values = {**xnb.profile_values("00_data", "quick"), "dataset": "beir:/data/scifact/"}
-    assert xnb.run_stem("00_data", "quick", values) == "00_data.quick.beir-scifact"
-    values = {**xnb.profile_values("01_score_matrices", "full"), "ces": ["../models/cls-ce", "/x/my ce"]}
-    assert xnb.run_stem("01_score_matrices", "full", values) == "01_score_matrices.full.cls-ce-my-ce"
+    assert xh.run_stem("00_data", "quick", xh.profile_values("00_data", "quick")) == "00_data.quick"
+    values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/data/scifact/"}
+    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-scifact"
+    values = {**xh.profile_values("01_score_matrices", "full"), "ces": ["../models/cls-ce", "/x/my ce"]}
+    assert xh.run_stem("01_score_matrices", "full", values) == "01_score_matrices.full.cls-ce-my-ce"
 
 
 @pytest.mark.notebook
@@ -480,8 +480,8 @@ def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir
     nb = nbformat.read(path, as_version=4)
     nb.cells[2].source += '\ndataset = "wordnet-el:verb.weather"'
     nbformat.write(nb, path)
-    xnb.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
-    xnb.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food"}, **notebook_kwargs)
+    xh.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
+    xh.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food"}, **notebook_kwargs)
     names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
     assert names == ["tiny.quick.ipynb", "tiny.quick.results.json",
                      "tiny.quick.wordnet-el-noun.food.ipynb", "tiny.quick.wordnet-el-noun.food.results.json"]

@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from xenbench.notebook import NOTEBOOKS_DIR, SUMMARY_TAG, list_notebooks, run_notebook
+from xenbench.harness import NOTEBOOKS_DIR, SUMMARY_TAG, list_notebooks, run_notebook
 
 NOTEBOOKS = list_notebooks()
 

@@ -238,18 +238,18 @@ def test_sizes_are_checked_against_your_data_before_the_kernel_starts(tmp_path, 
 
 def test_a_store_notebook_checks_sizes_against_the_store(tmp_path):
     """02 reads its sizes from the first store's shape (capped by max_queries)."""
-    from xenbench import notebook as xnb
+    from xenbench import harness as xh
     from xenbench.errors import ParameterError
 
     scores = tmp_path / "scores"
     beir = f"beir:{small_beir(tmp_path, n_items=25, n_queries=30)}"
     for ce in ("cls-ce", "emb-ce"):
         assert main(["score", "tfidf", beir, "--out", str(scores / ce)]) == 0
-    values = {**xnb.profile_values("02_rank_cls_vs_emb"), "scores_dir": str(scores), "max_queries": None,
+    values = {**xh.profile_values("02_rank_cls_vs_emb"), "scores_dir": str(scores), "max_queries": None,
               "k_q_values": [5, 10], "k_i_values": [5, 10], "n_test": 10, "budget": 20, "k": 5, "m": 10}
-    assert xnb.check_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
-    assert xnb.data_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
+    assert xh.check_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
+    assert xh.data_sizes("02_rank_cls_vs_emb", values) == {"queries": 30, "items": 25}
     with pytest.raises(ParameterError, match=r"'k_i_values' parameter of notebook 02_rank_cls_vs_emb must be ints "
                                              r"each <= the 25 items of its data \(store .*scores/cls-ce, "
                                              r"max_queries None\). Got \[5, 30\] instead."):
-        xnb.check_sizes("02_rank_cls_vs_emb", {**values, "k_i_values": [5, 30]})
+        xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_i_values": [5, 30]})

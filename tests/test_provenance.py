@@ -14,7 +14,8 @@ from xenbench.cli import main
 from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError
 from xenbench.integrity import file_sha256
-from xenbench.notebook import REPO_ROOT, save_results
+from xenbench._io import REPO_ROOT
+from xenbench.harness import save_results
 from xenbench.studies import findings
 from xenbench.studies.findings import checkpoints, claims
 
@@ -157,18 +158,18 @@ def test_a_run_is_dirty_if_its_tree_changed_while_it_ran(repo):
 
 
 def test_the_report_header_names_commit_versions_and_machine(monkeypatch):
-    # In a kernel, notebook.check shows the provenance as the report's first output and keeps the parameters.
+    # In a kernel, harness.check_namespace shows the provenance as the report's first output and keeps the parameters.
     import IPython
     import IPython.display
 
-    import xenbench.notebook as xnb
+    from xenbench.harness import kernel, results
 
     shown = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())
     monkeypatch.setattr(IPython.display, "display", shown.append)
-    xnb._show_header({"k": 10, "profile": "quick"})
+    kernel._show_header({"k": 10, "profile": "quick"})
     text = shown[0].data
     commit = provenance.git_state(REPO_ROOT)["commit"]
     assert text.startswith(f"**Provenance.** xenbench {provenance.environment()['xenbench']} at commit {commit[:12]} (")
     assert "numpy " in text and "torch " in text and "Device " in text
-    assert xnb._RUN_PARAMS == {"k": 10, "profile": "quick"}
+    assert results._RUN_PARAMS == {"k": 10, "profile": "quick"}

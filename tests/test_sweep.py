@@ -37,7 +37,7 @@ def test_tidy_flattens_scalars_and_record_tables():
 
 def _tiny_failing_at(tmp_path, bad: int):
     body = [f"assert n != {bad}, 'n = {bad} is the broken point'",
-            'xb.notebook.save_results("tiny", profile, {"n": n, "score": {"value": n * scale / 10}})']
+            'xb.harness.save_results("tiny", profile, {"n": n, "score": {"value": n * scale / 10}})']
     return write_tiny(tmp_path / "nbs", body=body)
 
 

@@ -41,7 +41,7 @@ def test_witnesses_run_at_the_torch_thread_count_the_run_recorded(monkeypatch, r
 
 
 def test_every_notebook_declares_witnesses():
-    from xenbench.notebook import list_notebooks
+    from xenbench.harness import list_notebooks
 
     assert set(witnesses.registered()) == set(list_notebooks())
 

@@ -20,10 +20,11 @@ __version__ = "0.1.0"
 _SUBMODULES: dict[str, str] = {
     "data": "data", "models": "models", "methods": "methods", "studies": "studies", "viz": "viz",
     "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity", "provenance": "provenance",
-    "notebook": "notebook", "sweep": "sweep", "cli": "cli",
+    "harness": "harness", "sweep": "sweep", "cli": "cli",
     "store": "data.store", "wordnet": "data.wordnet",
     "crossencoder": "models.crossencoder", "retrievers": "models.retrievers", "scoring": "models.scoring",
-    "linking": "models.linking", "train": "models.train", "packed": "models.packed",
+    "linking": "models.linking", "train": "models.train", "packed": "models.packed", "probe": "models.probe",
+    "fingerprint": "models.fingerprint",
     "adacur": "methods.adacur", "axn": "methods.axn", "baselines": "methods.baselines", "ccsa": "methods.ccsa",
     "cur": "methods.cur", "mf": "methods.mf", "pefa": "methods.pefa", "protocol": "methods.protocol",
     "trace": "methods.trace",

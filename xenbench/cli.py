@@ -250,12 +250,13 @@ def _ids(path: str | None, all_ids: list[str], n: int | None, seed: int, what: s
 
 
 def _run(args: argparse.Namespace) -> None:
-    from xenbench.notebook import REPO_ROOT, list_notebooks, notebook_path, parse_cli_params, run_notebook
+    from xenbench._io import REPO_ROOT
+    from xenbench.harness import list_notebooks, load_spec, notebook_path, parse_cli_params, run_notebook
 
     names = list_notebooks() if args.notebook == "all" else [args.notebook]
     for name in names:
         notebook_path(name)  # an unknown name fails here, listing the notebooks
-        params = parse_cli_params(name, args.param)
+        params = parse_cli_params(load_spec(name), args.param)
         out = run_notebook(name, profile=args.profile, params=params, out_dir=Path(args.out or REPO_ROOT / "reports"),
                            html=not args.no_html, self_contained=not args.shared_plotly, log_output=args.log_output,
                            timeout=args.timeout)
@@ -272,6 +273,7 @@ def _sweep(args: argparse.Namespace) -> None:
 
 
 def _findings(args: argparse.Namespace) -> int:
+    from xenbench._io import REPO_ROOT
     from xenbench.studies import findings
 
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
@@ -457,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         args.param = params
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.cmd in ("run", "sweep"):  # what a run will cost (pairs to score, their time) is worth a line unasked
-        logging.getLogger("xenbench.notebook").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+        logging.getLogger("xenbench.harness").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         rc = args.func(args)
     except XenbenchError as err:

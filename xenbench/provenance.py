@@ -1,6 +1,6 @@
 """Provenance of a run: what produced a results file (code, parameters, libraries, machine, inputs).
 
-Every results file written by :func:`xenbench.notebook.save_results` carries a ``provenance`` object::
+Every results file written by :func:`xenbench.harness.save_results` carries a ``provenance`` object::
 
     {"git": {"commit": "c791298...", "dirty": false},   # the checkout xenbench was imported from
      "xenbench": "0.1.0",
@@ -170,7 +170,7 @@ def refusal(doc: Mapping[str, Any]) -> str | None:
     run from a dirty tree or from outside a git checkout (its commit does not say what ran)."""
     prov = doc.get("provenance")
     if not isinstance(prov, Mapping) or not isinstance(prov.get("git"), Mapping):
-        return "has no provenance (written before provenance was recorded, or not by xenbench.notebook.save_results)"
+        return "has no provenance (written before provenance was recorded, or not by xenbench.harness.save_results)"
     git = prov["git"]
     if git.get("commit") is None:
         return "was not written from a git checkout (its provenance names no commit)"

@@ -33,8 +33,8 @@ import pandas as pd
 from xenbench._io import write_text_atomic
 from xenbench._validation import PY_INT, check_choice, check_int
 from xenbench.errors import ParameterError
-from xenbench.notebook import (load_spec, notebook_path, parse_cli_params, preflight, profile_values, run_notebook,
-                               run_stem)
+from xenbench.harness import (load_spec, notebook_path, parse_cli_params, preflight, profile_values, run_notebook,
+                              run_stem)
 
 __all__ = ["grid", "point_id", "run_sweep", "tidy", "summary_figures"]
 
@@ -145,14 +145,14 @@ def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: st
         Parameter name -> the command-line texts of its values (parsed and validated like ``-p``), e.g.
         ``{"lambdas": ["0.1", "0.5"], "seed": ["0", "1"]}``. Every value is checked before anything runs.
     profile, timeout
-        As in :func:`xenbench.notebook.run_notebook`.
+        As in :func:`xenbench.harness.run_notebook`.
     out_dir
         Default ``reports/sweeps/<notebook>.<profile>``.
     backend, jobs, address
         ``"local"``: ``jobs`` worker processes (1: in this process). ``"ray"``: one Ray task per point on the
         cluster at ``address`` (None: a local Ray started here with ``jobs`` CPUs).
 
-    Every point is checked as ``xenbench run`` checks a run (:func:`xenbench.notebook.preflight`: datasets, devices,
+    Every point is checked as ``xenbench run`` checks a run (:func:`xenbench.harness.preflight`: datasets, devices,
     folders, size relations, on-demand scoring time) before any kernel starts or any file is written: one bad point
     fails the whole sweep with one line.
 
@@ -253,7 +253,7 @@ def _execute(notebook: str, profile: str, todo: list[tuple[dict[str, Any], Path]
 
 def _write_summary(out: Path, notebook: str, profile: str, table: pd.DataFrame, swept: list[str],
                    points: pd.DataFrame) -> None:
-    from xenbench.notebook import light_html
+    from xenbench.harness import light_html
 
     n_ok = int((points["status"] == "ok").sum())
     parts = [f"<h1>Sweep of {notebook} (profile {profile})</h1>",

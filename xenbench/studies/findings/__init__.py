@@ -1,7 +1,7 @@
 """Conclusions generated from results, never typed.
 
 Each notebook's closing statements are computed by one function per notebook from the notebook's
-results JSON (:func:`xenbench.notebook.save_results`), so a run with other parameters states what *it*
+results JSON (:func:`xenbench.harness.save_results`), so a run with other parameters states what *it*
 found. The same functions, applied to the committed reference run in ``notebooks/results/``, write
 docs/FINDINGS.md, and the claims table (:mod:`~xenbench.studies.findings.claims`) in README.md
 (``xenbench findings --write``, with docs/MODELS.md's bundled-CE tables: :func:`generated_blocks`); a test fails when
@@ -114,7 +114,7 @@ def markdown(notebook: str, results: Mapping[str, Any]) -> str:
 
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a results JSON written by :func:`xenbench.notebook.save_results` (the whole document)."""
+    """Read a results JSON written by :func:`xenbench.harness.save_results` (the whole document)."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -2,7 +2,7 @@
 
 No I/O and no computation beyond reshaping: the numbers come from :mod:`xenbench.studies.stats`,
 :mod:`xenbench.models.linking`, :mod:`xenbench.metrics`. Notebooks display the figures (after
-:func:`xenbench.notebook.setup_plotly`, so HTML reports keep them); widgets may update them.
+:func:`xenbench.harness.setup_plotly`, so HTML reports keep them); widgets may update them.
 
 Every builder takes keyword-only styling (``title``, ``height``) and returns a new figure.
 """

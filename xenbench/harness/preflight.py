@@ -1,0 +1,266 @@
+"""Everything a run can check before its kernel starts, so a bad value fails in seconds, not minutes into a cell.
+
+:func:`preflight` resolves every device, opens every folder, score store and dataset the values point at, checks every
+size relation (:mod:`xenbench.harness.sizes`) and, for a run that scores a user's CE on demand (``model``), plans that
+scoring (:func:`plan_scoring`): whether the score cache holds the sample already and, if not, how long scoring takes
+at the rate the CE reaches here (:func:`xenbench.models.probe.probe_rate`), refused past the cell timeout.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from xenbench.errors import DataError, ParameterError
+from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once
+from xenbench.harness.spec import SIZES, NotebookSpec, as_spec
+
+__all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "MODEL_OVERRIDES", "ce_name",
+           "refuse_checkpoint", "check_ce_path", "check_store_name", "preflight", "plan_scoring"]
+
+log = logging.getLogger(__name__)
+
+
+#: Parameters holding dataset specs, devices, folders and CE folders, by name (the same names in every notebook):
+#: :func:`preflight` opens or resolves each before a kernel starts.
+DATASET_PARAMS = ("dataset", "datasets", "eval_datasets")
+DEVICE_PARAMS = ("device",)
+FOLDER_PARAMS = ("scores_dir", "bundled_scores")
+CE_PARAMS = ("ces",)
+#: Parameters that a non-empty ``model`` replaces: its on-demand scores stand in for the store ``scores_dir``/``ce``.
+MODEL_OVERRIDES = ("scores_dir", "ce")
+_CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or a Hugging Face or "
+                "sentence-transformers folder (config.json)")
+# An authors' Lightning checkpoint loads only with its base model (load_cross_encoder(path, base=...)), which no
+# notebook parameter passes: refused before any work, saying what works instead.
+_CKPT = ("; a Lightning .ckpt needs its base model, which no notebook parameter passes: score it in Python "
+         "(xb.scoring.score_to_store(xb.crossencoder.load_cross_encoder(path, base=...), ...)) and read that store")
+
+
+def ce_name(model: str | os.PathLike[str]) -> str:
+    """The name a user's CE goes by in figures, findings and set-up lines: its folder's name,
+    ``"../models/my-ce/"`` -> ``"my-ce"``."""
+    return Path(os.fspath(model).rstrip("/\\")).name
+
+
+def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
+    """Refuse a Lightning ``.ckpt`` file as the CE of parameter ``name``: it loads only with its base model
+    (:func:`xenbench.models.crossencoder.load_cross_encoder` ``base=``), which no notebook parameter passes; the
+    message says what works instead."""
+    if Path(str(value).rstrip("/\\")).suffix == ".ckpt":
+        raise ParameterError(name, _CE_EXPECTED + _CKPT, value, owner)
+
+
+def check_ce_path(value: Any, name: str, owner: str) -> Path:
+    """``value`` as the path of a CE folder, without loading it.
+
+    Raises
+    ------
+    ParameterError
+        Naming the parameter ``name`` of ``owner``: a ``.ckpt`` file (:func:`refuse_checkpoint`), no such folder, or a
+        folder that holds no CE.
+    """
+    refuse_checkpoint(value, name, owner)
+    path = Path(str(value)).expanduser()
+    if not (path.is_dir() and any((path / f).is_file() for f in ("xenbench_ce.json", "config.json"))):
+        why = "" if path.exists() else " (no such file or folder; relative paths are read from notebooks/)"
+        raise ParameterError(name, _CE_EXPECTED + why, value, owner)
+    return path
+
+
+def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
+              timeout: int | None = None) -> dict[str, int]:
+    """Check a run against this machine and its data before a kernel starts; ``values`` are already validated.
+
+    Cheapest first: every device parameter (:data:`DEVICE_PARAMS`) resolves here; every folder
+    (:data:`FOLDER_PARAMS`; ``""`` skips) and score store exists and every CE folder (:data:`CE_PARAMS`) looks like
+    one; every dataset spec (:data:`DATASET_PARAMS`) opens and parses (a malformed file fails naming its file and
+    line); every size relation holds (:func:`~xenbench.harness.sizes.check_sizes`); with a non-empty ``model``, the
+    CE loads and the on-demand scoring is planned (:func:`plan_scoring`: one line with the pairs and the time they
+    take, refused past ``timeout``). Relative paths are read from the notebook's folder, as the kernel does.
+
+    Returns
+    -------
+    dict
+        The data's sizes (:func:`~xenbench.harness.sizes.data_sizes`), or an empty dict.
+
+    Raises
+    ------
+    ParameterError, DataError
+        One line naming the parameter (and the file and line, for a malformed dataset).
+    """
+    from xenbench._device import resolve_device
+
+    spec = as_spec(name_or_spec)
+    loaded: dict[str, Any] = {}
+    model = values.get("model") if "model" in spec.params else None
+    with in_folder(spec.path.parent):
+        for name in DEVICE_PARAMS:
+            if name in spec.params:
+                resolve_device(values[name], owner=spec.owner)
+        for name in FOLDER_PARAMS:
+            if values.get(name) and name in spec.params and not (model and name in MODEL_OVERRIDES):
+                if not Path(values[name]).is_dir():
+                    raise ParameterError(name, "an existing folder (relative paths are read from notebooks/)",
+                                         values[name], spec.owner)
+        stores = spec.data.get("store", [])
+        if not model and {"scores_dir", "ce"} <= set(spec.params) and not stores:  # 03/04 reading a store
+            stores = ["scores_dir", "ce"]
+        if stores:
+            from xenbench.data.store import ScoreStore
+
+            folder, names = (values[p] for p in stores)
+            for store in names if isinstance(names, list) else [names]:
+                check_store_name(folder, store, spec.owner, param=stores[1])
+                ScoreStore.open(Path(folder) / store)
+        for name in CE_PARAMS:
+            if name in spec.params and name not in stores:
+                for value in values[name]:
+                    check_ce_path(value, name, spec.owner)
+        if model:
+            check_ce_path(model, "model", spec.owner)
+        for name in DATASET_PARAMS:
+            if name in spec.params and values.get(name):
+                text = values[name]
+                try:
+                    for text in dataset_specs(spec, name, values[name]):
+                        load_dataset_once(text, loaded)
+                except DataError as err:  # the file and line, and which parameter pointed there
+                    raise DataError(err.path, f"{err.problem} (the {name!r} parameter of {spec.owner} is "
+                                              f"{text!r})", err.line) from None
+                except ParameterError as err:  # a loader's own parameter (a domain, a world): say whose value it is
+                    raise ParameterError(name, f"dataset specs that open (wordnet-el:<domain>, beir:<folder>, "
+                                               f"zeshel:<root>:<world>); {text!r} does not: {err}", values[name],
+                                         spec.owner) from None
+    sizes = check_sizes(spec, values, _loaded=loaded)
+    if model:
+        plan_scoring(spec, values, timeout=timeout, _loaded=loaded)
+    return sizes
+
+
+def check_store_name(scores_dir: str, ce: str, owner: str, param: str = "ce") -> None:
+    """``ce`` names a score store folder in ``scores_dir`` (the bundled cls-ce, emb-ce, emb-ce-marker or a user's own):
+    refused before any work, naming the parameter ``param`` and listing the stores there. Used by
+    :func:`xenbench.harness.kernel.check_namespace` (in the kernel) and :func:`preflight` (before it)."""
+    folder = Path(scores_dir)
+    if (folder / ce / "zarr.json").is_file():
+        return
+    found = sorted(p.name for p in folder.iterdir() if (p / "zarr.json").is_file()) if folder.is_dir() else []
+    where = f"one of the score stores in scores_dir {scores_dir!r} ({', '.join(found)})" if found else (
+        f"a score store folder in scores_dir {scores_dir!r}, which holds none (score one with xenbench score, or pass "
+        "model to score on demand)")
+    raise ParameterError(param, where, ce, owner)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else
+                                                   f"{seconds / 3600:.1f} h")
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No "Loading weights" bar from transformers while the harness loads a CE (restored afterwards)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
+                 timeout: int | None = None, _loaded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Plan the on-demand scoring of a notebook run with ``model`` (03, 04, 07): the seeded sample the kernel will
+    score (``max_queries`` x ``max_items`` of ``dataset``, as :func:`xenbench.studies.experiments.load_setup` draws
+    it), whether the score cache already holds it, and, if not, how long it takes at the rate the CE reaches here on
+    :data:`~xenbench.models.probe.PROBE_PAIRS` pairs of that sample (:func:`~xenbench.models.probe.probe_rate`).
+
+    The CE is loaded and fingerprinted once (:func:`xenbench.models.fingerprint.folder_fingerprint`); the kernel that
+    :func:`~xenbench.harness.runner.run_notebook` starts next receives the fingerprint and opens the cache without
+    loading the CE again. A folder that holds no trained head is refused by the load
+    (:func:`~xenbench.models.crossencoder.load_cross_encoder`), naming the folder.
+
+    Logs one line (INFO) with the pairs and the estimated time; logs a warning when the probe's (or the cached)
+    scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`).
+
+    Returns
+    -------
+    dict
+        ``pairs`` (still to score), ``seconds`` (estimated; 0 when cached), ``pairs_per_s``, ``cache`` (the store).
+
+    Raises
+    ------
+    ParameterError
+        When the estimate exceeds ``timeout`` (the cell timeout, seconds): names the ``max_queries``/``max_items``
+        values that fit and the timeout that would do.
+    DataError
+        From loading the CE: a folder that is not a usable CE (e.g. its classifier head missing), naming it.
+    """
+    from xenbench.models.fingerprint import release_shared
+
+    try:
+        return _plan(as_spec(name_or_spec), values, timeout, {} if _loaded is None else _loaded)
+    finally:
+        release_shared()  # this process needs the CE no more; the kernel finds the cache by the fingerprint
+
+
+def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any]) -> dict[str, Any]:
+    from xenbench.data.store import ScoreStore
+    from xenbench.models.fingerprint import folder_fingerprint, load_shared
+    from xenbench.models.probe import PROBE_PAIRS, degenerate_scores, probe_rate
+    from xenbench.models.scoring import cache_path
+    from xenbench.sampling import sample_rows
+
+    data = spec.data
+    model = values["model"]
+    with in_folder(spec.path.parent):
+        path = check_ce_path(model, "model", spec.owner).resolve()
+        (ds,) = [load_dataset_once(s, loaded) for s in dataset_specs(spec, data["dataset"], values[data["dataset"]])]
+    with _quiet_transformers():
+        fingerprint = folder_fingerprint(path)
+    name, seed = ce_name(model), values.get(data.get("seed", ""), 0)
+    caps = {size: values.get(data.get(f"max_{size}", "")) for size in SIZES}
+    rows = sample_rows(len(ds.queries), caps["queries"], seed, kind="queries")
+    cols = sample_rows(len(ds.items), caps["items"], seed, kind="items")
+    sub = ds.subset([ds.queries[r].id for r in rows], [ds.items[i].id for i in cols])
+    nq, ni = len(sub.queries), len(sub.items)
+    out = cache_path(fingerprint, sub)
+    todo = 1.0
+    with contextlib.suppress(DataError, OSError, KeyError):
+        store = ScoreStore.open(out)
+        if store.is_complete:
+            warning = degenerate_scores(store.to_numpy(), name)
+            if warning:
+                log.warning(warning)
+            log.info("%s: the scores of %s on %d queries x %d items are cached (%s): no scoring", spec.name, name,
+                     nq, ni, out)
+            return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}
+        todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
+    pairs = int(round(nq * ni * todo))
+    with _quiet_transformers():
+        ce = load_shared(path)  # the CE the fingerprint was computed from: loaded once
+    probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))
+    rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
+    warning = degenerate_scores(probe.scores, name)
+    if warning:
+        log.warning(warning)
+    seconds = pairs / rate
+    what = (f"scoring {nq} queries x {ni} items = {pairs:,} pairs with {name} takes about {_duration(seconds)} at the "
+            f"{rate:.0f} pairs/s measured here on {probe.timing.device}")
+    if timeout is not None and seconds > timeout:
+        fit_q = int(0.8 * timeout * rate / ni)
+        fit_i = int(0.8 * timeout * rate / nq)
+        cap = data.get("max_queries", "max_queries")
+        raise ParameterError(
+            cap, f"at most about {fit_q} here for the on-demand scoring to fit in the cell timeout: {what}, past the "
+                 f"{timeout} s timeout. Or lower {data.get('max_items', 'max_items')} (about {fit_i} fits), or raise "
+                 f"the timeout (xenbench run --timeout {math.ceil(seconds * 1.25)})", caps["queries"], spec.owner)
+    log.info("%s: %s (once: cached in %s for later runs)", spec.name, what, out)
+    return {"pairs": pairs, "seconds": seconds, "pairs_per_s": rate, "cache": out}

@@ -1,0 +1,288 @@
+"""Run a notebook headless under a profile with papermill, into a report that replaces the previous one only on success.
+
+Outputs of ``run_notebook("00_data", profile="quick")`` in ``out_dir``: ``00_data.quick.ipynb`` (executed),
+``00_data.quick.html`` (a self-contained offline report: it draws its figures wherever it is copied; see
+:mod:`xenbench.harness.report`) and, written by the notebook's last cell, ``00_data.quick.results.json``
+(:func:`xenbench.harness.results.save_results`). A run writes into a hidden staging folder and replaces the previous
+report only when it has succeeded: a failed or killed run leaves the previous good report in place (a failed one adds
+``00_data.quick.failed.ipynb``). A second run of the same notebook, profile and data while one is running is refused
+(the lock ``.00_data.quick.ipynb.lock``).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from xenbench._io import pid_alive, write_text_atomic
+from xenbench._validation import PY_INT, check_int
+from xenbench.errors import ParameterError
+from xenbench.models.fingerprint import fingerprints_env
+from xenbench.harness.params import validate_params
+from xenbench.harness.preflight import preflight
+from xenbench.harness.report import (final_progress, light_html, summarize_warnings, summary_first, warning_key,
+                                     without_widget_state)
+from xenbench.harness.results import REPORTS_ENV
+from xenbench.harness.spec import BASE_PROFILE, NotebookSpec, as_spec, load_spec, notebook_path, profile_values
+
+__all__ = ["IDENTITY_PARAMS", "run_notebook", "run_stem"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration (a kernel started meanwhile inherits them)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+#: Parameters that say *what* a notebook ran on; a run that changes one gets its own report names.
+IDENTITY_PARAMS = ("dataset", "datasets", "ce", "ces", "model", "scores_dir", "eval_datasets")
+
+
+def _slug(value: Any) -> str:
+    parts = value if isinstance(value, (list, tuple)) else [value]
+    # "beir:/data/scifact" -> "beir-scifact"; "../models/cls-ce" -> "cls-ce"
+    words = []
+    for v in parts:
+        kind, _, rest = str(v).partition(":") if ":" in str(v) else ("", "", str(v))
+        base = Path(rest.rstrip("/")).name or rest
+        words.append("-".join(w for w in (kind, base) if w))
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "+".join(words)).strip("-.")[:80] or "x"
+
+
+def run_stem(spec: NotebookSpec | str, profile: str, values: Mapping[str, Any]) -> str:
+    """File stem of a run's outputs: ``<name>.<profile>``, plus the dataset/model when they differ from the
+    profile's (e.g. ``00_data.ci.beir-scifact``), so a run on other data never overwrites the bundled run's."""
+    spec = as_spec(spec)
+    base = profile_values(spec, profile)
+    tags = [_slug(values[k]) for k in IDENTITY_PARAMS if k in spec.params and k in values and values[k] != base[k]]
+    return ".".join([spec.name, profile, *tags])
+
+
+
+class _Echo:
+    """The kernel's stdout or stderr, passed to this process's as the cells write it (papermill's ``stdout_file``/
+    ``stderr_file``): progress bars and log lines as they come, each library warning once (then counted, and the
+    count written at the end)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.counts: dict[str, int] = {}
+
+    def write(self, text: str) -> None:
+        kept = []
+        for line in text.splitlines(keepends=True):
+            key = warning_key(line)
+            if key is not None:
+                self.counts[key] = self.counts.get(key, 0) + 1
+                if self.counts[key] > 1:
+                    continue
+            kept.append(line)
+        self.stream.write("".join(kept))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def summary(self) -> None:
+        for key, n in self.counts.items():
+            if n > 1:
+                self.stream.write(f"({n - 1} more warnings like: {key})\n")
+        self.stream.flush()
+
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def run_notebook(
+    notebook: str | os.PathLike[str],
+    *,
+    profile: str = BASE_PROFILE,
+    params: Mapping[str, Any] | None = None,
+    out_dir: str | os.PathLike[str] = Path("reports"),
+    timeout: int = 1200,
+    kernel: str = "python3",
+    html: bool = True,
+    self_contained: bool = True,
+    progress_bar: bool | None = None,
+    log_output: bool = False,
+) -> Path:
+    """Execute a notebook under a profile with papermill and export its HTML report.
+
+    Parameters
+    ----------
+    notebook
+        A name in ``notebooks/`` (``"00_data"``) or the path of an ``.ipynb`` file; its profiles file
+        is the ``.yaml`` beside it.
+    profile
+        A profile of the profiles file (``quick``, ``full``, ...); its values update ``quick``'s.
+    params
+        Values overriding the profile's, e.g. ``{"max_queries": 50}``.
+    out_dir
+        Folder of the outputs (created).
+    timeout
+        Seconds each cell may run.
+    kernel
+        Jupyter kernel name.
+    html
+        Also export ``<name>.<profile>.html``: offline, no CDN (MathJax and require.js are dropped: no report
+        uses them), no saved widget state, progress bars in their finished state, each library warning once
+        (:func:`~xenbench.harness.report.summarize_warnings`).
+    self_contained
+        plotly.js inside each HTML report (default: a report copied alone still draws its figures); False shares one
+        ``plotly-<version>.min.js`` beside the reports (about 4.6 MB less each; see
+        :func:`~xenbench.harness.report.light_html`).
+    progress_bar
+        Show the run's progress in this terminal: papermill's bar over the cells and the kernel's stderr as it
+        comes (its progress bars, e.g. the pairs, rate and time left of on-demand scoring, its log lines, each
+        library warning once). Default on, except under CI (``$CI`` set).
+    log_output
+        Also echo the kernel's stdout (what the cells print) to this process's stdout.
+
+    Returns
+    -------
+    Path
+        ``out_dir/<stem>.ipynb``, the executed notebook; ``<stem>`` is ``<name>.<profile>``, plus the
+        dataset/model when they differ from the profile's (:func:`run_stem`).
+
+    Raises
+    ------
+    ParameterError
+        Unknown notebook, profile or parameter, a bad value, or anything
+        :func:`~xenbench.harness.preflight.preflight` finds (a device this machine lacks, a missing folder, a size
+        relation the data breaks, a ``.ckpt`` as ``model``, on-demand scoring past ``timeout``) -- before any kernel
+        starts, and nothing is written.
+    DataError
+        Missing or malformed profiles file or dataset; or another run of the same notebook, profile and data is
+        writing into ``out_dir`` (its lock ``.<stem>.ipynb.lock``).
+    papermill.PapermillExecutionError
+        A cell failed; the partly executed notebook is kept as ``<name>.<profile>.failed.ipynb``.
+
+    Notes
+    -----
+    The kernel runs in the notebook's folder (relative paths behave as in JupyterLab) with ``$XENBENCH_REPORTS`` set
+    to ``out_dir``, where the notebook's :func:`~xenbench.harness.results.save_results` writes, Hugging Face progress
+    bars off unless ``$HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise, and the fingerprints of the CEs the preflight
+    loaded (:data:`xenbench.models.fingerprint.FINGERPRINTS_ENV`), so the kernel finds their cached scores without
+    loading them again. (The kernel inherits this process's environment, which is set for the duration of the run:
+    do not call ``run_notebook`` from several threads at once.)
+    The notebook runs in a hidden staging folder inside ``out_dir`` (its results JSON and HTML too); only
+    when everything has succeeded are the executed notebook, the HTML and the results JSON renamed over the
+    previous run's, so a failed or killed run never destroys a good report and the folder never mixes two
+    runs. A failure adds ``<name>.<profile>.failed.ipynb`` beside the previous report; a later success
+    removes it.
+    """
+    path = notebook_path(notebook)
+    spec = load_spec(path)
+    if not isinstance(kernel, str) or not kernel:
+        raise ParameterError("kernel", "a Jupyter kernel name such as 'python3'", kernel, "run_notebook")
+    check_int(timeout, "timeout", 1, None, "run_notebook", types=PY_INT, expected="an int >= 1 (seconds per cell)")
+    if params is not None and "profile" in params:
+        raise ParameterError("params", "values of the notebook's parameters; choose the profile with profile=",
+                             dict(params), "run_notebook")
+    values = {**profile_values(spec, profile), **validate_params(spec, dict(params or {}))}
+    values["profile"] = profile
+    preflight(spec, values, timeout=timeout)
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    stem = run_stem(spec, profile, values)
+    from xenbench.data.store import writer_lock
+
+    # One run per report at a time: a second `xenbench run` of the same notebook, profile and data is refused.
+    with writer_lock(out / f"{stem}.ipynb"):
+        return _run_locked(path, spec, profile, values, out, stem, timeout=timeout, kernel=kernel, html=html,
+                           self_contained=self_contained, progress_bar=progress_bar, log_output=log_output)
+
+
+def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, Any], out: Path, stem: str, *,
+                timeout: int, kernel: str, html: bool, self_contained: bool, progress_bar: bool | None,
+                log_output: bool) -> Path:
+    import sys
+
+    import nbformat
+    import papermill as pm
+
+    final, failed = out / f"{stem}.ipynb", out / f"{stem}.failed.ipynb"
+    report, results = out / f"{stem}.html", out / f"{stem}.results.json"
+    for old in out.glob(f".{stem}.*.staging"):  # left by a killed run (its pid is gone)
+        pid = old.name[len(stem) + 2 :].split(".", 1)[0]
+        if not (pid.isdigit() and pid_alive(int(pid))):
+            shutil.rmtree(old, ignore_errors=True)
+    stage = out / f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.staging"
+    stage.mkdir()
+    # The kernel's save_results names its file <name>.<profile>.results.json; it is renamed to the stem below.
+    staged = {final: stage / final.name, report: stage / report.name,
+              results: stage / f"{spec.name}.{profile}.results.json"}
+    if progress_bar is None:
+        progress_bar = not _in_ci()
+
+    log.info("running %s (profile %s)", path.name, profile)
+    log.debug("parameters of %s: %s", path.name, values)
+    echo_err = _Echo(sys.stderr) if progress_bar else None
+    echo_out = _Echo(sys.stdout) if log_output else None
+    start = time.perf_counter()
+    try:
+        # Progress bars of Hugging Face loaders only clutter a report (they are frozen widgets in HTML). The kernel's
+        # own bars are text (setup_plotly), redrawn at most every 2 s: its stderr is echoed here and saved.
+        quiet = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        # The CE fingerprints the preflight computed: the kernel's score-cache lookup reuses them instead of loading
+        # and hashing the CE again (xenbench.models.fingerprint).
+        with _environ(**{REPORTS_ENV: str(stage), "HF_HUB_DISABLE_PROGRESS_BARS": quiet,
+                         "TQDM_MININTERVAL": os.environ.get("TQDM_MININTERVAL", "2"), **fingerprints_env()}):
+            nb = pm.execute_notebook(
+                path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
+                execution_timeout=timeout, progress_bar=progress_bar, log_output=False,
+                stdout_file=echo_out, stderr_file=echo_err, coalesce_streams=True,
+                # The kernel process's own start-up notices (e.g. "running over TCP without encryption" on
+                # 127.0.0.1) are not the notebook's: only its errors reach the terminal.
+                extra_arguments=["--IPKernelApp.log_level=ERROR"],
+            )
+        log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
+        nb = without_widget_state(nb)
+        final_progress(nb)
+        summarize_warnings(nb)
+        nbformat.write(nbformat.from_dict(nb), staged[final])
+        if html:
+            from nbconvert import HTMLExporter
+
+            body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(summary_first(nb)))
+            write_text_atomic(staged[report], light_html(body, out, self_contained=self_contained))
+    except BaseException as exc:
+        if echo_err is not None:
+            echo_err.summary()
+        if staged[final].exists():
+            os.replace(staged[final], failed)
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"The partly executed notebook is kept in {failed}; the previous report is untouched")
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if echo_err is not None:
+        echo_err.summary()
+    # Success: every output is complete; replace the previous run's set (a name this run lacks is removed).
+    for dest, src in staged.items():
+        if src.exists():
+            os.replace(src, dest)
+        else:
+            dest.unlink(missing_ok=True)
+    failed.unlink(missing_ok=True)
+    shutil.rmtree(stage, ignore_errors=True)
+    return final
