@@ -895,8 +895,8 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     (:meth:`xenbench.data.datasets.Dataset.subset`) to score only what the notebook needs. The store lives in
     ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config (:func:`model_fingerprint`, computed once
     per run: :func:`xenbench.models.fingerprint.folder_fingerprint`) and of every query and item text, so another
-    checkpoint or another sample gets its own store; the CE is loaded only when something is left to score. Scoring is resumable
-    (:func:`score_to_store`): an interrupted run continues where it stopped.
+    checkpoint or another sample gets its own store; the CE is loaded only when something is left to score. Scoring
+    is resumable (:func:`score_to_store`): an interrupted run continues where it stopped.
 
     Parameters
     ----------
