@@ -1,8 +1,10 @@
-"""A CE loaded and fingerprinted once per run (xenbench.models.fingerprint), and the one rate probe (models.probe).
+"""A CE fingerprinted once and loaded once per process (xenbench.models.fingerprint), and the one rate probe
+(xenbench.models.probe).
 
 Truth: the fingerprint is :func:`model_fingerprint` of a freshly loaded CE; "not loaded again" is shown by replacing
-``load_cross_encoder`` with a function that fails the test; a changed file (its modification time) makes a process
-load and hash again; the probe's scores equal ``score_matrix`` on the seeded sample it documents.
+``load_cross_encoder`` with a function that fails the test; a new process is stood in for by forgetting what this one
+found; a changed file (its modification time) or another library version makes it load and hash again; the probe's
+scores equal ``score_matrix`` on the seeded sample it documents.
 """
 from __future__ import annotations
 
@@ -25,12 +27,10 @@ QUERIES = [Query(f"q{k}", f"we talked about the {WORDS[k % 10]} and the {WORDS[(
 ITEMS = [Item(f"i{k}", WORDS[k % 10] + str(k), f"a {WORDS[(k * 7) % 10]} near a {WORDS[k % 10]}") for k in range(70)]
 
 
-@pytest.fixture
-def fresh(monkeypatch):
-    """A process that has computed and loaded nothing yet, and received no fingerprints."""
-    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
+def _new_process(monkeypatch):
+    """What another process (the kernel, a later run) knows: only the records in the cache folder."""
+    monkeypatch.setattr(fingerprint, "_KNOWN", {})
     monkeypatch.setattr(fingerprint, "_SHARED", None)
-    monkeypatch.delenv(fingerprint.FINGERPRINTS_ENV, raising=False)
 
 
 def _no_load(monkeypatch):
@@ -40,64 +40,64 @@ def _no_load(monkeypatch):
     monkeypatch.setattr(crossencoder, "load_cross_encoder", fail)
 
 
-@pytest.fixture(scope="module")
-def ce_copy(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("ce") / "my-ce"
+@pytest.fixture
+def ce_copy(tmp_path, monkeypatch) -> Path:
+    """A CE folder of this test's own, and a cache folder of its own."""
+    monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
+    _new_process(monkeypatch)
+    folder = tmp_path / "my-ce"
     shutil.copytree(CE, folder)
     return folder
 
 
-def test_a_folder_is_fingerprinted_once_per_process_and_handed_to_a_child(fresh, monkeypatch, ce_copy):
+def test_a_ce_is_fingerprinted_once_and_found_by_later_processes(monkeypatch, ce_copy):
     truth = fingerprint.model_fingerprint(crossencoder.load_cross_encoder(ce_copy))
+    assert fingerprint.stored_fingerprint(ce_copy) is None
     assert fingerprint.folder_fingerprint(ce_copy) == truth
-    env = fingerprint.fingerprints_env()
     _no_load(monkeypatch)
     assert fingerprint.folder_fingerprint(ce_copy) == truth  # this process: remembered
-    # a child process (the kernel): nothing computed there, the parent's fingerprint in its environment
-    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
-    monkeypatch.setattr(fingerprint, "_SHARED", None)
-    monkeypatch.setenv(fingerprint.FINGERPRINTS_ENV, env[fingerprint.FINGERPRINTS_ENV])
+    _new_process(monkeypatch)
     provenance.clear_inputs()
-    assert fingerprint.folder_fingerprint(str(ce_copy) + "/") == truth
+    assert fingerprint.stored_fingerprint(str(ce_copy) + "/") == truth  # the record, by any spelling of the path
     assert ("model", ce_copy.resolve()) in provenance.recorded_inputs()  # recorded as read, as a load would
+    other = ce_copy.parent / "same-bytes-elsewhere"
+    shutil.copytree(ce_copy, other)
+    assert fingerprint.stored_fingerprint(other) is None  # another folder has its own record
 
 
-def test_a_changed_file_is_loaded_and_hashed_again(fresh, monkeypatch, ce_copy):
+@pytest.mark.parametrize("change", ["file", "library"])
+def test_a_changed_file_or_library_is_loaded_and_hashed_again(monkeypatch, ce_copy, change):
     fingerprint.folder_fingerprint(ce_copy)
-    env = fingerprint.fingerprints_env()
+    _new_process(monkeypatch)
     weights = ce_copy / crossencoder.WEIGHTS_NAME
-    st = weights.stat()
-    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten (same bytes: the load verifies them)
-    try:
-        monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {**fingerprint._FINGERPRINTS})
-        monkeypatch.setenv(fingerprint.FINGERPRINTS_ENV, env[fingerprint.FINGERPRINTS_ENV])
-        _no_load(monkeypatch)
-        with pytest.raises(AssertionError, match="loaded again"):
-            fingerprint.folder_fingerprint(ce_copy)  # neither this process's entry nor the parent's is trusted
-        with pytest.raises(AssertionError, match="loaded again"):
-            fingerprint.load_shared(ce_copy)
-    finally:
-        os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if change == "file":  # rewritten (same bytes, so that the load's checksums still pass)
+        st = weights.stat()
+        os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    else:
+        real = fingerprint._version
+        monkeypatch.setattr(fingerprint, "_version", lambda name: "99.0" if name == "transformers" else real(name))
+    assert fingerprint.stored_fingerprint(ce_copy) is None
+    _no_load(monkeypatch)
+    with pytest.raises(AssertionError, match="loaded again"):
+        fingerprint.folder_fingerprint(ce_copy)
 
 
-def test_load_shared_returns_one_object_per_folder(fresh, monkeypatch, ce_copy):
+def test_load_shared_returns_one_object_per_folder(monkeypatch, ce_copy):
     first = fingerprint.load_shared(ce_copy)
     _no_load(monkeypatch)
-    assert fingerprint.load_shared(Path(ce_copy).parent / ".." / ce_copy.parent.name / ce_copy.name) is first
+    assert fingerprint.load_shared(ce_copy.parent / ".." / ce_copy.parent.name / ce_copy.name) is first
     fingerprint.release_shared()
     with pytest.raises(AssertionError, match="loaded again"):
         fingerprint.load_shared(ce_copy)
 
 
-def test_a_kernel_finds_its_cached_sample_without_loading_the_ce(fresh, monkeypatch, tmp_path, ce_copy):
+def test_a_cached_sample_is_found_without_loading_the_ce(monkeypatch, tmp_path, ce_copy):
     data = Dataset("mine", ITEMS[:5], QUERIES[:3], gold={})
-    store = scoring.cached_scores(ce_copy, data, cache=tmp_path, device="cpu", progress=False)
-    env = fingerprint.fingerprints_env()
-    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
-    monkeypatch.setattr(fingerprint, "_SHARED", None)
-    monkeypatch.setenv(fingerprint.FINGERPRINTS_ENV, env[fingerprint.FINGERPRINTS_ENV])
+    store = scoring.cached_scores(ce_copy, data, cache=tmp_path / "scores", device="cpu", progress=False)
+    assert store.path == fingerprint.cache_path(crossencoder.load_cross_encoder(ce_copy), data, tmp_path / "scores")
+    _new_process(monkeypatch)
     _no_load(monkeypatch)
-    again = scoring.cached_scores(ce_copy, data, cache=tmp_path, device="cpu")
+    again = scoring.cached_scores(ce_copy, data, cache=tmp_path / "scores", device="cpu")
     assert again.path == store.path and np.array_equal(again.to_numpy(), store.to_numpy())
 
 

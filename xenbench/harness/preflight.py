@@ -182,9 +182,11 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     it), whether the score cache already holds it, and, if not, how long it takes at the rate the CE reaches here on
     :data:`~xenbench.models.probe.PROBE_PAIRS` pairs of that sample (:func:`~xenbench.models.probe.probe_rate`).
 
-    The CE is loaded and fingerprinted once (:func:`xenbench.models.fingerprint.folder_fingerprint`); the kernel that
-    :func:`~xenbench.harness.runner.run_notebook` starts next receives the fingerprint and opens the cache without
-    loading the CE again. A folder that holds no trained head is refused by the load
+    The CE's fingerprint (the key of the cache) is computed the first time the CE is used and recorded
+    (:func:`xenbench.models.fingerprint.folder_fingerprint`): the kernel that
+    :func:`~xenbench.harness.runner.run_notebook` starts next, and every later run, open the cache without loading the
+    CE; it is loaded (once) only to fingerprint it the first time or to measure its rate when something is left to
+    score. A folder that holds no trained head is refused by that load
     (:func:`~xenbench.models.crossencoder.load_cross_encoder`), naming the folder.
 
     Logs one line (INFO) with the pairs and the estimated time; logs a warning when the probe's (or the cached)
@@ -213,9 +215,8 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
 
 def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any]) -> dict[str, Any]:
     from xenbench.data.store import ScoreStore
-    from xenbench.models.fingerprint import folder_fingerprint, load_shared
-    from xenbench.models.probe import PROBE_PAIRS, degenerate_scores, probe_rate
-    from xenbench.models.scoring import cache_path
+    from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
+    from xenbench.models.probe import degenerate_scores
     from xenbench.sampling import sample_rows
 
     data = spec.data
@@ -223,8 +224,10 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     with in_folder(spec.path.parent):
         path = check_ce_path(model, "model", spec.owner).resolve()
         (ds,) = [load_dataset_once(s, loaded) for s in dataset_specs(spec, data["dataset"], values[data["dataset"]])]
-    with _quiet_transformers():
-        fingerprint = folder_fingerprint(path)
+    fingerprint = stored_fingerprint(path)  # a CE used before: no load (transformers is not even imported)
+    if fingerprint is None:
+        with _quiet_transformers():
+            fingerprint = folder_fingerprint(path)
     name, seed = ce_name(model), values.get(data.get("seed", ""), 0)
     caps = {size: values.get(data.get(f"max_{size}", "")) for size in SIZES}
     rows = sample_rows(len(ds.queries), caps["queries"], seed, kind="queries")
@@ -244,8 +247,10 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
             return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}
         todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
     pairs = int(round(nq * ni * todo))
+    from xenbench.models.probe import PROBE_PAIRS, probe_rate
+
     with _quiet_transformers():
-        ce = load_shared(path)  # the CE the fingerprint was computed from: loaded once
+        ce = load_shared(path)  # the CE the fingerprint was just computed from, if it was: loaded once
     probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))
     rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
     warning = degenerate_scores(probe.scores, name)

