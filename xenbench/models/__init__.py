@@ -2,8 +2,8 @@
 
 ``crossencoder`` ([CLS]-CE and [EMB]-CE, ANNCUR §2.6), ``retrievers`` (dual encoder and TF-IDF), ``scoring`` (the
 batched query × item scorer), ``packed`` (its padding-free forward), ``probe`` (a CE's rate and score spread on a few
-pairs), ``fingerprint`` (a CE loaded and fingerprinted once per run), ``linking`` (entity-linking accuracy of a CE
-re-ranking), ``train`` (CE training, ANNCUR §4 / the ZESHEL recipe).
+pairs), ``fingerprint`` (the score-cache key; a CE fingerprinted once, loaded once per process), ``linking``
+(entity-linking accuracy of a CE re-ranking), ``train`` (CE training, ANNCUR §4 / the ZESHEL recipe).
 """
 from __future__ import annotations
 
