@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from xenbench.cli import build_parser
-from xenbench.notebook import REPO_ROOT, list_notebooks, parse_cli_params
+from xenbench._io import REPO_ROOT
+from xenbench.harness import list_notebooks, load_spec, parse_cli_params
 
 PAGES = [REPO_ROOT / "README.md", REPO_ROOT / "ARCHITECTURE.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 IDS = [p.relative_to(REPO_ROOT).as_posix() for p in PAGES]
@@ -146,7 +147,8 @@ def _check_xenbench(tokens: list[str], shown: str, *, full: bool) -> None:
         if args.cmd in ("run", "sweep"):
             assert args.notebook in [*list_notebooks(), "all"], f"{shown}: no notebook {args.notebook}"
             pairs = [(p[0], p[1]) for p in args.param] if args.cmd == "run" else []
-            parse_cli_params(args.notebook, pairs)  # every -p names a parameter of that notebook, with a valid value
+            # every -p names a parameter of that notebook, with a valid value
+            parse_cli_params(load_spec(args.notebook), pairs)
         return
     sub, _ = _subparser(parser, tokens)
     known = {s for a in sub._actions for s in a.option_strings}
