@@ -216,7 +216,7 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
 def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any]) -> dict[str, Any]:
     from xenbench.data.store import ScoreStore
     from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
-    from xenbench.models.probe import degenerate_scores
+    from xenbench.models.probe import PROBE_PAIRS, degenerate_scores, probe_rate  # the scorer loads in probe_rate only
     from xenbench.sampling import sample_rows
 
     data = spec.data
@@ -247,8 +247,6 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
             return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}
         todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
     pairs = int(round(nq * ni * todo))
-    from xenbench.models.probe import PROBE_PAIRS, probe_rate
-
     with _quiet_transformers():
         ce = load_shared(path)  # the CE the fingerprint was just computed from, if it was: loaded once
     probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))

@@ -115,9 +115,10 @@ def check_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Map
     """Check every size relation of a notebook against its data (:func:`data_sizes`), before any kernel starts.
 
     Two kinds: an ``at_most`` parameter (each value at most the data's items or queries), and each relation of the
-    profiles file's ``fits`` (:class:`Fit`), e.g. ``n_anchor_queries + n_dev_queries + 1 <= queries``: anchor,
-    dev and at least one test query within the queries the notebook samples. A broken relation names the
-    parameters to lower and, when a ``max_*`` cap binds, the cap to raise, in the notebook's own parameter names.
+    profiles file's ``fits`` (:class:`~xenbench.harness.spec.Fit`), e.g. ``n_anchor_queries + n_dev_queries + 1 <=
+    queries``: anchor, dev and at least one test query within the queries the notebook samples. A broken relation
+    names the parameters to lower and, when a ``max_*`` cap binds, the cap to raise, in the notebook's own parameter
+    names.
 
     Returns
     -------

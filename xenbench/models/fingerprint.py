@@ -7,8 +7,9 @@ for a MiniLM, a minute for a large reranker. A notebook run with ``model`` needs
 (is the sample cached? how long does scoring take?) and then the kernel (open the cache), and every rerun needs it
 again. So :func:`folder_fingerprint` records it in the cache folder (``<cache>/fingerprints/``), under a key made of
 the CE's resolved path, the size and modification time of every file it is loaded from (its backbone's too; the
-bundled backbone's package version) and the versions of xenbench, torch and transformers: the first run loads and hashes; the kernel of that run and every later
-run read the record, without loading the CE, until a file or a version changes. (A file rewritten with the same size
+bundled backbone's package version) and the versions of xenbench, torch and transformers: the first run loads and
+hashes; the kernel of that run and every later run read the record, without loading the CE, until a file or a version
+changes. (A file rewritten with the same size
 and the same modification time to the nanosecond would go unnoticed, as it would by make or rsync.)
 
 :func:`load_shared` keeps the one CE a process loaded: a kernel that scores with it and then times it loads it once.
@@ -81,8 +82,8 @@ def cache_path(ce: CrossEncoder | str, dataset: Dataset, cache: str | os.PathLik
 
 def _sources(path: Path) -> list[Path | str]:
     """What a CE at ``path`` is loaded from: itself, and a xenbench folder's backbone (a folder, or for the bundled one
-    the package and ``$XENBENCH_BACKBONE`` that :func:`~xenbench.models.crossencoder.bundled_backbone` reads: that module
-    is not imported here, as it imports transformers)."""
+    the package and ``$XENBENCH_BACKBONE`` that :func:`~xenbench.models.crossencoder.bundled_backbone` reads: that
+    module is not imported here, as it imports transformers)."""
     out: list[Path | str] = [path]
     config = path / "xenbench_ce.json"  # crossencoder.CONFIG_NAME
     if config.is_file():
@@ -147,9 +148,9 @@ def stored_fingerprint(path: str | os.PathLike[str]) -> str | None:
 
 
 def folder_fingerprint(path: str | os.PathLike[str]) -> str:
-    """:func:`model_fingerprint` of the CE at ``path``: :func:`stored_fingerprint` if there is one, else the CE is loaded
-    (:func:`load_shared`) and hashed, and the result recorded for later lookups (a cache folder that cannot be written
-    only costs the next lookup a load)."""
+    """:func:`model_fingerprint` of the CE at ``path``: :func:`stored_fingerprint` if there is one, else the CE is
+    loaded (:func:`load_shared`) and hashed, and the result recorded for later lookups (a cache folder that cannot be
+    written only costs the next lookup a load)."""
     found = stored_fingerprint(path)
     if found is not None:
         return found

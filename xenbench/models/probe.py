@@ -14,7 +14,7 @@ import numpy as np
 from xenbench._validation import check_int
 from xenbench.sampling import sample_rows
 
-if TYPE_CHECKING:  # the scorer (torch, transformers) loads with probe_rate: degenerate_scores on cached scores needs none
+if TYPE_CHECKING:  # the scorer (torch, transformers) loads in probe_rate: degenerate_scores on cached scores needs none
     from xenbench.data.datasets import Item, Query
     from xenbench.models.crossencoder import CrossEncoder
     from xenbench.models.scoring import ScoredMatrix
