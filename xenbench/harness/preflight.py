@@ -178,7 +178,7 @@ def _quiet_transformers() -> Iterator[None]:
 def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
                  timeout: int | None = None, _loaded: dict[str, Any] | None = None) -> dict[str, Any]:
     """Plan the on-demand scoring of a notebook run with ``model`` (03, 04, 07): the seeded sample the kernel will
-    score (``max_queries`` x ``max_items`` of ``dataset``, as :func:`xenbench.studies.experiments.load_setup` draws
+    score (``max_queries`` x ``max_items`` of ``dataset``, as :func:`xenbench.studies.setup.load_setup` draws
     it), whether the score cache already holds it, and, if not, how long it takes at the rate the CE reaches here on
     :data:`~xenbench.models.probe.PROBE_PAIRS` pairs of that sample (:func:`~xenbench.models.probe.probe_rate`).
 
