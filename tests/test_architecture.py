@@ -184,8 +184,9 @@ DRIVERS: dict[str, str] = {
     "00_data": "stats", "01_score_matrices": "stats", "02_rank_cls_vs_emb": "rank", "03_adacur_rounds": "adacur",
     "04_axn_lambda": "axn", "05_pefa_lambda": "pefa", "06_ccsa_balance": "ccsa", "07_compare_methods": "compare",
 }
-#: ``studies/`` modules a notebook may read its inputs from besides its driver, and the conclusions every notebook shows.
-INPUTS = {"setup", "splits", "corpus"}
+#: ``studies/`` modules a notebook may read its inputs from besides its driver (and ``records``, which packs the raw
+#: records its results file saves), and the conclusions every notebook shows.
+INPUTS = {"setup", "splits", "corpus", "records"}
 CONCLUSIONS = "findings"
 NOTEBOOKS = PACKAGE.parent / "notebooks"
 

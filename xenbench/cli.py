@@ -281,12 +281,13 @@ def _findings(args: argparse.Namespace) -> int:
         from xenbench.studies import witnesses
 
         found = witnesses.verify(results_dir, log=lambda line: print(line, file=sys.stderr))
-        bad = witnesses.describe(found)
-        for line in bad:
+        for line in witnesses.describe(found):
             print(f"xenbench: error: {line}", file=sys.stderr)
-        print(f"{len(found) - len(bad)} of {len(found)} witnesses of {results_dir} hold with today's code"
-              + (f"; {len(bad)} do not: re-run those notebooks" if bad else ""))
-        return 1 if bad else 0
+        n_bad = sum(not w.ok for w in found)
+        kinds = ", ".join(f"{sum(w.source == s for w in found)} {s}" for s in witnesses.SOURCES)
+        print(f"{len(found) - n_bad} of {len(found)} witnesses of {results_dir} hold with today's code and inputs "
+              f"({kinds})" + (f"; {n_bad} do not: re-run those notebooks" if n_bad else ""))
+        return 1 if n_bad else 0
     if args.write:
         for b, changed in findings.write_docs(results_dir):
             print(f"{b.path}: {b.what} {'rewritten' if changed else 'already up to date'}")
@@ -409,8 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "docs/MODELS.md's bundled-CE tables")
     mode.add_argument("--check", action="store_true", help="exit 2 if a generated block is stale")
     mode.add_argument("--verify", action="store_true",
-                      help="recompute each notebook's witness cells of the committed results with today's code; exit 1 "
-                           "naming every cell that no longer matches (xenbench.studies.witnesses)")
+                      help="check the committed results: each recorded input digest against the checkout, every "
+                           "summary re-derived from the file's own records, and each notebook's witness cells recomputed "
+                           "from the stores with today's code; exit 1 naming every cell that no longer matches "
+                           "(xenbench.studies.witnesses)")
     f.set_defaults(func=_findings)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")

@@ -5,13 +5,14 @@ Drivers (a notebook calls its own as ``xb.studies.<name>``): ``stats`` (00, 01: 
 λ), ``pefa`` (05: PEFA's λ and its gain over the DE), ``ccsa`` (06: CCSA's balance and retrieval), ``compare`` (07:
 every method side by side). Their inputs: ``setup`` (03, 04, 07: the exact score matrix of one CE), ``splits``
 (05: pooled labelled queries and their split regimes), ``corpus`` (06: a DE-embedded corpus). ``findings`` (each
-notebook's conclusions, generated from its results JSON) and ``witnesses`` (a few cells of each committed result,
-re-derived with today's code).
+notebook's conclusions, generated from its results JSON), ``witnesses`` (cells of each committed result, re-derived
+with today's code) and ``records`` (the raw per-run and per-query records of a results file, and every summary
+re-derived from them).
 """
 from __future__ import annotations
 
 from xenbench._lazy import submodules
 
 __getattr__, __dir__ = submodules(
-    __name__, {m: m for m in ("adacur", "axn", "ccsa", "compare", "corpus", "findings", "pefa", "rank", "setup",
-                              "splits", "stats", "witnesses")})
+    __name__, {m: m for m in ("adacur", "axn", "ccsa", "compare", "corpus", "findings", "pefa", "rank", "records",
+                              "setup", "splits", "stats", "witnesses")})

@@ -172,18 +172,24 @@ def _committed_paths(folder: Path) -> list[Path]:
 
 
 def refuse_uncommittable(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> None:
-    """Refuse a committed results file that cannot say what produced it (:func:`xenbench.provenance.refusal`): no
-    provenance, a dirty tree or no git checkout.
+    """Refuse a committed results file that cannot say what produced it (:func:`xenbench.provenance.refusal`: no
+    provenance, a dirty tree, no git checkout, an input outside the checkout) or whose summaries disagree with
+    their own records (:func:`xenbench.studies.records.refuse_inconsistent`: a mean outside its interval, a count
+    that disagrees, a verdict its numbers do not give).
 
     Raises
     ------
     DataError
         Naming the first file refused and why.
     """
+    from xenbench.studies.records import refuse_inconsistent
+
     for path in _committed_paths(Path(results_dir)):
-        problem = provenance.refusal(load_results(path))
+        doc = load_results(path)
+        problem = provenance.refusal(doc)
         if problem is not None:
             raise DataError(path, f"refused: this results file {problem}")
+        refuse_inconsistent(path, doc)
 
 
 def findings_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
