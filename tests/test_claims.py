@@ -25,8 +25,8 @@ def _row(docs, paper: str, word: str) -> dict:
 
 def test_one_row_per_claim_and_every_committed_claim_is_judged():
     rows = claims.judge_all(DOCS)
-    assert [r["paper"] for r in rows] == ["ANNCUR", "ANNCUR", "ADACUR", "ADACUR", "AXN", "AXN", "PEFA", "CCSA", "CCSA",
-                                          "CCSA"]
+    assert [r["paper"] for r in rows] == ["ANNCUR", "ANNCUR", "ANNCUR", "ADACUR", "ADACUR", "AXN", "AXN", "PEFA", "CCSA",
+                                          "CCSA", "CCSA"]
     assert all(r["verdict"] != claims.NOT_TESTED for r in rows)  # every notebook behind a claim has a committed run
     table = claims.claims_table(findings.RESULTS_DIR)
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
@@ -47,7 +47,7 @@ def test_adacur_rows_agree_with_the_declared_pairs():
         assert f"{100 * weakest['mean']:+.1f} points [{100 * weakest['lo']:+.1f}, {100 * weakest['hi']:+.1f}]" in row["number"]
 
 
-def test_rank_row_agrees_with_the_two_times_rule():
+def test_rank_row_judges_by_the_rules_that_measure_rank_and_gives_every_ratio():
     results = DOCS["02_rank_cls_vs_emb.full"]
     ranks, layouts = results["ranks"], results["layouts"]
     [cls_ce] = [ce for ce, layout in layouts.items() if layout["kind"] == "cls"]
@@ -56,16 +56,19 @@ def test_rank_row_agrees_with_the_two_times_rule():
     per_ce = dict(part.split(": ", 1) for part in row["verdict"].split("; ")) if len(emb_ces) > 1 and ": " in \
         row["verdict"] else dict.fromkeys(emb_ces, row["verdict"])
     assert sorted(per_ce) == sorted(emb_ces)
-    for emb_ce in emb_ces:  # ratio >= 2 ("much lower") by every rule, by none, or by some: the verdict's three words
-        ratios = [ranks[cls_ce][rule] / ranks[emb_ce][rule] for rule in claims._rank_rules()]
-        holding = sum(r >= 2 for r in ratios)
-        expected = "holds" if holding == len(ratios) else "does not hold" if not holding else "holds only by"
+    judged = claims._rank_rules_measuring_rank()
+    assert "numpy rank (tol = σ₁·max(m,n)·eps32)" not in judged  # the raw spectrum's rule: offset-inflated
+    for emb_ce in emb_ces:  # ratio >= 2 ("much lower") by every judged rule, by none, or by some
+        ratios = {rule: ranks[cls_ce][rule] / ranks[emb_ce][rule] for rule in claims._rank_rules()}
+        holding = sum(ratios[r] >= 2 for r in judged)
+        expected = "holds" if holding == len(judged) else "does not hold" if not holding else "holds only by"
         assert per_ce[emb_ce].startswith(expected) and (expected != "holds" or per_ce[emb_ce] == "holds")
-        assert f"rank({cls_ce}) / rank({emb_ce}) = {max(ratios):.2f}" in row["number"]
-        assert f"{min(ratios):.2f}" in row["number"]
-    # on the committed mean-pooled CE: only the energy rules reach 2x (numpy's tolerance gives 0.87)
-    numpy_rule, energy = "numpy rank (tol = σ₁·max(m,n)·eps32)", "energy rank 90%, row-centered"
-    assert ranks[cls_ce][numpy_rule] / ranks["emb-ce"][numpy_rule] < 2 <= ranks[cls_ce][energy] / ranks["emb-ce"][energy]
+        for rule, ratio in ratios.items():  # every rule's ratio is in the number
+            assert f"{ratio:.2f} by {claims._short(rule)}" in row["number"]
+    assert "a rule a common offset inflates" in row["number"] and "not judged by" in row["number"]
+    # the committed paper-layout CE: 2.03 by the raw-spectrum rule (its offset holds 99.93% of ‖M‖²) does not count
+    assert per_ce["emb-ce-marker"] == ("holds only by 90% energy rank (row-centred), not by numpy's default tolerance "
+                                       "on the row-centered spectrum or 99% energy rank (row-centred)")
 
 
 @pytest.mark.parametrize("marker_rank_90", [40, 400])
@@ -85,7 +88,9 @@ def test_rank_row_judges_each_emb_ce_and_puts_the_paper_layout_first(marker_rank
     if cls_90 / marker_rank_90 >= 2:  # the same rules hold for both [EMB]-CEs: one verdict
         assert row["verdict"] == single
     else:  # the paper-layout CE loses the 90% rule: one verdict per CE, the paper's layout first
-        assert row["verdict"] == f"emb-ce-marker: holds only by 99% energy rank (row-centred), not by the other 3 rules; emb-ce: {single}"
+        assert row["verdict"] == ("emb-ce-marker: holds only by 99% energy rank (row-centred), not by numpy's default "
+                                  f"tolerance on the row-centered spectrum or 90% energy rank (row-centred); emb-ce: "
+                                  f"{single}")
         assert f"{cls_90 / marker_rank_90:.2f}" in row["number"]
 
 
@@ -98,45 +103,113 @@ def test_ccsa_rows_agree_with_the_seed_intervals():
         mean, lo, hi = t_interval((test["CCSA-binary+HNSW"] - test["PQ+HNSW"]).to_numpy(), 0.95)
         assert f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] across 3 seeds" in _row(DOCS, "CCSA", "binary")["number"]
         assert hi < 0
-    assert _row(DOCS, "CCSA", "binary")["verdict"] == "does not hold"
+    assert _row(DOCS, "CCSA", "binary")["verdict"] == "does not hold (one seed, no vote: regime)"
 
 
 def test_a_changed_result_changes_its_row():
+    """The rows re-apply the one verdict rule to the saved numbers (p-values, per-run recalls), as the notebooks'
+    findings do: a saved verdict word alone changes nothing."""
     docs = copy.deepcopy(DOCS)
+    ada = "ADACUR TopK No-Split"
     for c in docs["03_adacur_rounds.full"]["comparisons"]:
-        if c["challenger"] == "ADACUR TopK No-Split":
-            c["verdict"] = "trails"
+        if c["challenger"] == ada:
+            c["verdict"] = "loses"
+    assert _row(docs, "ADACUR", "beats ANNCUR") == _row(DOCS, "ADACUR", "beats ANNCUR")
+    for r in docs["03_adacur_rounds.full"]["test_at_dev_choice"]:  # every run of ADACUR 0.5 lower: it trails
+        if r["method"] == ada:
+            r["recall"] -= 0.5
     row = _row(docs, "ADACUR", "beats ANNCUR")
     assert row["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
     assert _row(docs, "ADACUR", "re-ranking") == _row(DOCS, "ADACUR", "re-ranking")  # the other rows stay
 
-    for c in docs["03_adacur_rounds.full"]["comparisons"]:  # the one verdict rule's words: beats / level / loses
-        if c["challenger"] == "ADACUR TopK No-Split":
-            c["verdict"] = "loses"
-    assert _row(docs, "ADACUR", "beats ANNCUR")["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
-    for c in docs["03_adacur_rounds.full"]["comparisons"]:
-        if c["challenger"] == "ADACUR TopK No-Split":
-            c["verdict"] = "beats" if c["k"] == 1 else "within noise"
+    docs = copy.deepcopy(DOCS)
+    for c in docs["03_adacur_rounds.full"]["comparisons"]:  # no longer significant except at k = 1
+        if c["challenger"] == ada and c["k"] != 1:
+            c["p"] = c["p_wilcoxon"] = 0.5
     assert _row(docs, "ADACUR", "beats ANNCUR")["verdict"] == "holds only at B_CE = 50/k = 1, B_CE = 100/k = 1 (of 5 cells)"
 
-    for r in docs["06_ccsa_balance.large"]["binary"]:  # binary codes as good as PQ in the large run only
+    for r in docs["06_ccsa_balance.large"]["binary"]:  # binary codes better than PQ in the large run only
         if r["method"] == "CCSA-binary+HNSW":
             r["recall"] += 0.5
-    assert _row(docs, "CCSA", "binary")["verdict"] == "holds only at 95,840 items (large)"
+    assert _row(docs, "CCSA", "binary")["verdict"] == ("at 8,428 items (full): does not hold; at 95,840 items (large): "
+                                                       "holds (one seed, no vote: regime)")
 
-    for c in docs["04_axn_lambda.full"]["comparisons"]:  # 04's results before it saved a verdict: Holm p and sign
-        c.pop("verdict", None)
-        c["p_holm"] = 0.5
-    assert _row(docs, "AXN", "prior")["verdict"] == "does not hold"
     prior = [c for c in docs["04_axn_lambda.full"]["comparisons"] if c["challenger"] == "AXN, tuned λ"]
-    prior[0]["verdict"] = "beats"  # a saved verdict is read as saved
-    assert _row(docs, "AXN", "prior")["verdict"] == (f"holds only at B_CE = {prior[0]['budget']}/k = {prior[0]['k']} "
-                                                     f"(of {len(prior)} cells)")
+    for c in prior[1:]:
+        c["p"] = c["p_wilcoxon"] = 0.5
+    assert _row(docs, "AXN", "prior")["verdict"] == (f"sanity check, not a claim: fails (holds only at B_CE = "
+                                                     f"{prior[0]['budget']}/k = {prior[0]['k']} (of {len(prior)} cells))")
 
     pefa = docs["05_pefa_lambda.full"]["comparisons"]  # the verdict rule is re-applied to the saved numbers
     for r in pefa:
         r["run_lo"], r["run_mean"], r["run_hi"] = -abs(r["run_hi"]), -abs(r["run_mean"]), -abs(r["run_lo"])
     assert _row(docs, "PEFA", "PEFA")["verdict"] == "does not hold"
+
+
+def test_the_axn_lambda_row_and_notebook_04_use_one_word():
+    from xenbench.studies import findings as f
+
+    row = _row(DOCS, "AXN", "prior")
+    assert row["verdict"] == "sanity check, not a claim: passes" and "(04: a sanity check)" in row["claim"]
+    [line] = [x for x in f.lines("04_axn_lambda", DOCS["04_axn_lambda.full"])
+              if x.startswith("**AXN, tuned λ vs AXN, λ = 0**")]
+    assert "sanity check, not a claim" in line
+
+
+def test_the_anncur_error_row_judges_fig_8_by_the_sign_test_over_off_diagonal_cells():
+    from xenbench.studies.rank import paired_sign_test
+
+    results = DOCS["02_rank_cls_vs_emb.full"]
+    grid = pd.DataFrame(results["grid"])
+    off = grid[(grid["pinv"] == "cutoff") & ~grid["diagonal"]].pivot_table(index=["k_q", "k_i"], columns="ce",
+                                                                            values="error")
+    row = _row(DOCS, "ANNCUR", "Fig. 8")
+    expected = {}
+    for emb in ("emb-ce-marker", "emb-ce"):
+        t = paired_sign_test(off[emb], off["cls-ce"])
+        expected[emb] = ("holds" if t["p"] < 0.05 and t["lower"] > t["higher"] else
+                         "does not hold" if t["p"] < 0.05 else "not shown to differ")
+        assert f"median error cls-ce {off['cls-ce'].median():.3f} vs {emb} {off[emb].median():.3f}" in row["number"]
+    assert row["verdict"] == f"emb-ce-marker: {expected['emb-ce-marker']}; emb-ce: {expected['emb-ce']}"
+    assert expected == {"emb-ce-marker": "holds", "emb-ce": "does not hold"}  # cls-ce 0.102 vs emb-ce 0.397
+    assert "offset" in row["number"]
+
+
+def test_the_spike_row_is_per_pinv_rule_plain_first_with_its_neighbours():
+    from xenbench.studies import findings as f
+
+    row = _row(DOCS, "ANNCUR", "spikes")
+    spikes = pd.DataFrame(DOCS["02_rank_cls_vs_emb.full"]["diagonal_spikes"])
+    spikes = spikes[spikes["value"] == "error_centered"]
+    number = row["number"]
+    assert "neighbours: the next smaller and larger k_i of the grid in the same k_q row (here k_i = 0.5–2× k_q)" in number
+    assert number.index("plain pinv (ANNCUR's code)") < number.index("xenbench's cut-off pinv")
+    [line] = [x for x in f.lines("02_rank_cls_vs_emb", DOCS["02_rank_cls_vs_emb.full"]) if "§B.2" in x]
+    for rule in ("plain", "cutoff"):
+        for ce, g in spikes[spikes["pinv"] == rule].groupby("ce"):
+            assert (f"{ce} {g['ratio'].median():.1f}× (range {g['ratio'].min():.1f}–{g['ratio'].max():.1f}× over "
+                    f"{len(g)} k_q)") in number
+            assert f"{g['ratio'].median():.1f}× ({ce})" in line  # the same medians as 02's own findings
+    assert row["verdict"] == "holds under both pinv rules"
+
+
+@pytest.mark.parametrize("diffs, verdict", [
+    ([-0.004, 0.001, 0.003], "holds"),  # 90% interval inside ±0.02: equivalent
+    ([-0.08, -0.07, -0.075], "does not hold"),  # 95% interval below 0
+    ([-0.03, 0.01, -0.005], "not shown to differ (equivalence within ±0.02 not shown)"),
+])
+def test_an_equivalence_claim_needs_tost_at_the_stated_margin(diffs, verdict):
+    """Independent truth: scipy's two one-sided t-tests at ±0.02, each at 0.05."""
+    from scipy import stats
+
+    d = np.array(diffs)
+    p_low = stats.ttest_1samp(d, -claims.EQUIVALENCE_MARGIN, alternative="greater").pvalue
+    p_high = stats.ttest_1samp(d, claims.EQUIVALENCE_MARGIN, alternative="less").pvalue
+    assert (max(p_low, p_high) < 0.05) == (verdict == "holds")
+    rows = [{"method": m, "split": "test", "seed": s, "recall": 0.5 + (dv if m == "a" else 0.0), "recall_se": 0.01}
+            for s, dv in enumerate(diffs) for m in ("a", "b")]
+    got, number = claims._ccsa_vs({"06_ccsa_balance.full": {"n_items": 100, "binary": rows}}, "binary", "a", "b")
+    assert got == verdict and "vs ±0.02" in number
 
 
 def test_missing_results_are_not_tested_rather_than_invented():
@@ -145,7 +218,7 @@ def test_missing_results_are_not_tested_rather_than_invented():
     axn = [r for r in rows if r["paper"] == "AXN"]
     assert all(r["verdict"] == "not tested" and r["number"] == "–" for r in axn)
     ivf = _row(docs, "CCSA", "IVF-PQ")  # the full run alone: no profile comparison in the number
-    assert ivf["verdict"] == "holds" and "large" not in ivf["number"]
+    assert ivf["verdict"] == "not shown to differ (equivalence within ±0.02 not shown)" and "large" not in ivf["number"]
     no_pair = copy.deepcopy(DOCS)
     no_pair["03_adacur_rounds.full"]["comparisons"] = [
         c for c in no_pair["03_adacur_rounds.full"]["comparisons"] if c["baseline"] != "DE re-rank"]
@@ -156,12 +229,9 @@ def test_the_readme_table_follows_the_results_folder(tmp_path):
     folder = tmp_path / "results"
     shutil.copytree(findings.RESULTS_DIR, folder)
     path = folder / "03_adacur_rounds.full.results.json"
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    for c in doc["results"]["comparisons"]:
-        c["verdict"] = "within noise"
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    path.unlink()  # a results file gone: its rows say so (a tampered one is refused, tests/test_tamper.py)
     before, after = claims.claims_table(findings.RESULTS_DIR), claims.claims_table(folder)
-    assert before != after and after.count("**does not hold**") == before.count("**does not hold**") + 2
+    assert before != after and after.count("**not tested**") == before.count("**not tested**") + 2
     readme = tmp_path / "README.md"
     readme.write_text(f"x\n{claims.BEGIN}\nold\n{claims.END}\n", encoding="utf-8")
     assert replace_blocks([claims.block(readme, folder)]) and after in readme.read_text(encoding="utf-8")
@@ -171,11 +241,14 @@ def test_the_readme_table_follows_the_results_folder(tmp_path):
 def test_spike_row_uses_the_median_ratio(spikes):
     docs = copy.deepcopy(DOCS)
     docs["02_rank_cls_vs_emb.full"]["diagonal_spikes"] = [
-        {"k_q": 10 * (j + 1), "ratio": r, "ce": ce, "value": "error_centered"}
-        for ce in ("cls-ce", "emb-ce") for j, r in enumerate(spikes)]
+        {"k_q": 10 * (j + 1), "ratio": r, "ce": ce, "value": "error_centered", "pinv": rule}
+        for rule in ("plain", "cutoff") for ce in ("cls-ce", "emb-ce")
+        for j, r in enumerate(spikes if rule == "cutoff" else [10.0, 20.0, 30.0])]
     row = _row(docs, "ANNCUR", "spikes")
-    assert row["verdict"] == ("holds" if np.median(spikes) >= claims.SPIKE else "does not hold")
-    assert f"{np.median(spikes):.1f}× the worse neighbour's" in row["number"]
+    cutoff = "holds" if np.median(spikes) >= claims.SPIKE else "does not hold"
+    assert row["verdict"] == ("holds under both pinv rules" if cutoff == "holds" else
+                              f"plain pinv (ANNCUR's code): holds; xenbench's cut-off pinv: {cutoff}")
+    assert f"cls-ce {np.median(spikes):.1f}× (range" in row["number"]
 
 
 def _balance_doc(curve: dict[float, list[float]], paper: dict[float, list[float]] | None = None) -> dict:
@@ -222,12 +295,13 @@ def test_a_one_seed_run_shows_its_number_but_casts_no_vote_on_balance():
         "undecided: one seed gives no interval")
 
 
-@pytest.mark.parametrize("gap, holds", [(-0.02, True), (-0.05, False)])
-def test_one_seed_recall_comparison_falls_back_to_two_query_standard_errors(gap, holds):
+@pytest.mark.parametrize("gap", [-0.02, -0.05])
+def test_a_one_seed_recall_comparison_shows_two_query_standard_errors_but_casts_no_vote(gap):
     rows = [{"method": m, "split": "test", "seed": 0, "recall": r, "recall_se": 0.01}
             for m, r in (("CCSA-binary+HNSW", 0.5 + gap), ("PQ+HNSW", 0.5))]
     verdict, number = claims._ccsa_vs({"06_ccsa_balance.regime": {"n_items": 95840, "binary": rows}}, "binary",
                                       "CCSA-binary+HNSW", "PQ+HNSW")
-    two_se = 2 * np.hypot(0.01, 0.01)  # 0.028: −0.02 lies within it, −0.05 below it
-    assert verdict == ("holds" if holds else "does not hold")
-    assert number == f"Top-k-Recall difference {gap:+.3f} ± {two_se:.3f} (one seed: ± 2 standard errors over test queries)"
+    two_se = 2 * np.hypot(0.01, 0.01)
+    assert verdict == "undecided: one seed gives no interval"
+    assert number == (f"Top-k-Recall difference {gap:+.3f} ± {two_se:.3f} (one seed: ± 2 standard errors over test "
+                      "queries, no vote)")

@@ -249,7 +249,9 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                    f"ANNCUR's error {med[cls_ce]['error']:.3f} vs {med[emb_ce]['error']:.3f}; "
                    + "; ".join([_comparison(v, "error_centered", "error_centered"),
                                 _comparison(v, "recall_at_m", f"Top-{k}-Recall@{m}"),
-                                _comparison(v, "recall_at_budget", f"recall at B_CE = {budget}")]) + ".")
+                                _comparison(v, "recall_at_budget", f"recall at B_CE = {budget}"),
+                                _comparison(v, "error", "ANNCUR's own error (Fig. 8; it rewards a common offset)")])
+                   + ".")
         better = {value: _winner(v, value) for value in ("error_centered", "recall_at_m", "recall_at_budget")}
         cur_better = better["error_centered"] if len(set(better.values())) == 1 else None
         agree = []
@@ -279,8 +281,8 @@ def _spike_lines(spikes: pd.DataFrame, ces: list[str]) -> list[str]:
         parts.append(f"with {_PINV_NAMES[rule]}: " + ", ".join(f"{med[ce]:.1f}× ({ce})" for ce in ces if ce in med))
     if not parts:
         return []
-    return ["At k_q = k_i (ANNCUR §B.2), error_centered over the worse neighbour's (median over the diagonal cells) "
-            + "; ".join(parts) + "."]
+    return ["At k_q = k_i (ANNCUR §B.2), error_centered over the worse neighbour's (the next smaller or larger k_i of "
+            "the grid in the same k_q row; median over the diagonal cells) " + "; ".join(parts) + "."]
 
 
 def _recall_definitions(grid: pd.DataFrame, k: Any, m: Any, budget: Any) -> list[str]:
