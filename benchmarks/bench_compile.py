@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     med = {k: statistics.median(v) for k, v in runs.items()}
     saved_per_pair = 1 / med["eager"] - 1 / med["compiled"]
     result = {
-        "command": " ".join(sys.argv), "device": str(device), "threads": torch.get_num_threads(), "ce": args.ce,
+        "command": command_line(__file__, None), "device": str(device), "threads": torch.get_num_threads(), "ce": args.ce,
         "n_pairs": n, "batch_size": args.batch_size, "repeats": args.repeats,
         "first_compiled_pass_s": compile_s,
         "eager_pairs_per_s": med["eager"], "compiled_pairs_per_s": med["compiled"],

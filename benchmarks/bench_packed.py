@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
     ds = load_beir(REPO / "data" / "wordnet-el" / args.domain)
     queries, items = list(ds.queries)[: args.n_queries], list(ds.items)[: args.n_items]
     result = {
-        "command": " ".join(sys.argv),
+        "command": command_line(__file__, None),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "threads": torch.get_num_threads(),

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
             folder = tiny.FAMILIES[name](Path(tmp) / name, sizes=sizes, max_len=512)
             per_family.append(bench_family(name, folder, queries, items, args))
             log.info(json.dumps({k: v for k, v in per_family[-1].items() if k != "all_runs"}))
-    result = {"command": " ".join(sys.argv), "threads": torch.get_num_threads(), "domain": args.domain,
+    result = {"command": command_line(__file__, None), "threads": torch.get_num_threads(), "domain": args.domain,
               "repeats": args.repeats, "batch_size": args.batch_size, "sizes": sizes, "per_family": per_family}
     if args.json:
         write_fragment(args.json, fragment(result))

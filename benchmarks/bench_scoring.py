@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
     flops = pair_flops(ce.model.config, lengths)  # useful FLOPs per pair (padding not counted)
     roofline = {k: med[k] * flops / (med["matmul_gflops"] * 1e9) for k in ("ours", "st", "ours_bf16w")}
     result = {
-        "command": " ".join(sys.argv),
+        "command": command_line(__file__, None),
         "device": str(st.device),
         "threads": torch.get_num_threads(),
         "clock": args.clock,
