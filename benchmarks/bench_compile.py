@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_packed import REPO, load_ce, scorer_batches, timed_pass  # noqa: E402
 from run_all import command_line, write_fragment  # noqa: E402
 
-from xenbench.data.datasets import load_beir  # noqa: E402
+from xenbench.data.beir import load_beir  # noqa: E402
 
 log = logging.getLogger("bench_compile")
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the offline model builders
 import _tiny_models as tiny  # noqa: E402
 from run_all import command_line, write_fragment  # noqa: E402
 
-from xenbench.data.datasets import load_dataset  # noqa: E402
+from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models import packed  # noqa: E402
 from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: E402
 from xenbench.models.scoring import score_matrix  # noqa: E402

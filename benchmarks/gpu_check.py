@@ -278,7 +278,7 @@ class Context:
     @property
     def dataset(self):
         if self._dataset is None:
-            from xenbench.data.datasets import load_dataset
+            from xenbench.data.sources import load_dataset
 
             self._dataset = load_dataset(f"wordnet-el:{DOMAIN}")
         return self._dataset

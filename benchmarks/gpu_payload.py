@@ -100,7 +100,7 @@ def build(out: Path, mode: str = "full", ces: Sequence[str] = CES, domain: str =
     from safetensors.torch import load_file, save_file
 
     from xenbench import integrity
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore
     from xenbench.models.crossencoder import bundled_backbone, load_cross_encoder
 

@@ -35,7 +35,7 @@ CHAT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 @functools.lru_cache(maxsize=1)
 def corpus() -> tuple[str, ...]:
     """Query and item texts of the bundled noun.cognition set (plus 'yes'/'no' so a causal LM has the tokens)."""
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
 
     ds = load_dataset("wordnet-el:noun.cognition")
     texts = [q.text for q in ds.queries] + [f"{it.title} {it.text}" for it in ds.items]

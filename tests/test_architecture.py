@@ -6,7 +6,7 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
 ====  =============  ==========================================================================
  0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling,
                     provenance
- 1    data           xenbench.data: datasets, wordnet, store
+ 1    data           xenbench.data: datasets, readers, beir, zeshel, sources, wordnet, store
  2    models         xenbench.models: crossencoder, retrievers, scoring, packed, probe, fingerprint, linking, train
  3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, trace, protocol
  4    studies        xenbench.studies: one driver per notebook (stats, rank, adacur, axn, pefa, ccsa, compare), their
@@ -162,8 +162,8 @@ def test_public_names_are_defined_once():
 
 def test_the_clash_check_sees_a_clash_and_not_a_re_export():
     assert "Setup" in public_definitions() and public_definitions()["Setup"] == ["xenbench.studies.setup"]
-    # wordnet_el_domains is defined in data.datasets and re-exported by studies.corpus: one definition
-    assert public_definitions()["wordnet_el_domains"] == ["xenbench.data.datasets"]
+    # wordnet_el_domains is defined in data.sources and re-exported by studies.corpus: one definition
+    assert public_definitions()["wordnet_el_domains"] == ["xenbench.data.sources"]
     assert len(public_definitions()["verify"]) == 2  # a real clash is seen
 
 

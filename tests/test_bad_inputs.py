@@ -73,7 +73,7 @@ class Case:
 
 # The expensive steps, as (module, attribute) pairs replaced by a stand-in that fails the test when called.
 EXPENSIVE = {
-    "dataset": [("xenbench.data.datasets", "load_dataset")],
+    "dataset": [("xenbench.data.sources", "load_dataset")],
     "de": [("xenbench.models.retrievers", "DualEncoder"), ("xenbench.models.retrievers", "TfidfRetriever")],
     "ce": [("xenbench.models.crossencoder", "load_cross_encoder"), ("xenbench.models.scoring", "load_cross_encoder"),
            ("xenbench.models.scoring", "build_cross_encoder")],

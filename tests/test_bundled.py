@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from xenbench.models.crossencoder import load_cross_encoder
-from xenbench.data.datasets import load_dataset
+from xenbench.data.sources import load_dataset
 from xenbench.models.scoring import model_fingerprint
 from xenbench.data.store import ScoreStore
 

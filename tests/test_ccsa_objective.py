@@ -150,7 +150,7 @@ def test_study_adds_the_paper_objective_sweep_with_its_own_learning_rate():
 def test_quick_profile_trains_every_faiss_quantizer_on_39_rows_per_centroid():
     # faiss warns ("please provide at least 39 * k training points") below 39 rows per centroid: the quick profile's
     # corpus must cover the IVF lists (L), the PQ codebooks of CCSA's bytes, OPQ's inner 8-bit PQ and HNSW's PQ
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.studies.ccsa import pq_for_bytes
     from xenbench.harness import load_spec, profile_values
     from xenbench.studies.corpus import corpus_specs

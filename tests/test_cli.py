@@ -59,7 +59,7 @@ def test_data_build_wordnet_without_wordnet_files(tmp_path, capsys):
 # -- score -------------------------------------------------------------------------------------------------
 
 def test_score_tfidf_sample(tmp_path, capsys):
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.models.retrievers import TfidfRetriever
     from xenbench.data.store import ScoreStore
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from xenbench.studies.corpus import corpus_specs, load_corpus, wordnet_el_domains
-from xenbench.data.datasets import load_dataset
+from xenbench.data.sources import load_dataset
 from xenbench.errors import ParameterError
 
 

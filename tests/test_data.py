@@ -12,17 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from xenbench.data.datasets import (
-    Dataset,
-    Item,
-    Query,
-    load_beir,
-    load_dataset,
-    load_wordnet_el,
-    load_zeshel,
-    save_beir,
-    wordnet_el_domains,
-)
+from xenbench.data.beir import load_beir, save_beir
+from xenbench.data.datasets import Dataset, Item, Query
+from xenbench.data.sources import load_dataset, load_wordnet_el, wordnet_el_domains
+from xenbench.data.zeshel import load_zeshel
 from xenbench.errors import DataError, ParameterError
 
 # ------------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_the_dry_run_imports_nothing_that_the_gpu_machines_lack(dry_run):
 
 
 def test_the_payload_holds_the_committed_scores_of_the_rows(payload):
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore
 
     manifest = gpu_payload.read_manifest(payload)
@@ -86,7 +86,7 @@ def test_the_rebuilt_backbone_gives_the_ces_bit_identical_scores(payload, tmp_pa
     """Left out: rows of tokens the domain never uses and the layers every CE replaces; on the domain's texts the
     scores are the same bits as with the whole backbone."""
     from xenbench import integrity
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.models.crossencoder import load_cross_encoder
     from xenbench.models.scoring import score_matrix
 

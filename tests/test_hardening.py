@@ -21,7 +21,7 @@ import torch
 import xenbench.data.store as store_mod
 import xenbench.models.train as train
 from xenbench.cli import main
-from xenbench.data import datasets
+from xenbench.data import beir, readers
 from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError
 
@@ -276,8 +276,8 @@ def test_score_de_runs_on_the_device_it_is_given(tmp_path, capsys):
 
 
 def test_a_byte_order_mark_is_accepted(tmp_path):
-    plain = datasets.load_beir(_beir(tmp_path / "plain"), name="x")
-    marked = datasets.load_beir(_beir(tmp_path / "bom", bom=True), name="x")
+    plain = beir.load_beir(_beir(tmp_path / "plain"), name="x")
+    marked = beir.load_beir(_beir(tmp_path / "bom", bom=True), name="x")
     assert marked == plain and marked.items[0].id == "d0"
 
 
@@ -290,11 +290,11 @@ def test_an_ids_file_with_a_byte_order_mark_is_read(tmp_path, capsys):
 
 
 def test_long_texts_are_cut_with_one_warning_per_file(tmp_path):
-    n = datasets.MAX_TEXT_CHARS
+    n = readers.MAX_TEXT_CHARS
     corpus = [*CORPUS, {"_id": "long1", "text": "y" * (n + 5)}, {"_id": "long2", "title": "t" * (n + 1), "text": "z"}]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = datasets.load_beir(_beir(tmp_path, corpus=corpus))
+        ds = beir.load_beir(_beir(tmp_path, corpus=corpus))
     cut = [w for w in caught if "were cut" in str(w.message)]
     assert len(cut) == 1
     assert re.search(r"corpus\.jsonl: 2 text\(s\) longer than 100,000 characters were cut to 100,000 \(first on "
@@ -304,25 +304,25 @@ def test_long_texts_are_cut_with_one_warning_per_file(tmp_path):
 
 
 def test_a_line_at_the_bound_is_read_and_one_byte_more_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 64)
     path = tmp_path / "f.jsonl"
     line = json.dumps({"_id": "a", "text": ""})
     line = line[:-2] + "x" * (64 - len(line)) + '"}'
     assert len(line.encode()) == 64
     path.write_text(line + "\n" + line + "\n")
-    assert [obj["_id"] for _, obj in datasets._iter_jsonl(path)] == ["a", "a"]
+    assert [obj["_id"] for _, obj in readers.iter_jsonl(path)] == ["a", "a"]
     path.write_text(line + "\n" + line[:-2] + 'x"}' + "\n")
     with pytest.raises(DataError, match=r"f\.jsonl:2: line longer than 64 bytes"):
-        list(datasets._iter_jsonl(path))
+        list(readers.iter_jsonl(path))
 
 
 def test_an_empty_split_file_still_loads_but_a_dataset_without_any_positive_does_not(tmp_path):
     folder = _beir(tmp_path)
     (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n")
-    assert datasets.load_beir(folder).splits["dev"] == []  # save_beir writes empty splits this way
+    assert beir.load_beir(folder).splits["dev"] == []  # save_beir writes empty splits this way
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n")
     with pytest.raises(DataError, match=r"qrels: no positive pair in \['dev\.tsv', 'test\.tsv'\]: no query has gold"):
-        datasets.load_beir(folder)
+        beir.load_beir(folder)
 
 
 def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsys):

@@ -11,7 +11,7 @@ import pytest
 
 from xenbench import findings
 from xenbench.cli import main
-from xenbench.data.datasets import load_dataset
+from xenbench.data.sources import load_dataset
 from xenbench.data.store import ScoreStore
 
 pytestmark = pytest.mark.notebook

@@ -9,7 +9,7 @@ import pytest
 
 from test_own_data import _repo, small_beir, small_zeshel
 from xenbench.cli import main
-from xenbench.data.datasets import load_dataset
+from xenbench.data.sources import load_dataset
 
 pytestmark = pytest.mark.notebook
 

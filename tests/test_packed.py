@@ -16,7 +16,7 @@ from transformers import (
     DebertaV2Model,
 )
 
-from xenbench.data.datasets import load_dataset
+from xenbench.data.sources import load_dataset
 from xenbench.errors import ParameterError
 from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, bundled_backbone, load_cross_encoder
 from xenbench.models.scoring import PairAssembler

@@ -97,7 +97,7 @@ def test_label_recall_by_hand():
 
 
 def test_relevance_matrix_of_the_bundled_labels():
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
 
     ds = load_dataset("wordnet-el:verb.weather")
     rows = np.arange(0, len(ds.queries), 3)

@@ -18,7 +18,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _tiny_models as tiny  # noqa: E402
 
-from xenbench.data.datasets import Item, Query, load_dataset  # noqa: E402
+from xenbench.data.datasets import Item, Query  # noqa: E402
+from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: E402
 from xenbench.models.scoring import PairAssembler, score_matrix, score_to_store  # noqa: E402
 

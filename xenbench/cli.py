@@ -38,7 +38,7 @@ def _check_device(value: str, command: str):
 
 def _check_domains(domains: list[str], flag: str, command: str) -> None:
     """Every name a bundled WordNet-EL domain (checked before any folder is created or model loaded)."""
-    from xenbench.data.datasets import wordnet_el_domains
+    from xenbench.data.sources import wordnet_el_domains
 
     known = wordnet_el_domains()
     unknown = [d for d in domains if d not in known]
@@ -175,7 +175,7 @@ def _check_ids_file(path: Path, flag: str) -> None:
 
 
 def _score(args: argparse.Namespace) -> None:
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
 
     _check_score_args(args)
     ds = load_dataset(args.dataset)

@@ -45,7 +45,7 @@ def dataset_specs(spec: NotebookSpec, name: str, value: Any) -> list[str]:
 def load_dataset_once(text: str, loaded: dict[str, Any]) -> Any:
     """The dataset of spec ``text``, opened once per check: ``loaded`` keeps what was opened (spec -> dataset)."""
     if text not in loaded:
-        from xenbench.data.datasets import load_dataset
+        from xenbench.data.sources import load_dataset
 
         loaded[text] = load_dataset(text)
     return loaded[text]

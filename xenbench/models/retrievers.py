@@ -243,7 +243,7 @@ def retriever_score_store(
     ----------
     retriever : {"de", "tfidf"}
     dataset : Dataset or str
-        A Dataset or a :func:`~xenbench.data.datasets.load_dataset` spec.
+        A Dataset or a :func:`~xenbench.data.sources.load_dataset` spec.
     out : path
         Store folder. If it holds a store of the same job (retriever, model, ids and texts), that store is
         finished if a failed write left it incomplete, or returned as is; a store of another job is refused
@@ -260,7 +260,7 @@ def retriever_score_store(
     """
     import time
 
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore, writer_lock
 
     owner = "retriever_score_store"

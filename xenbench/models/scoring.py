@@ -786,7 +786,7 @@ def run_score_job(
         for testing the pipeline only, it warns),
         a path for :func:`~xenbench.models.crossencoder.load_cross_encoder`, or a CrossEncoder.
     dataset
-        A :class:`Dataset` or a spec for :func:`xenbench.data.datasets.load_dataset` (``"wordnet-el:noun.food"``).
+        A :class:`Dataset` or a spec for :func:`xenbench.data.sources.load_dataset` (``"wordnet-el:noun.food"``).
     query_ids, item_ids
         Rows and columns in this order; ``None`` means all, in dataset order.
     out
@@ -816,7 +816,7 @@ def run_score_job(
     """
     owner = "run_score_job"
     if isinstance(dataset, str):
-        from xenbench.data.datasets import load_dataset
+        from xenbench.data.sources import load_dataset
 
         dataset = load_dataset(dataset)
     if not isinstance(dataset, Dataset):

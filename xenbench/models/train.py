@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from xenbench._device import resolve_device
 from xenbench._io import write_text_atomic
 from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, load_cross_encoder
-from xenbench.data.datasets import Dataset, load_wordnet_el, sample_queries
+from xenbench.data.datasets import Dataset, sample_queries
+from xenbench.data.sources import load_wordnet_el
 from xenbench._validation import check_choice, check_float, check_int, check_seed
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.linking import accuracy_at_k, gold_rows, rerank

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from xenbench.data.datasets import load_dataset, wordnet_el_domains  # wordnet_el_domains: re-exported
+from xenbench.data.sources import load_dataset, wordnet_el_domains  # wordnet_el_domains: re-exported
 from xenbench.errors import ParameterError
 
 __all__ = ["Corpus", "corpus_specs", "load_corpus", "wordnet_el_domains"]

@@ -111,7 +111,7 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
     ParameterError
         If ``model`` is not a CE folder, or ``max_queries`` is given without ``model``.
     """
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore
     from xenbench.errors import DataError
 

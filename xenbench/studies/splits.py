@@ -24,7 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from xenbench._validation import check_float, check_int
-from xenbench.data.datasets import Dataset, load_dataset
+from xenbench.data.datasets import Dataset
+from xenbench.data.sources import load_dataset
 from xenbench.errors import DataError, ParameterError
 from xenbench.methods.protocol import Split
 

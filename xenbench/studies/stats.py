@@ -197,7 +197,7 @@ def baseline_accuracy(
     Parameters
     ----------
     datasets : iterable of Dataset or str
-        Datasets, or specs for :func:`xenbench.data.datasets.load_dataset` (``"wordnet-el:noun.food"``).
+        Datasets, or specs for :func:`xenbench.data.sources.load_dataset` (``"wordnet-el:noun.food"``).
     k : int
         Candidates retrieved per query (the re-ranking budget of later notebooks).
     max_queries : int, optional
@@ -216,7 +216,7 @@ def baseline_accuracy(
         Long format, one row per (dataset, retriever, cutoff): ``dataset``, ``retriever``,
         ``n_queries``, ``n_items``, ``k`` (1 and ``k``), ``accuracy``, ``seconds`` (fit + search).
     """
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.models.linking import accuracy_at_k, gold_rows
 
     check_int(k, "k", 1, None, "baseline_accuracy", types=PY_INT)

@@ -267,7 +267,7 @@ def describe(found: list[Witness]) -> list[str]:
 def _data(results: Mapping[str, Any]) -> list[Witness]:
     """The inspected domain's statistics, and the DE's and TF-IDF's accuracy on every evaluated dataset
     (:func:`xenbench.studies.stats.baseline_accuracy`; the DE's embeddings come from its cache when present)."""
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.studies.stats import baseline_accuracy, dataset_lengths, mention_ambiguity
 
     p, committed = results["params"], results["domain"]
@@ -301,7 +301,7 @@ def _scores(results: Mapping[str, Any]) -> list[Witness]:
     :data:`AGREEMENT_QUERIES` × :data:`AGREEMENT_ITEMS` pairs of the run's sample against its store: their largest
     difference must stay within twice the run's largest over all its pairs (another machine's kernels differ by
     rounding), so a changed model, scorer or store is named."""
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
     from xenbench.data.store import compare_with_stores, open_stores
     from xenbench.models.crossencoder import load_cross_encoder
     from xenbench.models.scoring import score_matrix
