@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragmen
 from run_all import command_line, write_fragment
 
 from xenbench.data.beir import load_beir
-from xenbench.models.crossencoder import CrossEncoder, load_cross_encoder
-from xenbench.models.scoring import PairAssembler
+from xenbench.models.crossencoder import CrossEncoder
+from xenbench.models.loading import load_cross_encoder
+from xenbench.models.pairs import PairAssembler
 from xenbench.models.packed import packed_forward, varlen_available
 
 log = logging.getLogger("bench_packed")

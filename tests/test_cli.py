@@ -116,12 +116,12 @@ def test_train_ce_rejects_markers_for_a_cls_ce(tmp_path, capsys):
 
 
 def test_eval_ce_writes_the_table(tmp_path, monkeypatch, capsys):
-    import xenbench.models.crossencoder as crossencoder
+    import xenbench.models.loading as loading
     import xenbench.models.train as train
 
     rows = [{"domain": "noun.Tops", "n_queries": 2, "accuracy@1": 0.5}]
     calls = {}
-    monkeypatch.setattr(crossencoder, "load_cross_encoder", lambda path: _StandInCE())
+    monkeypatch.setattr(loading, "load_cross_encoder", lambda path: _StandInCE())
 
     def fake_eval(ce, domains, *, max_queries=None, progress=False):
         calls.update(domains=domains, max_queries=max_queries, progress=progress)

@@ -6,12 +6,9 @@ import json
 import pytest
 import torch
 
-from xenbench.models.crossencoder import (
-    CEConfig,
-    InputFormat,
-    build_cross_encoder,
-    load_cross_encoder,
-)
+from xenbench.models.crossencoder import CEConfig
+from xenbench.models.loading import build_cross_encoder, load_cross_encoder
+from xenbench.models.pairs import InputFormat
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
 
@@ -176,7 +173,7 @@ def test_loader_errors(tmp_path) -> None:
 
 
 def test_marker_format_needs_marker_tokens() -> None:
-    from xenbench.models.crossencoder import PairEncoder
+    from xenbench.models.pairs import PairEncoder
 
     class NoMarkers:
         cls_token_id, sep_token_id, pad_token_id = 101, 102, 0
@@ -213,7 +210,7 @@ def test_a_marker_emb_ce_reads_a_query_without_a_span_as_its_own_mention() -> No
 
 
 def test_marker_layout_registers_the_markers_as_special_tokens(tmp_path) -> None:
-    from xenbench.models.crossencoder import register_markers
+    from xenbench.models.pairs import register_markers
 
     ce = build_cross_encoder(CEConfig(kind="emb", pooling="markers", scale=None))
     tok, pe = ce.pairs.tokenizer, ce.pairs

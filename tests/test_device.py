@@ -20,7 +20,7 @@ from xenbench.errors import ParameterError
 
 #: (notebook, call) pairs that may leave ``device`` out, and why.
 EXEMPT = {
-    ("01_score_matrices", "xb.crossencoder.load_cross_encoder"): "score_matrix(device=device) moves the CE there",
+    ("01_score_matrices", "xb.loading.load_cross_encoder"): "score_matrix(device=device) moves the CE there",
 }
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from xenbench import provenance
 from xenbench.data.datasets import Dataset, Item, Query
-from xenbench.models import crossencoder, fingerprint, scoring
+from xenbench.models import cache, crossencoder, fingerprint, loading, scoring
 from xenbench.models.probe import PROBE_ITEMS, probe_rate
 from xenbench.sampling import sample_rows
 
@@ -37,7 +37,7 @@ def _no_load(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the CE was loaded again")
 
-    monkeypatch.setattr(crossencoder, "load_cross_encoder", fail)
+    monkeypatch.setattr(loading, "load_cross_encoder", fail)
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def ce_copy(tmp_path, monkeypatch) -> Path:
 
 
 def test_a_ce_is_fingerprinted_once_and_found_by_later_processes(monkeypatch, ce_copy):
-    truth = fingerprint.model_fingerprint(crossencoder.load_cross_encoder(ce_copy))
+    truth = fingerprint.model_fingerprint(loading.load_cross_encoder(ce_copy))
     assert fingerprint.stored_fingerprint(ce_copy) is None
     assert fingerprint.folder_fingerprint(ce_copy) == truth
     _no_load(monkeypatch)
@@ -93,16 +93,16 @@ def test_load_shared_returns_one_object_per_folder(monkeypatch, ce_copy):
 
 def test_a_cached_sample_is_found_without_loading_the_ce(monkeypatch, tmp_path, ce_copy):
     data = Dataset("mine", ITEMS[:5], QUERIES[:3], gold={})
-    store = scoring.cached_scores(ce_copy, data, cache=tmp_path / "scores", device="cpu", progress=False)
-    assert store.path == fingerprint.cache_path(crossencoder.load_cross_encoder(ce_copy), data, tmp_path / "scores")
+    store = cache.cached_scores(ce_copy, data, cache=tmp_path / "scores", device="cpu", progress=False)
+    assert store.path == fingerprint.cache_path(loading.load_cross_encoder(ce_copy), data, tmp_path / "scores")
     _new_process(monkeypatch)
     _no_load(monkeypatch)
-    again = scoring.cached_scores(ce_copy, data, cache=tmp_path / "scores", device="cpu")
+    again = cache.cached_scores(ce_copy, data, cache=tmp_path / "scores", device="cpu")
     assert again.path == store.path and np.array_equal(again.to_numpy(), store.to_numpy())
 
 
 def test_the_probe_scores_the_seeded_sample_it_documents():
-    ce = crossencoder.load_cross_encoder(CE)
+    ce = loading.load_cross_encoder(CE)
     probe = probe_rate(ce, QUERIES, ITEMS, n_pairs=130, seed=3, device="cpu")
     n_items = min(len(ITEMS), PROBE_ITEMS)  # 64 items, ceil(130 / 64) = 3 queries
     qs = [QUERIES[r] for r in sample_rows(len(QUERIES), 3, 3, kind="queries")]

@@ -237,7 +237,7 @@ def test_scoring_past_the_cell_timeout_is_refused_with_the_fix(tmp_path, capsys,
 
 def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):
     from xenbench.data.sources import load_dataset
-    from xenbench.models.scoring import cached_scores
+    from xenbench.models.cache import cached_scores
     from xenbench.sampling import sample_rows
 
     monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))

@@ -87,7 +87,7 @@ def test_the_rebuilt_backbone_gives_the_ces_bit_identical_scores(payload, tmp_pa
     scores are the same bits as with the whole backbone."""
     from xenbench import integrity
     from xenbench.data.sources import load_dataset
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
     from xenbench.models.scoring import score_matrix
 
     ds = load_dataset("wordnet-el:noun.cognition")

@@ -126,7 +126,7 @@ def test_the_resume_state_written_by_save_state_loads_with_weights_only(tmp_path
 
 
 def test_a_ce_with_nan_weights_exits_non_zero_and_leaves_the_store_unfinished(tmp_path, capsys):
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
 
     ce = load_cross_encoder(MODELS / "cls-ce")
     weights = dict(ce.model.named_parameters())[ce.config.trained[-1]]
@@ -327,7 +327,7 @@ def test_an_empty_split_file_still_loads_but_a_dataset_without_any_positive_does
 
 def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsys):
     import xenbench.cli as cli
-    import xenbench.models.crossencoder as crossencoder
+    import xenbench.models.loading as loading
 
     class StandIn:
         def to(self, device):
@@ -336,7 +336,7 @@ def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsy
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(crossencoder, "load_cross_encoder", lambda path: StandIn())
+    monkeypatch.setattr(loading, "load_cross_encoder", lambda path: StandIn())
     monkeypatch.setattr(train, "evaluate_rerank",
                         lambda ce, domains, max_queries=None, progress=False: [{"domain": domains[0]}])
     monkeypatch.setattr(cli, "write_text_atomic", full)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from xenbench import integrity
-from xenbench.models.crossencoder import bundled_backbone, load_cross_encoder
+from xenbench.models.crossencoder import bundled_backbone
+from xenbench.models.loading import load_cross_encoder
 from xenbench.errors import DataError
 
 MODELS = Path(__file__).resolve().parent.parent / "models"

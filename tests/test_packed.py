@@ -18,8 +18,9 @@ from transformers import (
 
 from xenbench.data.sources import load_dataset
 from xenbench.errors import ParameterError
-from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, bundled_backbone, load_cross_encoder
-from xenbench.models.scoring import PairAssembler
+from xenbench.models.crossencoder import CEConfig, CrossEncoder, bundled_backbone
+from xenbench.models.loading import load_cross_encoder
+from xenbench.models.pairs import InputFormat, PairAssembler
 from xenbench.models.packed import (
     check_supported,
     pack,

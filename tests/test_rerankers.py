@@ -20,8 +20,10 @@ import _tiny_models as tiny  # noqa: E402
 
 from xenbench.data.datasets import Item, Query  # noqa: E402
 from xenbench.data.sources import load_dataset  # noqa: E402
-from xenbench.models.crossencoder import item_text, load_cross_encoder  # noqa: E402
-from xenbench.models.scoring import PairAssembler, score_matrix, score_to_store  # noqa: E402
+from xenbench.models.jobs import score_to_store  # noqa: E402
+from xenbench.models.loading import load_cross_encoder  # noqa: E402
+from xenbench.models.pairs import PairAssembler, item_text  # noqa: E402
+from xenbench.models.scoring import score_matrix  # noqa: E402
 
 TOL = 1e-4  # of the reference scores' std
 #: Which families the padding-free forward reproduces (docs/MODELS.md's "Supported cross-encoders" table says the same).

@@ -77,7 +77,8 @@ def test_loading_models_leaves_the_users_logging_alone() -> None:
     """DualEncoder and build_cross_encoder silence transformers' expected load reports only while loading."""
     from transformers import logging as hf_logging
 
-    from xenbench.models.crossencoder import CEConfig, build_cross_encoder
+    from xenbench.models.crossencoder import CEConfig
+    from xenbench.models.loading import build_cross_encoder
 
     before = hf_logging.get_verbosity()
     try:

@@ -20,24 +20,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
-from xenbench.models.crossencoder import (
-    CEConfig,
-    CrossEncoder,
-    InputFormat,
-    build_cross_encoder,
-    bundled_backbone,
-)
+from xenbench.models.crossencoder import CEConfig, CrossEncoder, bundled_backbone
+from xenbench.models.loading import build_cross_encoder
+from xenbench.models.pairs import InputFormat, PairAssembler
 from xenbench._device import resolve_device
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import DataError, ParameterError
-from xenbench.models.scoring import (
-    PairAssembler,
-    ScoreTiming,
-    run_score_job,
-    score_matrix,
-    score_pairs_sparse,
-    score_to_store,
-)
+from xenbench.models.jobs import run_score_job, score_to_store
+from xenbench.models.scoring import ScoreTiming, score_matrix, score_pairs_sparse
 
 HERE = Path(__file__).resolve()
 
@@ -220,7 +210,7 @@ _CHILD = """
 import importlib.util, os, sys, time
 spec = importlib.util.spec_from_file_location("scoring_tests", sys.argv[1])
 t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
-from xenbench.models.scoring import score_to_store
+from xenbench.models.jobs import score_to_store
 ce = t.tiny_ce("cls")
 forward = ce.forward
 def slow(batch):  # slow enough to be killed mid-run: ~0.5 s per query chunk
@@ -350,9 +340,10 @@ def test_devices():
 
 
 def test_import_without_zarr():
-    # The GPU machines have no zarr: importing the scorer and scoring in memory must still work.
+    # The GPU machines have no zarr: importing the scorer (and its jobs and cache) and scoring in memory must still
+    # work.
     code = ("import sys; sys.modules['zarr'] = None\n"
-            "import xenbench.models.scoring, xenbench.data.store\n"
+            "import xenbench.models.scoring, xenbench.models.jobs, xenbench.models.cache, xenbench.data.store\n"
             "try:\n    xenbench.data.store.ScoreStore.create('never', 2, 2)\n"
             "except ImportError as e:\n    assert 'needs zarr' in str(e), e\n"
             "else:\n    raise SystemExit('no ImportError')\n")
@@ -513,21 +504,21 @@ def test_a_store_needs_a_folder(small_ce):
 
 
 def test_cached_scores_score_once_per_model_and_sample(tmp_path, monkeypatch):
-    import xenbench.models.scoring as scoring
-    from xenbench.models.crossencoder import load_cross_encoder
+    import xenbench.models.cache as cache
+    from xenbench.models.loading import load_cross_encoder
 
     model = Path(__file__).resolve().parent.parent / "models" / "cls-ce"
     data = Dataset("mine", ITEMS[:4], QUERIES[:3], gold={})
-    store = scoring.cached_scores(model, data, cache=tmp_path, device="cpu", progress=False)
+    store = cache.cached_scores(model, data, cache=tmp_path, device="cpu", progress=False)
     direct = score_matrix(load_cross_encoder(model), data.queries, data.items, device="cpu", progress=False,
                           batch_size=store.attrs["batch_size"]).scores
     np.testing.assert_array_equal(store.to_numpy(), direct)
-    monkeypatch.setattr(scoring, "score_to_store", lambda *a, **k: pytest.fail("a cached sample was scored again"))
-    again = scoring.cached_scores(model, data, cache=tmp_path, device="cpu")
+    monkeypatch.setattr(cache, "score_to_store", lambda *a, **k: pytest.fail("a cached sample was scored again"))
+    again = cache.cached_scores(model, data, cache=tmp_path, device="cpu")
     assert again.path == store.path
     monkeypatch.undo()
-    other = scoring.cached_scores(model, Dataset("mine", ITEMS[1:5], QUERIES[:3], gold={}), cache=tmp_path,
-                                  device="cpu", progress=False)
+    other = cache.cached_scores(model, Dataset("mine", ITEMS[1:5], QUERIES[:3], gold={}), cache=tmp_path,
+                                device="cpu", progress=False)
     assert other.path != store.path and other.shape == (3, 4)
     with pytest.raises(ParameterError, match="'model' parameter of cached_scores"):
-        scoring.cached_scores(tmp_path / "nope", data, cache=tmp_path)
+        cache.cached_scores(tmp_path / "nope", data, cache=tmp_path)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import xenbench.models.train as train
-from xenbench.models.crossencoder import load_cross_encoder
+from xenbench.models.loading import load_cross_encoder
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 

@@ -84,7 +84,7 @@ def _train_ce(args: argparse.Namespace) -> None:
 
 def _eval_ce(args: argparse.Namespace) -> None:
     from xenbench._validation import check_int
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
 
     _check_device(args.device, "eval-ce")
     _check_domains(args.domains, "--domains", "eval-ce")
@@ -187,7 +187,7 @@ def _score(args: argparse.Namespace) -> None:
         store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids, device=args.device,
                                       overwrite=args.overwrite)
     else:
-        from xenbench.models.scoring import run_score_job
+        from xenbench.models.jobs import run_score_job
 
         ray_options = {"address": args.address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
         store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,

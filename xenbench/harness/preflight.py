@@ -38,7 +38,7 @@ _CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or
 # An authors' Lightning checkpoint loads only with its base model (load_cross_encoder(path, base=...)), which no
 # notebook parameter passes: refused before any work, saying what works instead.
 _CKPT = ("; a Lightning .ckpt needs its base model, which no notebook parameter passes: score it in Python "
-         "(xb.scoring.score_to_store(xb.crossencoder.load_cross_encoder(path, base=...), ...)) and read that store")
+         "(xb.jobs.score_to_store(xb.loading.load_cross_encoder(path, base=...), ...)) and read that store")
 
 
 def ce_name(model: str | os.PathLike[str]) -> str:
@@ -49,7 +49,7 @@ def ce_name(model: str | os.PathLike[str]) -> str:
 
 def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
     """Refuse a Lightning ``.ckpt`` file as the CE of parameter ``name``: it loads only with its base model
-    (:func:`xenbench.models.crossencoder.load_cross_encoder` ``base=``), which no notebook parameter passes; the
+    (:func:`xenbench.models.loading.load_cross_encoder` ``base=``), which no notebook parameter passes; the
     message says what works instead."""
     if Path(str(value).rstrip("/\\")).suffix == ".ckpt":
         raise ParameterError(name, _CE_EXPECTED + _CKPT, value, owner)
@@ -187,7 +187,7 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     :func:`~xenbench.harness.runner.run_notebook` starts next, and every later run, open the cache without loading the
     CE; it is loaded (once) only to fingerprint it the first time or to measure its rate when something is left to
     score. A folder that holds no trained head is refused by that load
-    (:func:`~xenbench.models.crossencoder.load_cross_encoder`), naming the folder.
+    (:func:`~xenbench.models.loading.load_cross_encoder`), naming the folder.
 
     Logs one line (INFO) with the pairs and the estimated time; logs a warning when the probe's (or the cached)
     scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`).

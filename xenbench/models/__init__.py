@@ -1,13 +1,19 @@
 """Layer 2, models: what turns (query, item) text into scores.
 
-``crossencoder`` ([CLS]-CE and [EMB]-CE, ANNCUR §2.6), ``retrievers`` (dual encoder and TF-IDF), ``scoring`` (the
-batched query × item scorer), ``packed`` (its padding-free forward), ``probe`` (a CE's rate and score spread on a few
-pairs), ``fingerprint`` (the score-cache key; a CE fingerprinted once, loaded once per process), ``linking``
-(entity-linking accuracy of a CE re-ranking), ``train`` (CE training, ANNCUR §4 / the ZESHEL recipe).
+The cross-encoder: ``crossencoder`` (the module: [CLS]-CE, [EMB]-CE of ANNCUR §2.6, LLM rerankers, and its config),
+``pairs`` (how a pair becomes token ids, once per query and item), ``loading`` (where a CE comes from: xenbench,
+sentence-transformers and Hugging Face folders, ``.ckpt`` files, a fresh head; bad folders refused). Scoring with
+it: ``scoring`` (the engine: batched, length-sorted, in memory), ``packed`` (its padding-free forward), ``jobs``
+(resumable scoring into a score store, ``xenbench score``), ``distributed`` (their Ray backend), ``cache`` (the
+on-demand score cache of notebooks 03/04/07), ``fingerprint`` (the score-cache key; a CE fingerprinted once, loaded
+once per process), ``probe`` (a CE's rate and score spread on a few pairs). Beside it: ``retrievers`` (dual encoder
+and TF-IDF), ``linking`` (entity-linking accuracy of a CE re-ranking), ``train`` (CE training, ANNCUR §4 / the
+ZESHEL recipe).
 """
 from __future__ import annotations
 
 from xenbench._lazy import submodules
 
-__getattr__, __dir__ = submodules(__name__, {m: m for m in ("crossencoder", "fingerprint", "linking", "packed", "probe",
-                                                            "retrievers", "scoring", "train")})
+__getattr__, __dir__ = submodules(
+    __name__, {m: m for m in ("cache", "crossencoder", "distributed", "fingerprint", "jobs", "linking", "loading",
+                              "packed", "pairs", "probe", "retrievers", "scoring", "train")})

@@ -71,7 +71,7 @@ def texts_fingerprint(queries: Sequence[Query], items: Sequence[Item]) -> str:
 
 
 def cache_path(ce: CrossEncoder | str, dataset: Dataset, cache: str | os.PathLike[str] | None = None) -> Path:
-    """Where :func:`xenbench.models.scoring.cached_scores` keeps the scores of ``ce`` (a CE, or its
+    """Where :func:`xenbench.models.cache.cached_scores` keeps the scores of ``ce`` (a CE, or its
     :func:`model_fingerprint`) on ``dataset``: ``<cache>/scores/<key>``, ``key`` a hash of the CE's weights and config
     and of every query and item text (the harness looks there before a run). ``cache`` defaults to
     :func:`cache_root`."""
@@ -165,12 +165,12 @@ def folder_fingerprint(path: str | os.PathLike[str]) -> str:
 
 
 def load_shared(path: str | os.PathLike[str]) -> CrossEncoder:
-    """:func:`~xenbench.models.crossencoder.load_cross_encoder` of ``path``, once per process: the same CE object is
+    """:func:`~xenbench.models.loading.load_cross_encoder` of ``path``, once per process: the same CE object is
     returned again while its files are unchanged (only the last CE loaded is kept; :func:`release_shared` drops it).
 
     Scoring moves a CE to a device and back, leaving it as it was; do not train the returned object in place.
     """
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
 
     global _SHARED
     resolved = Path(path).expanduser().resolve()

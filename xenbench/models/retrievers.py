@@ -18,7 +18,8 @@ from tqdm.auto import tqdm
 
 from xenbench._validation import check_is_fitted
 from xenbench._device import resolve_device
-from xenbench.models.crossencoder import bundled_backbone, quiet_loading
+from xenbench.models.crossencoder import bundled_backbone
+from xenbench.models.loading import quiet_loading
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.metrics import topk_indices
@@ -68,7 +69,7 @@ class DualEncoder:
         Tokens per text after truncation.
     device : str or torch.device, default "auto"
         Where to encode: ``"auto"`` (CUDA when available, else MPS, else CPU), ``"cpu"``, ``"cuda"``,
-        ``"cuda:<k>"`` or ``"mps"`` (:func:`xenbench.models.crossencoder.resolve_device`).
+        ``"cuda:<k>"`` or ``"mps"`` (:func:`xenbench._device.resolve_device`).
     cache_dir : Path or None
         Embeddings are cached on disk keyed by the model's weights file and the exact texts;
         ``None`` uses :func:`default_cache_dir`; ``False`` disables the cache. A cache file that is unreadable,
@@ -236,7 +237,7 @@ def retriever_score_store(
 ):
     """Write a first-stage retriever's dense scores (cosine) for queries × items into a ScoreStore.
 
-    The DE/TF-IDF counterpart of :func:`xenbench.models.scoring.run_score_job`: the same store format and manifest
+    The DE/TF-IDF counterpart of :func:`xenbench.models.jobs.run_score_job`: the same store format and manifest
     fields, so a DE matrix lines up entry for entry with the CE matrices of the same ids.
 
     Parameters

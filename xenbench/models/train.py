@@ -36,7 +36,9 @@ from tqdm.auto import tqdm
 
 from xenbench._device import resolve_device
 from xenbench._io import write_text_atomic
-from xenbench.models.crossencoder import CEConfig, CrossEncoder, InputFormat, build_cross_encoder, load_cross_encoder
+from xenbench.models.crossencoder import CEConfig, CrossEncoder
+from xenbench.models.loading import build_cross_encoder, load_cross_encoder
+from xenbench.models.pairs import InputFormat
 from xenbench.data.datasets import Dataset, sample_queries
 from xenbench.data.sources import load_wordnet_el
 from xenbench._validation import check_choice, check_float, check_int, check_seed

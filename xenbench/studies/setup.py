@@ -101,7 +101,7 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
     Two sources. Without ``model``: open the score store at ``store_path`` and check that it scores ``dataset``'s
     queries and items in order, and keep a seeded sample of ``max_items`` of its item columns (:func:`subsample`;
     None: all). With ``model`` (a CE folder, for your own data): score a seeded sample of
-    ``max_queries`` queries × ``max_items`` items with it through :func:`xenbench.models.scoring.cached_scores`
+    ``max_queries`` queries × ``max_items`` items with it through :func:`xenbench.models.cache.cached_scores`
     (resumable, cached by model and texts; ``store_path`` is ignored), so nothing needs precomputing.
 
     Raises
@@ -117,7 +117,7 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
 
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
     if model:
-        from xenbench.models.scoring import cached_scores
+        from xenbench.models.cache import cached_scores
 
         queries = sample_rows(len(ds.queries), max_queries, seed, kind="queries")
         items = subsample(len(ds.items), max_items, seed)

@@ -303,7 +303,7 @@ def _scores(results: Mapping[str, Any]) -> list[Witness]:
     rounding), so a changed model, scorer or store is named."""
     from xenbench.data.sources import load_dataset
     from xenbench.data.store import compare_with_stores, open_stores
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
     from xenbench.models.scoring import score_matrix
     from xenbench.studies.stats import sample_pairs, score_summary
 

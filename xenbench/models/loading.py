@@ -1,0 +1,303 @@
+"""Where a cross-encoder comes from: a fresh head on a backbone, or a local folder or checkpoint, checked.
+
+:func:`load_cross_encoder` reads a xenbench folder, a sentence-transformers CrossEncoder folder, a Hugging Face
+``save_pretrained`` folder or an authors' Lightning ``.ckpt`` (nothing is downloaded), picks the family
+(``"cls"``/``"emb"``/``"lm"``, :mod:`xenbench.models.crossencoder`) and the pair layout
+(:mod:`xenbench.models.pairs`) the folder implies, and refuses a folder it cannot score faithfully (a head
+transformers would fill with random numbers, a multi-label head, a tokenizer beyond the embeddings, ...) before any
+scoring. :func:`build_cross_encoder` puts a new seeded head on a backbone (for training).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import logging as hf_logging
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
+
+from xenbench import integrity
+from xenbench._device import resolve_device
+from xenbench.errors import DataError, ParameterError
+from xenbench.models.crossencoder import CONFIG_NAME, WEIGHTS_NAME, CEConfig, CrossEncoder, backbone_folder
+from xenbench.models.pairs import InputFormat, register_markers
+from xenbench.provenance import record_input
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silence transformers' load reports (an expected "newly initialized head" or unused pooler) while loading,
+    then restore the user's verbosity: loading a model never changes global logging. Only for loads whose
+    missing tensors are expected or checked (:func:`_load_hf` turns any missing tensor into an error)."""
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+def _auto_class(kind: str):
+    if kind == "cls":
+        return AutoModelForSequenceClassification
+    if kind == "lm":
+        return AutoModelForCausalLM
+    if kind == "emb":
+        return AutoModel
+    raise ParameterError("kind", "'cls', 'emb' or 'lm'", kind, "CEConfig")
+
+
+def _from_pretrained(model_cls, path: Path, **kwargs):
+    """``model_cls.from_pretrained``; a bare encoder without its pooler where the class has one (unused weights)."""
+    if model_cls is AutoModel:
+        try:
+            return model_cls.from_pretrained(path, add_pooling_layer=False, **kwargs)
+        except TypeError:  # e.g. ELECTRA has no pooler argument
+            pass
+    return model_cls.from_pretrained(path, **kwargs)
+
+
+def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
+    """A fresh cross-encoder on ``config.backbone``; a new [CLS] head is initialized from ``seed``."""
+    path = backbone_folder(config.backbone)
+    model_cls = _auto_class(config.kind)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if config.pooling == "markers":
+        register_markers(tokenizer)
+    torch.manual_seed(seed)
+    with quiet_loading():  # the "newly initialized head" report is expected here
+        if config.kind == "cls":
+            model = model_cls.from_pretrained(path, num_labels=1)
+        else:
+            model = _from_pretrained(model_cls, path)
+    return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
+
+
+def load_cross_encoder(path: str | Path, *, kind: str | None = None, base: str | Path | None = None,
+                       device: str = "cpu") -> CrossEncoder:
+    """Load a cross-encoder from a local path; nothing is downloaded.
+
+    * a xenbench folder (``xenbench_ce.json`` + ``trained.safetensors``): backbone + trained parameters;
+    * a sentence-transformers CrossEncoder folder (``modules.json``): its ``Transformer`` module, a ``LogitScore``
+      module's token ids, its ``max_seq_length``, chat-template kwargs and default prompt;
+    * a Hugging Face ``save_pretrained`` folder: ``*ForSequenceClassification`` (one label) is a [CLS]-CE on the
+      tokenizer's pair template (or chat template, if it has one), ``*ForCausalLM`` an LLM reranker scored
+      logit("yes") − logit("no") at the last token of the chat template (sentence-transformers' default), a bare
+      encoder an [EMB]-CE with the MS-MARCO ``"cls-sep"`` pooling (``kind`` overrides the [CLS]/[EMB] choice);
+      pairs are truncated to the model's maximum length as sentence-transformers truncates them;
+    * an authors' Lightning ``.ckpt`` file (keys ``model.encoder.bert_model.*``, plus
+      ``model.encoder.additional_linear.*`` for a [CLS]-CE): ``base`` must name a Hugging Face folder with the
+      matching config and tokenizer (e.g. bert-base-uncased); ZESHEL layout with markers, query padded to 128.
+
+    Raises
+    ------
+    DataError
+        Naming the folder and what was expected, before any scoring: no classifier head (its tensors missing, which
+        transformers would fill with random numbers), a multi-label head, a causal LM whose tokenizer lacks the
+        answer tokens, a tokenizer with ids beyond the model's embeddings, an unknown architecture or module, a
+        xenbench folder whose tensors do not fit its backbone.
+    """
+    return _load(Path(path), kind, base).to(resolve_device(device))
+
+
+def _load(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder:
+    if not path.exists():
+        raise DataError(path, "no such file or folder: expected a xenbench CE folder, a HF folder or a .ckpt file")
+    record_input("model", path)  # its digest goes into the run's provenance
+    if path.is_file() and path.suffix == ".ckpt":
+        return _load_lightning(path, kind, base)
+    if (path / CONFIG_NAME).is_file():
+        return _load_xenbench(path)
+    if (path / "modules.json").is_file():
+        return _load_sentence_transformers(path, kind)
+    if (path / "config.json").is_file():
+        return _load_hf(path, kind)
+    raise DataError(path, f"not a cross-encoder: expected {CONFIG_NAME}, modules.json, config.json or a .ckpt file")
+
+
+def _load_xenbench(path: Path) -> CrossEncoder:
+    try:
+        config = CEConfig.from_json((path / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (ValueError, TypeError, KeyError) as err:  # malformed JSON or fields
+        raise DataError(path / CONFIG_NAME, f"not a valid xenbench CE config ({type(err).__name__}: {err})") from None
+    if not (path / WEIGHTS_NAME).is_file():
+        raise DataError(path / WEIGHTS_NAME, "missing: the folder has a config but no trained weights")
+    # Before the bytes become tensors: a corrupted file must fail here, not score silently.
+    integrity.verify(path, backbone_folder(config.backbone))
+    ce = build_cross_encoder(config)
+    try:
+        trained = load_file(str(path / WEIGHTS_NAME))
+    except Exception as err:  # safetensors raises its own error type for truncated or foreign files
+        raise DataError(path / WEIGHTS_NAME, f"not a readable safetensors file ({err})") from None
+    missing = set(config.trained) - set(trained)
+    if missing:
+        raise DataError(path / WEIGHTS_NAME, f"missing trained tensors {sorted(missing)[:3]}")
+    state = ce.model.state_dict()
+    unknown = sorted(set(trained) - set(state))
+    if unknown:
+        raise DataError(path / WEIGHTS_NAME, f"holds tensors the backbone does not have {unknown[:3]}: expected "
+                                             f"parameter names of {type(ce.model).__name__} on {config.backbone}")
+    bad = [f"{k} {tuple(v.shape)} (backbone {tuple(state[k].shape)})" for k, v in trained.items()
+           if tuple(v.shape) != tuple(state[k].shape)]
+    if bad:
+        raise DataError(path / WEIGHTS_NAME, f"tensor shapes do not fit the backbone: {bad[:3]}")
+    ce.model.load_state_dict({k: v.float() for k, v in trained.items()}, strict=False)
+    return ce
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (ValueError, UnicodeDecodeError) as err:
+        raise DataError(path, f"not valid JSON ({err})") from None
+
+
+def _load_sentence_transformers(path: Path, kind: str | None) -> CrossEncoder:
+    """A sentence-transformers CrossEncoder folder: ``Transformer`` (+ ``LogitScore``) modules, as its loader reads
+    them (``modules.json``, ``sentence_bert_config.json``, ``config_sentence_transformers.json``)."""
+    modules = _read_json(path / "modules.json")
+    if not isinstance(modules, list) or not modules:
+        raise DataError(path / "modules.json", "expected a non-empty list of modules")
+    transformer, answers = None, None
+    for m in modules:
+        name = str(m.get("type", "")).rsplit(".", 1)[-1]
+        if name == "Transformer" and transformer is None:
+            transformer = path / m.get("path", "")
+        elif name == "LogitScore":
+            cfg = _read_json(path / m.get("path", "") / "config.json")
+            answers = [cfg.get("true_token_id"), cfg.get("false_token_id")]
+            if not isinstance(answers[0], int):
+                raise DataError(path / m.get("path", "") / "config.json", "expected an int 'true_token_id'")
+        else:
+            raise DataError(path / "modules.json", f"module {m.get('type')!r} is not supported: expected a "
+                                                   "Transformer module, optionally followed by LogitScore")
+    if transformer is None:
+        raise DataError(path / "modules.json", "has no Transformer module")
+    sbert = _read_json(transformer / "sentence_bert_config.json")
+    st_config = _read_json(path / "config_sentence_transformers.json")
+    prompts, prompt_name = st_config.get("prompts") or {}, st_config.get("default_prompt_name")
+    modality = sbert.get("modality_config") or {}
+    options = {
+        "answers": answers,
+        "max_seq_length": sbert.get("max_seq_length"),
+        "chat_kwargs": ((sbert.get("processing_kwargs") or {}).get("chat_template") or {}),
+        "prompt": prompts.get(prompt_name) if prompt_name else None,
+        "chat": None if not modality else "message" in modality,
+        "message_format": (modality.get("message") or {}).get("format", "flat"),
+        "task": sbert.get("transformer_task"),
+    }
+    return _load_hf(transformer, kind, options)
+
+
+def _load_hf(path: Path, kind: str | None, st: dict | None = None) -> CrossEncoder:
+    """A Hugging Face folder (``st``: what a sentence-transformers folder adds), checked before any scoring."""
+    st = st or {}
+    try:
+        hf = AutoConfig.from_pretrained(path)
+    except (ValueError, KeyError, OSError) as err:
+        raise DataError(path / "config.json", f"not a config transformers knows ({err})".splitlines()[0]) from None
+    archs = list(getattr(hf, "architectures", None) or [])
+    arch = archs[0] if archs else f"{type(hf).__name__} without architectures"
+    if st.get("answers") is not None or st.get("task") == "text-generation" or arch.endswith("ForCausalLM"):
+        kind = "lm"
+    elif arch.endswith("ForSequenceClassification"):
+        kind = kind or "cls"
+    elif arch.endswith("Model") and not arch.endswith(("LMHeadModel", "PreTrainedModel")):
+        kind = kind or "emb"
+    else:
+        raise DataError(path / "config.json", f"architecture {arch!r} is not a cross-encoder: expected "
+                                              "*ForSequenceClassification, *ForCausalLM (an LLM reranker) or a "
+                                              "bare encoder (*Model)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    chat_template = getattr(tokenizer, "chat_template", None)
+    chat = bool(chat_template) if st.get("chat") is None else bool(st["chat"] and chat_template)
+    fmt = st.get("message_format", "flat")
+    config = CEConfig(
+        kind=kind, backbone=str(path), pooling="cls-sep", scale=None, input_format=InputFormat(markers=False),
+        layout="chat" if chat else "pair", max_length=_max_length(tokenizer, hf, st.get("max_seq_length")),
+        answer_tokens=_answer_tokens(path, tokenizer, st.get("answers")) if kind == "lm" else None,
+        prompt=st.get("prompt"), chat_kwargs=dict(st.get("chat_kwargs") or {}),
+        message_format="structured" if fmt == "structured" else "flat",
+    )
+    if kind == "cls" and getattr(hf, "num_labels", 1) != 1:
+        raise DataError(path / "config.json", f"has a {hf.num_labels}-label head: expected one score per pair "
+                                              "(num_labels 1)")
+    model_cls = _auto_class(kind)
+    with quiet_loading():  # every missing tensor becomes the error below, so the report is not lost
+        try:
+            model, info = _from_pretrained(model_cls, path, output_loading_info=True)
+        except (ValueError, OSError, RuntimeError) as err:
+            raise DataError(path, f"transformers cannot load it as {model_cls.__name__} "
+                                  f"({str(err).splitlines()[0]})") from None
+    missing = sorted(k for k in info.get("missing_keys", []) if "position_ids" not in k)
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", []))
+    if missing or mismatched:
+        what = {"cls": "a trained classifier head", "lm": "the LM head", "emb": "every encoder tensor"}[kind]
+        raise DataError(path, f"{type(model).__name__} is missing tensors {(missing or mismatched)[:4]} that "
+                              f"transformers would initialize randomly: expected {what} (a folder saved by "
+                              "save_pretrained after training, or a LogitScore module for an LLM reranker)")
+    n_emb = model.get_input_embeddings().num_embeddings
+    top = max(max(tokenizer.get_vocab().values(), default=0), len(tokenizer) - 1)
+    if top >= n_emb:
+        raise DataError(path, f"the tokenizer has token ids up to {top} but the model's embeddings hold {n_emb} "
+                              "rows: expected the tokenizer saved with this model")
+    return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
+
+
+def _max_length(tokenizer, hf, max_seq_length: int | None) -> int | None:
+    """sentence-transformers' bound: ``max_seq_length`` if the folder sets it, else the tokenizer's
+    ``model_max_length`` capped at the model's ``max_position_embeddings``; None if neither is finite."""
+    if max_seq_length:
+        return int(max_seq_length)
+    bounds = [tokenizer.model_max_length, getattr(hf, "max_position_embeddings", None)]
+    finite = [int(b) for b in bounds if isinstance(b, int) and 0 < b < 10**9]
+    return min(finite) if finite else None
+
+
+def _answer_tokens(path: Path, tokenizer, answers: list | None) -> list[int | None]:
+    """(true, false) token ids: a LogitScore module's, else "yes"/"no" as sentence-transformers picks them."""
+    if answers is not None:
+        return list(answers)
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in ("yes", "no") if t not in vocab]
+    if missing:
+        raise DataError(path, f"the tokenizer has no {' or '.join(repr(t) for t in missing)} token: an LLM reranker "
+                              "is scored logit('yes') - logit('no'); expected a tokenizer with both tokens, or a "
+                              "sentence-transformers folder whose LogitScore module names the answer tokens")
+    return [vocab["yes"], vocab["no"]]
+
+
+def _load_lightning(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder:
+    if base is None:
+        raise ParameterError("base", "a Hugging Face folder with the checkpoint's config and tokenizer", None)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    state = ckpt.get("state_dict", ckpt)
+    enc = "model.encoder.bert_model."
+    head = "model.encoder.additional_linear."
+    if not any(k.startswith(enc) for k in state):
+        raise DataError(path, f"no keys start with {enc!r}: not an ANNCUR/ZESHEL Lightning checkpoint")
+    kind = kind or ("cls" if any(k.startswith(head) for k in state) else "emb")
+    fmt = InputFormat(markers=True, max_query_tokens=126, max_item_tokens=126, query_pad_to=128)
+    config = CEConfig(kind=kind, backbone=str(base), pooling="markers", scale=None, input_format=fmt)
+    ce = build_cross_encoder(config)
+    bert = {k[len(enc) :]: v for k, v in state.items() if k.startswith(enc)}
+    if kind == "cls":
+        mapped = {"bert." + k: v for k, v in bert.items()}
+        mapped.update({"classifier." + k[len(head) :]: v for k, v in state.items() if k.startswith(head)})
+    else:
+        mapped = {k: v for k, v in bert.items() if not k.startswith("pooler.")}
+    result = ce.model.load_state_dict(mapped, strict=False)
+    unexpected = [k for k in result.unexpected_keys if "position_ids" not in k]
+    missing = [k for k in result.missing_keys if "position_ids" not in k]
+    if unexpected or missing:
+        raise DataError(path, f"checkpoint does not match {base}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return ce
