@@ -39,7 +39,7 @@ from run_all import command_line, write_fragment  # noqa: E402
 from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models import packed  # noqa: E402
 from xenbench.models.loading import load_cross_encoder  # noqa: E402
-from xenbench.models.pairs import item_text  # noqa: E402
+from xenbench.models.pairs import document_text  # noqa: E402
 from xenbench.models.scoring import score_matrix  # noqa: E402
 
 log = logging.getLogger("bench_rerankers")
@@ -52,7 +52,7 @@ def bench_family(name: str, folder: Path, queries: list, items: list, args: argp
 
     ce = load_cross_encoder(folder)
     st = CrossEncoder(str(folder), activation_fn=torch.nn.Identity(), local_files_only=True, device="cpu")
-    pairs = [(q.text, item_text(it)) for q in queries for it in items]
+    pairs = [(q.text, document_text(it)) for q in queries for it in items]
 
     def ours() -> np.ndarray:
         return score_matrix(ce, queries, items, batch_size=args.batch_size, device="cpu", progress=False).scores

@@ -134,7 +134,6 @@ def test_architecture_md_lists_the_same_layers():
 #: resolved and still listed, so this list only shrinks. Nothing may be added to it.
 KNOWN_CLASHES: dict[str, str] = {
     "findings": "each studies/findings/<notebook>.py registers its `findings` (reached through findings.registered())",
-    "item_text": "models.crossencoder and models.retrievers: two item texts (title + text vs 'title: text')",
     "register": "studies.findings and studies.witnesses: two registries",
     "registered": "studies.findings and studies.witnesses: two registries",
     "block": "studies.findings, .checkpoints and .claims: the generated block of docs/FINDINGS.md, docs/MODELS.md, README.md",

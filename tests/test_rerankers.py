@@ -22,7 +22,7 @@ from xenbench.data.datasets import Item, Query  # noqa: E402
 from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models.jobs import score_to_store  # noqa: E402
 from xenbench.models.loading import load_cross_encoder  # noqa: E402
-from xenbench.models.pairs import PairAssembler, item_text  # noqa: E402
+from xenbench.models.pairs import PairAssembler, document_text  # noqa: E402
 from xenbench.models.scoring import score_matrix  # noqa: E402
 
 TOL = 1e-4  # of the reference scores' std
@@ -52,7 +52,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 def data() -> tuple[list[Query], list[Item]]:
     """6 queries x 9 items: short glosses, and long ones (some pairs exceed every model's maximum length)."""
     ds = load_dataset("wordnet-el:noun.cognition")
-    by_len = sorted(ds.items, key=lambda it: len(item_text(it)))
+    by_len = sorted(ds.items, key=lambda it: len(document_text(it)))
     items = by_len[:3] + by_len[len(by_len) // 2: len(by_len) // 2 + 3] + by_len[-3:]
     queries = list(ds.queries[:5]) + [Query("long", " ".join(q.text for q in ds.queries[5:12]))]
     return queries, items
@@ -62,7 +62,7 @@ def library_scores(folder: Path, queries, items) -> np.ndarray:
     from sentence_transformers import CrossEncoder
 
     model = CrossEncoder(str(folder), activation_fn=torch.nn.Identity(), local_files_only=True, device="cpu")
-    pairs = [(q.text, item_text(it)) for q in queries for it in items]
+    pairs = [(q.text, document_text(it)) for q in queries for it in items]
     return np.asarray(model.predict(pairs, batch_size=16, show_progress_bar=False)).reshape(len(queries), len(items))
 
 
@@ -103,7 +103,7 @@ def test_pair_ids_equal_the_library_tokenization(name, folders, data) -> None:
     st = CrossEncoder(str(folders[name]), local_files_only=True, device="cpu")
     batch = ce.pairs.collate(*zip(*[(q, i) for q in ce.pairs.encode_queries(queries)
                                     for i in ce.pairs.encode_items(items)]))
-    features = st.preprocess([(q.text, item_text(it)) for q in queries for it in items])
+    features = st.preprocess([(q.text, document_text(it)) for q in queries for it in items])
     mask = features["attention_mask"].bool()
     n_truncated = 0
     for r in range(mask.shape[0]):
@@ -130,7 +130,7 @@ def test_sentence_transformers_folder_with_logit_score_and_prompt(folders, data,
         else LogitScore(true_token_id=vocab["no"], false_token_id=vocab["yes"])
     st.save(str(tmp_path / "st"))
     again = CrossEncoder(str(tmp_path / "st"), local_files_only=True, device="cpu", activation_fn=torch.nn.Identity())
-    ref = np.asarray(again.predict([(q.text, item_text(it)) for q in queries for it in items],
+    ref = np.asarray(again.predict([(q.text, document_text(it)) for q in queries for it in items],
                                    show_progress_bar=False)).reshape(len(queries), len(items))
     ce = load_cross_encoder(tmp_path / "st")
     assert ce.config.prompt == "Answer yes or no." and ce.config.answer_tokens == [st[1].true_token_id,

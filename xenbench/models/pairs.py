@@ -17,7 +17,8 @@ The layouts (``CEConfig.layout``):
                 document and the template's tail per item; a pair too long is cut at the maximum length and the
                 template's tail written back over its last tokens, as sentence-transformers does.
 
-The item text of the ``"pair"`` and ``"chat"`` layouts is ``"title text"`` (:func:`item_text`).
+The document text of the ``"pair"`` and ``"chat"`` layouts is ``"title text"`` (:func:`document_text`; a retriever
+reads ``"title: text"``, :func:`xenbench.models.retrievers.item_text`).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ Layout = Literal["segments", "pair", "chat"]
 MARKERS = ("[unused0]", "[unused1]", "[unused2]")
 
 
-def item_text(item: Item) -> str:
+def document_text(item: Item) -> str:
     """The text of an item for a model that reads one document string: ``"title text"`` (either may be empty)."""
     return " ".join(part for part in (item.title, item.text) if part)
 
@@ -296,7 +297,7 @@ class PairEncoder:
 
     def encode_items(self, items: Sequence[Item]) -> list[list[int]]:
         """Token ids of each item's segment: ``title [unused2] text`` / ``title text`` (``"segments"``), the ids of
-        :func:`item_text` (``"pair"``), or of the document with the spaces before it (``"chat"``; the template's
+        :func:`document_text` (``"pair"``), or of the document with the spaces before it (``"chat"``; the template's
         tail is :attr:`template`'s suffix).
 
         Raises
@@ -306,7 +307,7 @@ class PairEncoder:
             template's text before the document does not end on a token boundary for this tokenizer).
         """
         if self.layout == "pair":
-            return self._ids([item_text(it) for it in items])
+            return self._ids([document_text(it) for it in items])
         if self.layout == "chat":
             return self._encode_chat_items(items)
         budget = self.fmt.max_item_tokens
@@ -317,7 +318,7 @@ class PairEncoder:
         return [(t + x)[:budget] for t, x in zip(titles, texts)]
 
     def _encode_chat_items(self, items: Sequence[Item]) -> list[list[int]]:
-        docs = [self._lead + item_text(it) + self._tail for it in items]
+        docs = [self._lead + document_text(it) + self._tail for it in items]
         full = self._ids(docs)
         suffix = list(self.template.suffix)
         k = len(suffix)
