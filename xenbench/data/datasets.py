@@ -17,7 +17,7 @@ from types import MappingProxyType
 import numpy as np
 
 from xenbench._validation import PY_INT, check_int, is_float
-from xenbench.data.readers import MAX_LINE_BYTES  # noqa: F401  (README.md names xb.data.datasets.MAX_LINE_BYTES)
+from xenbench.data.readers import MAX_LINE_BYTES  # noqa: F401  (docs/DATA.md names xb.data.datasets.MAX_LINE_BYTES)
 from xenbench.errors import ParameterError
 from xenbench.sampling import sample_rows
 

@@ -262,8 +262,8 @@ def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch
 
 
 def __getattr__(name: str) -> Any:
-    # README.md names ``xb.crossencoder.load_cross_encoder``: it lives in ``models.loading`` (which imports this
-    # module, hence the lazy look-up).
+    # docs/MODELS.md names ``xb.crossencoder.load_cross_encoder``: it lives in ``models.loading`` (which imports
+    # this module, hence the lazy look-up).
     if name == "load_cross_encoder":
         from xenbench.models.loading import load_cross_encoder
 
