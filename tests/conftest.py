@@ -19,6 +19,14 @@ def xenbench_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         yield cache
 
 
+@pytest.fixture(autouse=True)
+def _fresh_recorded_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no recorded inputs: provenance describes what *this* test read."""
+    from xenbench import provenance
+
+    monkeypatch.setattr(provenance, "_INPUTS", {})
+
+
 @pytest.fixture
 def reports_dir(tmp_path: Path) -> Path:
     """Where a test's notebook outputs go (``run_notebook`` creates it)."""

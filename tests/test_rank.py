@@ -677,8 +677,8 @@ def test_findings_state_what_the_numbers_say():
     assert "by Top-10-Recall@50, emb beats cls" in lines[3] and "by recall at B_CE = 50, emb beats cls" in lines[3]
     assert ("numpy's default tolerance on the raw spectrum (lower: cls) does not agree" in lines[4]
             and "99% energy rank of the row-centered spectrum (lower: emb) agrees" in lines[4])
-    assert lines[5] == ("At k_q = k_i (ANNCUR §B.2), error_centered over the worse neighbour's (median over the diagonal "
-                        "cells) with the plain pinv (NumPy's default cut-off 1e-15, as the ANNCUR authors' code): "
+    assert lines[5] == ("At k_q = k_i (ANNCUR §B.2), error_centered over the worse neighbour's (the next smaller or larger k_i "
+                        "of the grid in the same k_q row; median over the diagonal cells) with the plain pinv (NumPy's default cut-off 1e-15, as the ANNCUR authors' code): "
                         "50.0× (cls), 20.0× (emb); with xenbench's cut-off (singular values below "
                         "max(k_q, k_i)·eps(float32)·σ₁ dropped): 5.0× (cls), 2.0× (emb).")
     assert lines[6] == ("Both recalls with m = B_CE = 50: the paper's Top-10-Recall@50 is +10.0 points above "

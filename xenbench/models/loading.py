@@ -112,16 +112,19 @@ def load_cross_encoder(path: str | Path, *, kind: str | None = None, base: str |
 def _load(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder:
     if not path.exists():
         raise DataError(path, "no such file or folder: expected a xenbench CE folder, a HF folder or a .ckpt file")
-    record_input("model", path)  # its digest goes into the run's provenance
     if path.is_file() and path.suffix == ".ckpt":
-        return _load_lightning(path, kind, base)
-    if (path / CONFIG_NAME).is_file():
-        return _load_xenbench(path)
-    if (path / "modules.json").is_file():
-        return _load_sentence_transformers(path, kind)
-    if (path / "config.json").is_file():
-        return _load_hf(path, kind)
-    raise DataError(path, f"not a cross-encoder: expected {CONFIG_NAME}, modules.json, config.json or a .ckpt file")
+        model = _load_lightning(path, kind, base)
+    elif (path / CONFIG_NAME).is_file():
+        model = _load_xenbench(path)
+    elif (path / "modules.json").is_file():
+        model = _load_sentence_transformers(path, kind)
+    elif (path / "config.json").is_file():
+        model = _load_hf(path, kind)
+    else:
+        raise DataError(path, f"not a cross-encoder: expected {CONFIG_NAME}, modules.json, config.json or a .ckpt file")
+    # Only a model that loaded is an input of the run: a refused folder must not reach its provenance.
+    record_input("model", path)
+    return model
 
 
 def _load_xenbench(path: Path) -> CrossEncoder:

@@ -166,6 +166,7 @@ def per_ce(func: Callable[..., Any], matrices: Mapping[str, np.ndarray], **kwarg
 
     Examples
     --------
+    >>> from xenbench.studies.rank import singular_values
     >>> per_ce(singular_values, {"a": np.diag([2.0, 1.0])})["a"].tolist()
     [2.0, 1.0]
     """
