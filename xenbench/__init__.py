@@ -27,6 +27,7 @@ _SUBMODULES: dict[str, str] = {
     "scoring": "models.scoring", "packed": "models.packed", "jobs": "models.jobs", "distributed": "models.distributed",
     "cache": "models.cache", "fingerprint": "models.fingerprint", "probe": "models.probe",
     "retrievers": "models.retrievers", "linking": "models.linking", "train": "models.train",
+    "scorers": "models.scorers", "references": "models.references", "templates": "models.templates",
     "adacur": "methods.adacur", "axn": "methods.axn", "baselines": "methods.baselines", "ccsa": "methods.ccsa",
     "cur": "methods.cur", "mf": "methods.mf", "pefa": "methods.pefa", "protocol": "methods.protocol",
     "trace": "methods.trace",

@@ -134,6 +134,15 @@ def _check_score_args(args: argparse.Namespace) -> None:
                         ("--workers", args.workers)):
         check_int(value, flag, 1, None, command, allow_none=True, expected="an int >= 1")
     check_float(args.gpus_per_worker, "--gpus-per-worker", 0, None, command, allow_none=True, expected="a float >= 0")
+    check_int(args.max_length, "--max-length", 1, None, command, allow_none=True, expected="an int >= 1")
+    if (retriever or args.model.startswith(("untrained", "bundled-"))) and (args.max_length or args.base):
+        flag = "--max-length" if args.max_length else "--base"
+        raise ParameterError(flag, "left out for de, tfidf and untrained-* (it applies to a CE folder, .ckpt or hub "
+                             "id)", args.max_length or args.base, command)
+    if not retriever and not args.model.startswith(("untrained", "bundled-")):
+        from xenbench.models.references import resolve_model
+
+        resolve_model(args.model, base=args.base, owner=command)  # a hub id not cached while offline: one line, now
     check_int(args.seed, "--seed", 0, None, command, expected="a non-negative int")
     for what, n, path in (("queries", args.n_queries, args.query_ids), ("items", args.n_items, args.item_ids)):
         flag = {"queries": "--query-ids", "items": "--item-ids"}[what]
@@ -193,7 +202,7 @@ def _score(args: argparse.Namespace) -> None:
         store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
                               device=args.device, precision=args.precision, chunk_pairs=args.chunk_pairs,
                               seed=args.seed, backend=args.backend, ray_options=ray_options,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, base=args.base, max_length=args.max_length)
     print(store)
 
 
@@ -344,8 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_train_ce)
 
     s = sub.add_parser("score", help="dense query x item score matrix into a resumable on-disk store")
-    s.add_argument("model", help="a CE folder (models/cls-ce), de / tfidf, or untrained-cls / untrained-emb "
-                                 "(a random head: for testing the pipeline only)")
+    s.add_argument("model", help="a CE folder (models/cls-ce), a Hugging Face hub id (org/name[@revision]; from "
+                                 "the local cache when HF_HUB_OFFLINE=1), a .ckpt with --base, de / tfidf, or "
+                                 "untrained-cls / untrained-emb (a random head: for testing the pipeline only)")
     s.add_argument("dataset", help="wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>")
     s.add_argument("--out", required=True, help="store folder: new, or a store of the same job, which is resumed")
     again = s.add_mutually_exclusive_group()
@@ -366,6 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fp32 is exact; bf16/fp16 autocast; bf16-weights runs a bf16 copy of the weights "
                         "(about 1e-2 relative noise; see make bench for speed and error)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--max-length", type=int, default=None,
+                   help="tokens per pair, as sentence-transformers' max_length (default: the model's); refused above "
+                        "the model's position limit")
+    s.add_argument("--base", default=None, help="the base model (folder or hub id) of a Lightning .ckpt")
     s.add_argument("--backend", choices=["local", "ray"], default="local",
                    help="ray: row blocks as tasks on actors holding the model (pip install xenbench[ray])")
     s.add_argument("--address", default=None, help="Ray cluster address (e.g. auto); default a local Ray")

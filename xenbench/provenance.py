@@ -53,7 +53,7 @@ from xenbench._io import REPO_ROOT
 from xenbench.integrity import CHECKSUMS_NAME, file_sha256
 
 __all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "content_sha256",
-           "model_sha256", "describe_input", "locate_input", "InputCheck", "check_inputs", "git_state",
+           "model_sha256", "hub_snapshot", "describe_input", "locate_input", "InputCheck", "check_inputs", "git_state",
            "run_git_state", "environment", "collect", "refusal", "summary"]
 
 #: Distributions whose versions can change a number (``numba``: CCSA's kernel; faiss ships as faiss-cpu/-gpu).
@@ -173,10 +173,24 @@ def _distribution_of(resolved: Path) -> tuple[str, dict[str, str]] | None:
     return None
 
 
+def hub_snapshot(path: str | os.PathLike[str]) -> dict[str, str] | None:
+    """``{"id": "org/name", "commit": <40 hex>}`` of a path inside a Hugging Face hub cache snapshot
+    (``.../models--org--name/snapshots/<commit>/...``, as ``huggingface_hub.snapshot_download`` lays it out), else
+    None."""
+    parts = Path(path).parts
+    for i in range(1, len(parts) - 1):
+        repo, commit = parts[i - 1].split("--"), parts[i + 1]
+        if (parts[i] == "snapshots" and len(repo) == 3 and repo[0] == "models" and len(commit) == 40
+                and all(c in "0123456789abcdef" for c in commit)):
+            return {"id": f"{repo[1]}/{repo[2]}", "commit": commit}
+    return None
+
+
 def describe_input(kind: str, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The record of one input (module docstring): ``kind``, ``path`` (relative to the checkout, or to the import
     root of the distribution that ships it, then with ``distribution``; absolute only elsewhere), ``sha256``
-    (None for a path that no longer exists) and, for a model, ``digest`` (:data:`MODEL_DIGEST`)."""
+    (None for a path that no longer exists) and, for a model, ``digest`` (:data:`MODEL_DIGEST`) and, for a model
+    resolved from the Hugging Face hub cache, ``hub``: its id and the snapshot's commit (:func:`hub_snapshot`)."""
     resolved = Path(path).resolve()
     entry: dict[str, Any] = {"kind": kind}
     shipped = _distribution_of(resolved)  # first: a virtual environment may live inside the checkout
@@ -189,6 +203,9 @@ def describe_input(kind: str, path: str | os.PathLike[str]) -> dict[str, Any]:
     if kind == "model":
         entry["sha256"] = model_sha256(resolved) if resolved.exists() else None
         entry["digest"] = MODEL_DIGEST
+        hub = hub_snapshot(resolved)
+        if hub is not None:
+            entry["hub"] = hub
     else:
         entry["sha256"] = content_sha256(resolved) if resolved.exists() else None
     return entry

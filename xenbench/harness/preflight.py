@@ -34,17 +34,20 @@ CE_PARAMS = ("ces",)
 #: Parameters that a non-empty ``model`` replaces: its on-demand scores stand in for the store ``scores_dir``/``ce``.
 MODEL_OVERRIDES = ("scores_dir", "ce")
 _CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or a Hugging Face or "
-                "sentence-transformers folder (config.json)")
+                "sentence-transformers folder (config.json), or a Hugging Face hub id org/name[@revision]")
 # An authors' Lightning checkpoint loads only with its base model (load_cross_encoder(path, base=...)), which no
 # notebook parameter passes: refused before any work, saying what works instead.
-_CKPT = ("; a Lightning .ckpt needs its base model, which no notebook parameter passes: score it in Python "
-         "(xb.jobs.score_to_store(xb.loading.load_cross_encoder(path, base=...), ...)) and read that store")
+_CKPT = ("; a Lightning .ckpt needs its base model, which no notebook parameter passes: score it with xenbench score "
+         "PATH DATASET --base BASE --out STORE (or in Python: xb.jobs.score_to_store(xb.loading.load_cross_encoder("
+         "path, base=...), ...)) and read that store")
 
 
 def ce_name(model: str | os.PathLike[str]) -> str:
-    """The name a user's CE goes by in figures, findings and set-up lines: its folder's name,
-    ``"../models/my-ce/"`` -> ``"my-ce"``."""
-    return Path(os.fspath(model).rstrip("/\\")).name
+    """The name a user's CE goes by in figures, findings and set-up lines: its hub id, or its folder's name
+    (``"../models/my-ce/"`` -> ``"my-ce"``; :attr:`xenbench.models.references.ModelRef.name`)."""
+    from xenbench.models.references import model_name
+
+    return model_name(model)
 
 
 def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
@@ -56,16 +59,24 @@ def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
 
 
 def check_ce_path(value: Any, name: str, owner: str) -> Path:
-    """``value`` as the path of a CE folder, without loading it.
+    """``value`` as the path of a CE folder (a hub id's snapshot folder,
+    :func:`xenbench.models.references.resolve_model`), without loading it.
 
     Raises
     ------
     ParameterError
         Naming the parameter ``name`` of ``owner``: a ``.ckpt`` file (:func:`refuse_checkpoint`), no such folder, or a
         folder that holds no CE.
+    DataError
+        A hub id not in the local cache while ``HF_HUB_OFFLINE`` is set (naming the id, the cache and how to fetch it).
     """
+    from xenbench.models.references import parse_hub_id, resolve_model
+
     refuse_checkpoint(value, name, owner)
     path = Path(str(value)).expanduser()
+    if not path.exists() and parse_hub_id(str(value)) is not None:
+        # a hub id: from the local cache when HF_HUB_OFFLINE is set (an uncached one is one line naming it)
+        path = resolve_model(str(value), owner=owner, param=name).path
     if not (path.is_dir() and any((path / f).is_file() for f in ("xenbench_ce.json", "config.json"))):
         why = "" if path.exists() else " (no such file or folder; relative paths are read from notebooks/)"
         raise ParameterError(name, _CE_EXPECTED + why, value, owner)
@@ -123,6 +134,10 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
                     check_ce_path(value, name, spec.owner)
         if model:
             check_ce_path(model, "model", spec.owner)
+        elif values.get("max_length") is not None and "max_length" in spec.params:
+            raise ParameterError("max_length", "null unless model is given (it truncates the pairs of the model "
+                                 "scored on demand; a precomputed store is read as it is)", values["max_length"],
+                                 spec.owner)
         for name in DATASET_PARAMS:
             if name in spec.params and values.get(name):
                 text = values[name]
@@ -224,10 +239,11 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     with in_folder(spec.path.parent):
         path = check_ce_path(model, "model", spec.owner).resolve()
         (ds,) = [load_dataset_once(s, loaded) for s in dataset_specs(spec, data["dataset"], values[data["dataset"]])]
-    fingerprint = stored_fingerprint(path)  # a CE used before: no load (transformers is not even imported)
+    max_length = values.get("max_length")
+    fingerprint = stored_fingerprint(path, max_length)  # a CE used before: no load (transformers is not even imported)
     if fingerprint is None:
         with _quiet_transformers():
-            fingerprint = folder_fingerprint(path)
+            fingerprint = folder_fingerprint(path, max_length)
     name, seed = ce_name(model), values.get(data.get("seed", ""), 0)
     caps = {size: values.get(data.get(f"max_{size}", "")) for size in SIZES}
     rows = sample_rows(len(ds.queries), caps["queries"], seed, kind="queries")
@@ -248,7 +264,7 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
         todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
     pairs = int(round(nq * ni * todo))
     with _quiet_transformers():
-        ce = load_shared(path)  # the CE the fingerprint was just computed from, if it was: loaded once
+        ce = load_shared(path, max_length)  # the CE the fingerprint was just computed from, if it was: loaded once
     probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))
     rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
     warning = degenerate_scores(probe.scores, name)

@@ -2,9 +2,9 @@
 
 Notebooks 03, 04 and 07 run on a user's own data and CE without a precomputed matrix: :func:`cached_scores` scores
 the seeded sample they need into a resumable store (:func:`~xenbench.models.jobs.score_to_store`) under a key of the
-CE's weights and config and of every query and item text (:func:`~xenbench.models.fingerprint.cache_path`, where the
-harness looks before a run), so another checkpoint or another sample gets its own store and a repeated run scores
-nothing.
+CE's weights and config (or a scorer's own fingerprint) and of every query and item text
+(:func:`~xenbench.models.fingerprint.cache_path`, where the harness looks before a run), so another checkpoint or
+another sample gets its own store and a repeated run scores nothing.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,53 +20,88 @@ from xenbench._io import repo_relative
 from xenbench.data.datasets import Dataset
 from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError, ParameterError
-from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared
+from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, model_fingerprint
 from xenbench.models.jobs import score_to_store
+from xenbench.models.references import parse_hub_id, resolve_model
+from xenbench.models.scorers import as_scorer, is_native
 
 __all__ = ["cached_scores"]
 
 logger = logging.getLogger(__name__)
 
 
-def cached_scores(model: str | os.PathLike[str], dataset: Dataset, *, device: str | torch.device = "auto",
+def cached_scores(model: str | os.PathLike[str] | Any, dataset: Dataset, *, device: str | torch.device = "auto",
                   batch_size: int | None = None, cache: str | os.PathLike[str] | None = None,
-                  progress: bool = True) -> ScoreStore:
-    """Exact scores of every query × item of ``dataset`` by the CE in folder ``model``, computed once and cached.
+                  progress: bool = True, max_length: int | None = None) -> ScoreStore:
+    """Exact scores of every query × item of ``dataset`` by ``model``, computed once and cached.
 
     For notebooks run on a user's own data without a precomputed matrix: pass a seeded sample
     (:meth:`xenbench.data.datasets.Dataset.subset`) to score only what the notebook needs. The store lives in
-    ``<cache>/scores/<key>``, ``key`` = a hash of the CE's weights and config
-    (:func:`~xenbench.models.fingerprint.model_fingerprint`, computed once per CE:
-    :func:`xenbench.models.fingerprint.folder_fingerprint`) and of every query and item text, so another checkpoint or
-    another sample gets its own store; the CE is loaded only when something is left to score. Scoring is resumable
+    ``<cache>/scores/<key>``, ``key`` = a hash of the model's fingerprint and of every query and item text, so another
+    checkpoint or another sample gets its own store. Scoring is resumable
     (:func:`~xenbench.models.jobs.score_to_store`): an interrupted run continues where it stopped.
 
     Parameters
     ----------
     model
-        A CE folder (:func:`xenbench.models.loading.load_cross_encoder`).
+        A model reference (a CE folder or a hub id ``org/name[@revision]``,
+        :func:`~xenbench.models.references.resolve_model`): its fingerprint
+        (:func:`~xenbench.models.fingerprint.model_fingerprint` of its weights and config) is computed once per CE and
+        recorded (:func:`xenbench.models.fingerprint.folder_fingerprint`), and the CE is loaded only when something is
+        left to score. Or a model object: a xenbench CE, a ``sentence_transformers.CrossEncoder`` or any
+        :class:`~xenbench.models.scorers.Scorer` with a ``fingerprint`` (the key; a scorer without one is refused).
     dataset
         The queries and items to score (rows and columns in its order).
     cache
         Root folder; default ``$XENBENCH_CACHE`` or ``~/.cache/xenbench``.
+    max_length
+        Tokens per pair of a model loaded from a reference (:func:`~xenbench.models.loading.load_cross_encoder`).
 
     Returns
     -------
     ScoreStore
         Complete (verified by :func:`~xenbench.models.jobs.score_to_store` when it was written or resumed).
+
+    Raises
+    ------
+    ParameterError
+        A scorer without a fingerprint, saying how to give it one; a ``max_length`` with a model object.
+    DataError
+        A reference that does not resolve (no such folder; a hub id not cached while offline).
     """
-    folder = Path(model).expanduser()
-    if not folder.is_dir():
-        raise ParameterError("model", "a cross-encoder folder (see load_cross_encoder)", str(model), "cached_scores")
-    # The fingerprint recorded when this CE was first used (by xenbench run, before the kernel): no load for a cached
-    # sample.
-    out = cache_path(folder_fingerprint(folder), dataset, cache)
+    owner = "cached_scores"
+    if isinstance(model, (str, os.PathLike)):
+        if not Path(model).expanduser().exists() and parse_hub_id(os.fspath(model)) is None:
+            raise ParameterError("model", "a cross-encoder folder or hub id org/name (see load_cross_encoder)",
+                                 os.fspath(model), owner)
+        ref = resolve_model(model, owner=owner)
+        if not ref.path.is_dir():
+            raise ParameterError("model", "a cross-encoder folder or hub id (see load_cross_encoder)", str(model), owner)
+        folder = ref.path
+        # The fingerprint recorded when this CE was first used (by xenbench run, before the kernel): no load for a
+        # cached sample.
+        out = cache_path(folder_fingerprint(folder, max_length), dataset, cache)
+        scorer = None
+        manifest = {"model": ref.name, **ref.manifest(), "model_path": repo_relative(folder)}
+    else:
+        if max_length is not None:
+            raise ParameterError("max_length", "None for a model object (set it when loading the model)", max_length,
+                                 owner)
+        scorer = as_scorer(model, owner, param="model")
+        fingerprint = model_fingerprint(scorer) if is_native(scorer) else scorer.fingerprint
+        if not isinstance(fingerprint, str) or not fingerprint:
+            raise ParameterError("model", "a scorer with a fingerprint, the key of the score cache: give it one "
+                                 "(CallableScorer(fn, name=..., fingerprint='my-reranker-v2'), "
+                                 "SentenceTransformersScorer(model, fingerprint=...): any string that changes when "
+                                 "the scores would)", f"{scorer.name} without a fingerprint", owner)
+        out = cache_path(fingerprint, dataset, cache)
+        manifest = {"model": scorer.name}
     with contextlib.suppress(DataError):
         store = ScoreStore.open(out)
         if store.is_complete:
             return store
-    ce = load_shared(folder)
+    ce = load_shared(folder, max_length) if scorer is None else scorer
     logger.info("scoring %d x %d pairs of %s with %s into %s", len(dataset.queries), len(dataset.items), dataset.name,
-                folder, out)
+                manifest["model"], out)
     return score_to_store(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,
-                          progress=progress, manifest={"model_path": repo_relative(folder), "dataset": dataset.name})
+                          progress=progress, manifest={**manifest, "dataset": dataset.name})

@@ -26,6 +26,7 @@ sentence-transformers or Hugging Face folder, an authors' ``.ckpt``, a fresh hea
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -130,10 +131,40 @@ class CrossEncoder(nn.Module):
         super().__init__()
         self.model = model
         self.config = config
+        if config.kind == "lm":
+            _check_answer_tokens(model, config.answer_tokens, where)
         self.pairs = PairEncoder(tokenizer, config.input_format, config, where)
         names = getattr(tokenizer, "model_input_names", None) or MODEL_INPUTS
         #: The batch keys the model reads: the tokenizer's ``model_input_names`` (a one-type model gets no types).
         self.input_names = tuple(k for k in MODEL_INPUTS if k in names)
+        #: How reports name this CE (the scorer protocol's ``name``): its hub id or folder name once loaded.
+        self.name = f"<in-memory {config.kind} CE on {config.backbone}>"
+        #: The :class:`~xenbench.models.references.ModelRef` it was loaded from, if any.
+        self.reference = None
+
+    # -- the scorer protocol (xenbench.models.scorers.Scorer) --------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the config and every parameter/buffer: what resuming a store checks and the score cache's key
+        (:func:`~xenbench.models.fingerprint.model_fingerprint`). Hashes every tensor on each access: seconds for a
+        large model."""
+        h = hashlib.sha256(self.config.to_json().encode())
+        for name, tensor in sorted(self.model.state_dict().items()):
+            h.update(name.encode())
+            t = tensor.detach().contiguous().cpu().reshape(-1)
+            h.update(str(t.dtype).encode())
+            h.update(t.view(torch.uint8).numpy())
+        return h.hexdigest()
+
+    def score(self, query_texts: Sequence[str], item_texts: Sequence[str]) -> Any:
+        """Scores of text pairs ``(query_texts[b], item_texts[b])``: ndarray of shape (B,), float32, by the engine
+        (:func:`~xenbench.models.scoring.score_pairs_sparse`). Each item text is a document without a title; the
+        engine scores a CE from :class:`Query`/:class:`Item` objects, whose mention spans and titles the
+        ``"segments"`` layout reads."""
+        from xenbench.models.scoring import score_text_pairs
+
+        return score_text_pairs(self, query_texts, item_texts)
 
     @property
     def device(self) -> torch.device:
@@ -249,6 +280,25 @@ class CrossEncoder(nn.Module):
         (folder / (CONFIG_NAME + ".tmp")).replace(folder / CONFIG_NAME)
         integrity.record(folder, [WEIGHTS_NAME, CONFIG_NAME], backbone_folder(self.config.backbone), self.config.backbone)
         return folder
+
+
+def _check_answer_tokens(model: nn.Module, answers: Any, where: str | Path) -> None:
+    """An LLM reranker's (true, false) answer-token ids must be rows of its LM head: ints in [0, rows) (false may be
+    None); -1 would read the last row, a string fails deep in torch."""
+    from xenbench.errors import DataError
+
+    head = model.get_output_embeddings()
+    rows = int(head.weight.shape[0]) if head is not None else 0
+    pair = list(answers) if isinstance(answers, (list, tuple)) else [answers]
+    true_id, false_id = (pair + [None, None])[:2]
+    for name, value in (("true", true_id), ("false", false_id)):
+        if value is None and name == "false":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < rows:
+            raise DataError(where, f"the {name} answer-token id is {value!r}: expected a token id in [0, {rows - 1}] "
+                                   f"(a row of the model's LM head of {rows} rows)")
+    if len(pair) > 2:
+        raise DataError(where, f"answer tokens {pair!r}: expected (true, false) token ids")
 
 
 def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

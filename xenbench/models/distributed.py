@@ -2,8 +2,9 @@
 
 :func:`~xenbench.models.jobs.score_to_store` with ``backend="ray"`` (``pip install xenbench[ray]``) hands the
 blocks it lacks to :func:`score_blocks_ray`; each actor scores whole blocks with the engine's
-:class:`~xenbench.models.scoring.RowScorer`, so a block has the bits the local path gives it, and this process
-stays the only writer of the store (same verification, identity and lock).
+:func:`~xenbench.models.scoring.row_scorer` (a xenbench CE or any :class:`~xenbench.models.scorers.Scorer`, shipped to
+the actors by pickling), so a block has the bits the local path gives it, and this process stays the only writer of
+the store (same verification, identity and lock).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import torch
 from xenbench._device import resolve_device
 from xenbench.data.datasets import Item, Query
 from xenbench.data.store import ScoreStore
-from xenbench.models.crossencoder import CrossEncoder
-from xenbench.models.scoring import RowScorer
+from xenbench.models.scorers import is_native
+from xenbench.models.scoring import row_scorer
 
 __all__ = ["score_blocks_ray"]
 
@@ -31,11 +32,12 @@ class _BlockScorer:
     batches of ``batch_size`` pairs, the same precision (:class:`~xenbench.models.scoring.RowScorer`).
     """
 
-    def __init__(self, ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], device: str,
+    def __init__(self, ce: Any, queries: Sequence[Query], items: Sequence[Item], device: str,
                  batch_size: int, precision: str) -> None:
         dev = resolve_device(device)
-        ce.eval().to(dev)
-        self.rows = RowScorer(ce, list(queries), list(items), dev, batch_size=batch_size, precision=precision)
+        if is_native(ce):  # a protocol scorer runs where it was put
+            ce.eval().to(dev)
+        self.rows = row_scorer(ce, list(queries), list(items), dev, batch_size=batch_size, precision=precision)
 
     def score(self, start: int, stop: int) -> tuple[np.ndarray, float, str]:
         t0 = time.perf_counter()
@@ -46,7 +48,7 @@ class _BlockScorer:
         return os.getpid()
 
 
-def score_blocks_ray(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], store: ScoreStore,
+def score_blocks_ray(ce: Any, queries: Sequence[Query], items: Sequence[Item], store: ScoreStore,
                      todo: Sequence[int], rows_of: Callable[[int], tuple[int, int]], *, batch_size: int,
                      device: torch.device, precision: str, on_pairs: Callable[[int], None], address: str | None = None,
                      workers: int | None = None, gpus_per_worker: float | None = None,

@@ -48,16 +48,9 @@ def cache_root() -> Path:
 
 
 def model_fingerprint(ce: CrossEncoder) -> str:
-    """SHA-256 of the CE's config and every parameter/buffer: what resuming a store checks."""
-    import torch
-
-    h = hashlib.sha256(ce.config.to_json().encode())
-    for name, tensor in sorted(ce.model.state_dict().items()):
-        h.update(name.encode())
-        t = tensor.detach().contiguous().cpu().reshape(-1)
-        h.update(str(t.dtype).encode())
-        h.update(t.view(torch.uint8).numpy())
-    return h.hexdigest()
+    """SHA-256 of the CE's config and every parameter/buffer: what resuming a store checks
+    (:attr:`~xenbench.models.crossencoder.CrossEncoder.fingerprint`)."""
+    return ce.fingerprint
 
 
 def texts_fingerprint(queries: Sequence[Query], items: Sequence[Item]) -> str:
@@ -123,63 +116,82 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _record_key(resolved: Path) -> str:
-    """The key of a CE's fingerprint record: its path, its files' sizes and times, and the libraries that load it."""
+def _record_key(resolved: Path, max_length: int | None = None) -> str:
+    """The key of a CE's fingerprint record: its path, its files' sizes and times, and the libraries that load it
+    (and a ``max_length`` given when loading it, which changes its config)."""
     what = [str(resolved), _files_digest(resolved), __version__, _version("torch"), _version("transformers")]
+    if max_length is not None:
+        what.append(f"max_length={int(max_length)}")
     return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
 
 
-def stored_fingerprint(path: str | os.PathLike[str]) -> str | None:
-    """The fingerprint of the CE at ``path`` as found in this process or in its record (see the module docstring),
-    without loading the CE; None when there is none for its files as they are now. A hit records the folder as an
-    input of the run (:func:`xenbench.provenance.record_input`), as loading it would."""
-    resolved = Path(path).expanduser().resolve()
-    key = _record_key(resolved)
-    known = _KNOWN.get(str(resolved))
+def _resolved(path: str | os.PathLike[str]) -> Path:
+    """The local path a model reference names (a hub id's snapshot folder:
+    :func:`~xenbench.models.references.resolve_model`)."""
+    from xenbench.models.references import resolve_model
+
+    local = Path(path).expanduser()
+    return (local if local.exists() else resolve_model(path).path).resolve()
+
+
+def stored_fingerprint(path: str | os.PathLike[str], max_length: int | None = None) -> str | None:
+    """The fingerprint of the CE at ``path`` (a folder or hub id, loaded with ``max_length``) as found in this process
+    or in its record (see the module docstring), without loading the CE; None when there is none for its files as
+    they are now. A hit records the folder as an input of the run (:func:`xenbench.provenance.record_input`), as
+    loading it would."""
+    resolved = _resolved(path)
+    key = _record_key(resolved, max_length)
+    known = _KNOWN.get(f"{resolved}|{max_length}")
     fingerprint = known[1] if known is not None and known[0] == key else None
     if fingerprint is None:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             doc = json.loads((cache_root() / "fingerprints" / f"{key}.json").read_text(encoding="utf-8"))
             fingerprint = str(doc["fingerprint"]) if doc["path"] == str(resolved) else None
     if fingerprint is not None:
-        _KNOWN[str(resolved)] = (key, fingerprint)
+        _KNOWN[f"{resolved}|{max_length}"] = (key, fingerprint)
         record_input("model", resolved)
     return fingerprint
 
 
-def folder_fingerprint(path: str | os.PathLike[str]) -> str:
-    """:func:`model_fingerprint` of the CE at ``path``: :func:`stored_fingerprint` if there is one, else the CE is
-    loaded (:func:`load_shared`) and hashed, and the result recorded for later lookups (a cache folder that cannot be
-    written only costs the next lookup a load)."""
-    found = stored_fingerprint(path)
+def folder_fingerprint(path: str | os.PathLike[str], max_length: int | None = None) -> str:
+    """:func:`model_fingerprint` of the CE at ``path`` (a folder or hub id, loaded with ``max_length``):
+    :func:`stored_fingerprint` if there is one, else the CE is loaded (:func:`load_shared`) and hashed, and the result
+    recorded for later lookups (a cache folder that cannot be written only costs the next lookup a load)."""
+    found = stored_fingerprint(path, max_length)
     if found is not None:
         return found
-    resolved = Path(path).expanduser().resolve()
-    key = _record_key(resolved)
-    fingerprint = model_fingerprint(load_shared(resolved))
-    _KNOWN[str(resolved)] = (key, fingerprint)
+    resolved = _resolved(path)
+    key = _record_key(resolved, max_length)
+    fingerprint = model_fingerprint(load_shared(path, max_length))
+    _KNOWN[f"{resolved}|{max_length}"] = (key, fingerprint)
     with contextlib.suppress(OSError):
         doc = {"path": str(resolved), "fingerprint": fingerprint}
         write_text_atomic(cache_root() / "fingerprints" / f"{key}.json", json.dumps(doc, indent=1) + "\n")
     return fingerprint
 
 
-def load_shared(path: str | os.PathLike[str]) -> CrossEncoder:
-    """:func:`~xenbench.models.loading.load_cross_encoder` of ``path``, once per process: the same CE object is
-    returned again while its files are unchanged (only the last CE loaded is kept; :func:`release_shared` drops it).
+def load_shared(path: str | os.PathLike[str], max_length: int | None = None) -> CrossEncoder:
+    """:func:`~xenbench.models.loading.load_cross_encoder` of ``path`` (a folder or hub id) with ``max_length``, once
+    per process: the same CE object is returned again while its files are unchanged (only the last CE loaded is kept;
+    :func:`release_shared` drops it).
 
     Scoring moves a CE to a device and back, leaving it as it was; do not train the returned object in place.
     """
     from xenbench.models.loading import load_cross_encoder
+    from xenbench.models.references import resolve_model
 
     global _SHARED
-    resolved = Path(path).expanduser().resolve()
-    key, files = str(resolved), _files_digest(resolved)
+    local = Path(path).expanduser()
+    ref = resolve_model(local if local.exists() else path)
+    resolved = ref.path.resolve()
+    key, files = f"{resolved}|{max_length}", _files_digest(resolved)
     if _SHARED is not None and _SHARED[:2] == (key, files):
         record_input("model", resolved)
+        if ref.hub_id:  # named as this caller named it
+            _SHARED[2].name = ref.name
         return _SHARED[2]
     _SHARED = None  # the previous CE goes before the next one loads: one model in memory
-    ce = load_cross_encoder(resolved)
+    ce = load_cross_encoder(ref, max_length=max_length)
     _SHARED = (key, files, ce)
     return ce
 

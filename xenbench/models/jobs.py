@@ -30,19 +30,22 @@ from xenbench._validation import check_int
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.data.store import ScoreStore, writer_lock
 from xenbench.errors import DataError, ParameterError
-from xenbench.models.crossencoder import CEConfig, CrossEncoder
+from xenbench.models.crossencoder import CEConfig
 from xenbench.models.distributed import score_blocks_ray
 from xenbench.models.fingerprint import model_fingerprint, texts_fingerprint
 from xenbench.models.loading import build_cross_encoder, load_cross_encoder
+from xenbench.models.references import resolve_model
+from xenbench.models.scorers import is_native, scorer_identity
 from xenbench.models.scoring import (
     DEFAULT_BATCH_SIZE,
     Precision,
-    RowScorer,
     ScoreTiming,
     check_scoring_args,
     default_query_chunk,
     on_device,
     progress_bar,
+    row_scorer,
+    scorer_device_type,
 )
 
 __all__ = ["score_to_store", "run_score_job"]
@@ -58,15 +61,17 @@ _HOW_TO_MATCH = {"batch_size": "pass the same --batch-size", "device_type": "res
                  "precision": "pass the same --precision"}
 
 
-def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item],
+def _open_or_create(path: Path, ce: Any, queries: Sequence[Query], items: Sequence[Item],
                     precision: str, query_chunk: int, manifest: Mapping[str, Any] | None, *, batch_size: int,
                     device_type: str, explicit_chunk: bool = False, overwrite: bool = False) -> ScoreStore:
+    native = is_native(ce)
     identity = {
         "query_ids": [q.id for q in queries],
         "item_ids": [it.id for it in items],
         "texts_sha256": texts_fingerprint(queries, items),
-        "model_sha256": model_fingerprint(ce),
-        "model_config": json.loads(ce.config.to_json()),  # max lengths, layout, head
+        # a protocol scorer's own fingerprint (None: unidentified, never resumed) and class
+        "model_sha256": model_fingerprint(ce) if native else ce.fingerprint,
+        "model_config": json.loads(ce.config.to_json()) if native else scorer_identity(ce),  # lengths, layout, head
         "precision": precision,
         "kind": "dense",
         "batch_size": int(batch_size),
@@ -75,6 +80,12 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
     if (path / "zarr.json").is_file() and not overwrite:
         store = ScoreStore.open(path, mode="r+")
         attrs = store.attrs
+        if attrs.get("model_sha256") is None or identity["model_sha256"] is None:
+            whose = "a scorer without a fingerprint wrote it" if attrs.get("model_sha256") is None else \
+                "this run's scorer has no fingerprint"
+            raise DataError(path, f"holds a score store to resume, but {whose}, so nothing says the scorers are the "
+                                  "same: give the scorer a fingerprint (CallableScorer(fn, name=..., fingerprint=...)) "
+                                  "in both runs, or pass overwrite=True to start again")
         for key in _IDENTITY_KEYS:
             if attrs.get(key) != identity[key]:
                 values = "" if key in ("query_ids", "item_ids", "model_config") else (
@@ -93,8 +104,10 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
                 store.invalidate(k)
         return store
     attrs = {
+        "model": ce.name,
         **dict(manifest or {}),
         **identity,
+        **({"max_length": _max_length(ce)} if _max_length(ce) is not None else {}),
         "xenbench_version": __version__,
         "torch_version": torch.__version__,
         "dtype": "float32",
@@ -105,8 +118,14 @@ def _open_or_create(path: Path, ce: CrossEncoder, queries: Sequence[Query], item
                              overwrite=overwrite)
 
 
+def _max_length(ce: Any) -> int | None:
+    """Tokens per pair the scorer truncates to (a xenbench CE's config, a protocol scorer's ``max_length``)."""
+    value = ce.config.max_length if is_native(ce) else getattr(ce, "max_length", None)
+    return None if value is None else int(value)
+
+
 def score_to_store(
-    ce: CrossEncoder,
+    ce: Any,
     queries: Sequence[Query],
     items: Sequence[Item],
     out: str | os.PathLike[str],
@@ -130,7 +149,11 @@ def score_to_store(
 
     Parameters
     ----------
-    ce, queries, items, device, precision, progress
+    ce
+        A xenbench CE, a ``sentence_transformers.CrossEncoder`` or any :class:`~xenbench.models.scorers.Scorer`
+        (a protocol scorer runs where it is, in fp32; its ``fingerprint`` is what a resume checks, and a store written
+        without one is never resumed).
+    queries, items, device, precision, progress
         As :func:`~xenbench.models.scoring.score_matrix`.
     out
         The store's folder.
@@ -170,7 +193,7 @@ def score_to_store(
     owner = "score_to_store"
     if out is None:
         raise ParameterError("out", "a store folder (score_matrix scores in memory)", out, owner)
-    check_scoring_args(ce, queries, items, batch_size, precision, owner)
+    ce = check_scoring_args(ce, queries, items, batch_size, precision, owner)
     check_int(query_chunk, "query_chunk", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     dev = resolve_device(device)
     if batch_size is None and not overwrite and (Path(out) / "zarr.json").is_file():
@@ -184,22 +207,23 @@ def score_to_store(
     # One writer per store: a second job into the same `out` is refused before it touches anything.
     with writer_lock(out):
         store = _open_or_create(Path(out), ce, queries, items, precision, query_chunk, manifest,
-                                batch_size=batch_size, device_type=dev.type, explicit_chunk=explicit_chunk,
-                                overwrite=overwrite)
+                                batch_size=batch_size, device_type=scorer_device_type(ce, dev),
+                                explicit_chunk=explicit_chunk, overwrite=overwrite)
         n_pairs = _score_missing_blocks(ce, queries, items, store, batch_size=batch_size, device=dev,
                                         precision=precision, progress=progress, backend=backend,
                                         ray_options=dict(ray_options or {}))
-        timing = ScoreTiming(n_pairs, time.perf_counter() - t_start, str(dev), precision, batch_size,
+        where = str(dev) if is_native(ce) else str(getattr(ce, "device", None) or "cpu")
+        timing = ScoreTiming(n_pairs, time.perf_counter() - t_start, where, precision, batch_size,
                              torch.get_num_threads())
         logger.info("scored %d pairs in %.1f s (%.0f pairs/s) on %s, %s", n_pairs, timing.wall_s,
                     timing.pairs_per_s, dev, precision)
         sessions = [*store.attrs.get("sessions", []), timing.to_dict()]
         store.update_attrs({"wall_s": store.wall_s, "chunks_done": store.n_chunks, "sessions": sessions,
-                            "device": str(dev)})
+                            "device": where})
     return store
 
 
-def _score_missing_blocks(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], store: ScoreStore, *,
+def _score_missing_blocks(ce: Any, queries: Sequence[Query], items: Sequence[Item], store: ScoreStore, *,
                           batch_size: int, device: torch.device, precision: str, progress: bool, backend: str,
                           ray_options: dict[str, Any]) -> int:
     """Score the blocks ``store`` lacks and write each as it is done; returns the pairs scored."""
@@ -223,8 +247,8 @@ def _score_missing_blocks(ce: CrossEncoder, queries: Sequence[Query], items: Seq
             with on_device(ce, device):
                 # Tokenize only the rows still to do: a resumed job does not pay for finished chunks.
                 rows_todo = np.concatenate([np.arange(*rows_of(k)) for k in todo])
-                scorer = RowScorer(ce, queries, items, device, batch_size=batch_size, precision=precision,
-                                   rows=rows_todo)
+                scorer = row_scorer(ce, queries, items, device, batch_size=batch_size, precision=precision,
+                                    rows=rows_todo)
                 for k in todo:
                     a, b = rows_of(k)
                     t0 = time.perf_counter()
@@ -244,7 +268,7 @@ _UNTRAINED = {"untrained-cls": "cls", "untrained-emb": "emb"}
 
 
 def run_score_job(
-    ce: str | os.PathLike[str] | CrossEncoder,
+    ce: str | os.PathLike[str] | Any,
     dataset: Dataset | str,
     query_ids: Sequence[str] | None,
     item_ids: Sequence[str] | None,
@@ -260,6 +284,8 @@ def run_score_job(
     backend: Literal["local", "ray"] = "local",
     ray_options: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    base: str | os.PathLike[str] | None = None,
+    max_length: int | None = None,
 ) -> ScoreStore:
     """Score a dataset's queries × items into a store at ``out`` (``xenbench score``); resumes if interrupted.
 
@@ -267,8 +293,10 @@ def run_score_job(
     ----------
     ce
         ``"untrained-cls"`` / ``"untrained-emb"`` (the bundled MiniLM with a random head seeded with ``seed``:
-        for testing the pipeline only, it warns),
-        a path for :func:`~xenbench.models.loading.load_cross_encoder`, or a CrossEncoder.
+        for testing the pipeline only, it warns); a model reference for
+        :func:`~xenbench.models.loading.load_cross_encoder` (a folder, a ``.ckpt`` with ``base``, or a Hugging Face
+        hub id ``org/name[@revision]``: :func:`~xenbench.models.references.resolve_model`); or a CE object, a
+        ``sentence_transformers.CrossEncoder`` or a :class:`~xenbench.models.scorers.Scorer`.
     dataset
         A :class:`Dataset` or a spec for :func:`xenbench.data.sources.load_dataset` (``"wordnet-el:noun.food"``).
     query_ids, item_ids
@@ -285,11 +313,17 @@ def run_score_job(
     overwrite
         Replace a store already at ``out`` instead of resuming it (``xenbench score --overwrite``); it is deleted
         only once the model has loaded.
+    base
+        The base model (folder or hub id) of a ``.ckpt`` (``xenbench score --base``).
+    max_length
+        Tokens per pair, as sentence-transformers' ``max_length`` (``xenbench score --max-length``; see
+        :func:`~xenbench.models.loading.load_cross_encoder`); recorded in the store's attributes.
 
     Returns
     -------
     ScoreStore
-        Complete; its attrs hold the manifest (model, dataset, domain, ids, seed, versions, timings).
+        Complete; its attrs hold the manifest (model — a hub id names it, with ``model_id`` and the snapshot's
+        commit ``model_revision`` —, dataset, domain, ids, seed, max_length, versions, timings).
 
     Raises
     ------
@@ -297,7 +331,7 @@ def run_score_job(
         Unknown or duplicated ids, an unknown ``"bundled-*"`` name, and
         :func:`~xenbench.models.scoring.score_matrix`'s errors.
     DataError
-        From loading the CE or dataset, or ``out`` holding another job's store.
+        From resolving or loading the CE or the dataset, or ``out`` holding another job's store.
     """
     owner = "run_score_job"
     if isinstance(dataset, str):
@@ -309,8 +343,13 @@ def run_score_job(
     queries = _select(dataset.queries, dataset.query_index, query_ids, "query_ids", dataset.name, owner)
     items = _select(dataset.items, dataset.item_index, item_ids, "item_ids", dataset.name, owner)
 
-    if isinstance(ce, CrossEncoder):
-        model, name = ce, f"<in-memory {ce.config.kind} CE on {ce.config.backbone}>"
+    extra: dict[str, Any] = {}
+    if not isinstance(ce, (str, os.PathLike)):
+        if max_length is not None or base is not None:
+            raise ParameterError("max_length" if max_length is not None else "base", "None for a model object (set "
+                                 "it when loading the model)", max_length if max_length is not None else base, owner)
+        model = ce
+        name = ce.name if hasattr(ce, "name") and isinstance(ce.name, str) else None
     elif isinstance(ce, str) and ce.startswith(("untrained", "bundled-")):
         if ce not in _UNTRAINED:
             raise ParameterError("ce", f"one of {sorted(_UNTRAINED)} (an untrained head, for testing only), or a CE "
@@ -319,14 +358,17 @@ def run_score_job(
                       "folder such as models/cls-ce for experiments", UserWarning, stacklevel=2)
         model, name = build_cross_encoder(CEConfig(kind=_UNTRAINED[ce]), seed=seed), ce  # type: ignore[arg-type]
     else:
-        model, name = load_cross_encoder(ce), repo_relative(ce)  # models/cls-ce for a bundled CE: holds in any clone
+        ref = resolve_model(ce, base=base, owner=owner)
+        model = load_cross_encoder(ref, max_length=max_length)
+        # a hub id by its id; a local folder relative to the checkout (models/cls-ce: holds in any clone)
+        name, extra = (ref.hub_id or repo_relative(ref.path)), ref.manifest()
     if chunk_pairs is not None:
         if query_chunk is not None:
             raise ParameterError("chunk_pairs", "None when query_chunk is given (choose one)", chunk_pairs, owner)
         check_int(chunk_pairs, "chunk_pairs", 1, None, owner)
         query_chunk = max(1, math.ceil(chunk_pairs / len(items)))
     domain = dataset.name.split(":", 1)[1] if ":" in dataset.name else dataset.name
-    manifest = {"model": name, "dataset": dataset.name, "domain": domain, "seed": seed}
+    manifest = {**({"model": name} if name else {}), **extra, "dataset": dataset.name, "domain": domain, "seed": seed}
     return score_to_store(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
                           progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
                           ray_options=ray_options, overwrite=overwrite)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,10 +29,14 @@ from transformers import (
 
 from xenbench import integrity
 from xenbench._device import resolve_device
+from xenbench._validation import check_int
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.crossencoder import CONFIG_NAME, WEIGHTS_NAME, CEConfig, CrossEncoder, backbone_folder
-from xenbench.models.pairs import InputFormat, register_markers
+from xenbench.models.pairs import BGE_LLM_PROMPT, InputFormat, register_markers
+from xenbench.models.references import ModelRef, resolve_model
 from xenbench.provenance import record_input
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -82,9 +88,11 @@ def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
     return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
 
 
-def load_cross_encoder(path: str | Path, *, kind: str | None = None, base: str | Path | None = None,
-                       device: str = "cpu") -> CrossEncoder:
-    """Load a cross-encoder from a local path; nothing is downloaded.
+def load_cross_encoder(path: str | os.PathLike[str], *, kind: str | None = None,
+                       base: str | os.PathLike[str] | None = None, device: str = "cpu",
+                       max_length: int | None = None) -> CrossEncoder:
+    """Load a cross-encoder from a local path or a Hugging Face hub id (:func:`~xenbench.models.references.resolve_model`:
+    ``org/name[@revision]`` from the local hub cache when ``HF_HUB_OFFLINE`` is set, downloaded otherwise).
 
     * a xenbench folder (``xenbench_ce.json`` + ``trained.safetensors``): backbone + trained parameters;
     * a sentence-transformers CrossEncoder folder (``modules.json``): its ``Transformer`` module, a ``LogitScore``
@@ -93,38 +101,70 @@ def load_cross_encoder(path: str | Path, *, kind: str | None = None, base: str |
       tokenizer's pair template (or chat template, if it has one), ``*ForCausalLM`` an LLM reranker scored
       logit("yes") − logit("no") at the last token of the chat template (sentence-transformers' default), a bare
       encoder an [EMB]-CE with the MS-MARCO ``"cls-sep"`` pooling (``kind`` overrides the [CLS]/[EMB] choice);
-      pairs are truncated to the model's maximum length as sentence-transformers truncates them;
+      pairs are truncated to the model's maximum length as sentence-transformers truncates them; a Gemma or Gemma-2
+      causal LM (bge-reranker-v2-gemma) is scored by its model card's recipe (:mod:`xenbench.models.pairs`,
+      ``"bge-llm"``: ``A:``/``B:`` layout and prompt, logit("Yes"));
     * an authors' Lightning ``.ckpt`` file (keys ``model.encoder.bert_model.*``, plus
-      ``model.encoder.additional_linear.*`` for a [CLS]-CE): ``base`` must name a Hugging Face folder with the
-      matching config and tokenizer (e.g. bert-base-uncased); ZESHEL layout with markers, query padded to 128.
+      ``model.encoder.additional_linear.*`` for a [CLS]-CE): ``base`` must name a Hugging Face folder or hub id with
+      the matching config and tokenizer (e.g. bert-base-uncased); ZESHEL layout with markers, query padded to 128.
+
+    Scores are raw: a [CLS]-CE's logit, an LLM reranker's log-odds; sentence-transformers' default activation for a
+    one-label model is the sigmoid of that logit (a monotone map: the same rankings).
+
+    Parameters
+    ----------
+    max_length
+        Tokens per pair, as ``sentence_transformers.CrossEncoder(..., max_length=)`` applies it (the pair truncated
+        to it; for a chat template, the template's tail kept); default the folder's (``max_seq_length``, else the
+        tokenizer's ``model_max_length`` capped at the model's position limit). Not for the ``"segments"`` layout
+        of xenbench's own CEs and the ZESHEL checkpoints, whose segment budgets bound the pair.
 
     Raises
     ------
     DataError
         Naming the folder and what was expected, before any scoring: no classifier head (its tensors missing, which
         transformers would fill with random numbers), a multi-label head, a causal LM whose tokenizer lacks the
-        answer tokens, a tokenizer with ids beyond the model's embeddings, an unknown architecture or module, a
-        xenbench folder whose tensors do not fit its backbone.
+        answer tokens or whose answer-token ids are not ids of its vocabulary, a tokenizer with ids beyond the
+        model's embeddings, an unknown architecture or module, a xenbench folder whose tensors do not fit its
+        backbone, a chat template that fails or runs past its bounds (:mod:`xenbench.models.templates`), a prompt
+        that leaves no room for the pair, pairs longer than the model's position limit; a hub id not in the cache
+        while offline.
+    ParameterError
+        A ``max_length`` that is not an int >= 1, above the model's position limit, or given for a layout without one.
     """
-    return _load(Path(path), kind, base).to(resolve_device(device))
+    ref = resolve_model(path, base=base)
+    check_int(max_length, "max_length", 1, None, "load_cross_encoder", allow_none=True, expected="an int >= 1 or None")
+    ce = _load(ref, kind, max_length)
+    ce.name = ref.name
+    ce.reference = ref
+    return ce.to(resolve_device(device))
 
 
-def _load(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder:
+def _load(ref: ModelRef, kind: str | None, max_length: int | None) -> CrossEncoder:
+    path = ref.path
     if not path.exists():
         raise DataError(path, "no such file or folder: expected a xenbench CE folder, a HF folder or a .ckpt file")
+    segments = True  # xenbench's own CEs and the ZESHEL checkpoints: segment budgets, no max_length
     if path.is_file() and path.suffix == ".ckpt":
-        model = _load_lightning(path, kind, base)
+        assert ref.base is not None  # resolve_model refuses a .ckpt without its base
+        ce = _load_lightning(path, kind, ref.base.path)
     elif (path / CONFIG_NAME).is_file():
-        model = _load_xenbench(path)
+        ce = _load_xenbench(path)
     elif (path / "modules.json").is_file():
-        model = _load_sentence_transformers(path, kind)
+        ce, segments = _load_sentence_transformers(path, kind, max_length), False
     elif (path / "config.json").is_file():
-        model = _load_hf(path, kind)
+        ce, segments = _load_hf(path, kind, max_length=max_length), False
     else:
         raise DataError(path, f"not a cross-encoder: expected {CONFIG_NAME}, modules.json, config.json or a .ckpt file")
-    # Only a model that loaded is an input of the run: a refused folder must not reach its provenance.
+    if segments:
+        if max_length is not None:
+            raise ParameterError("max_length", f"None for {path}: its pairs are laid out in segments with budgets of "
+                                 f"their own ({ce.config.input_format})", max_length, "load_cross_encoder")
+        _check_positions(ce, path, None)
+    # Only a model that loaded and passed its checks is an input of the run: a refused folder must not reach its
+    # provenance. Its digest goes there (and a hub snapshot's commit).
     record_input("model", path)
-    return model
+    return ce
 
 
 def _load_xenbench(path: Path) -> CrossEncoder:
@@ -164,7 +204,7 @@ def _read_json(path: Path) -> dict:
         raise DataError(path, f"not valid JSON ({err})") from None
 
 
-def _load_sentence_transformers(path: Path, kind: str | None) -> CrossEncoder:
+def _load_sentence_transformers(path: Path, kind: str | None, max_length: int | None) -> CrossEncoder:
     """A sentence-transformers CrossEncoder folder: ``Transformer`` (+ ``LogitScore``) modules, as its loader reads
     them (``modules.json``, ``sentence_bert_config.json``, ``config_sentence_transformers.json``)."""
     modules = _read_json(path / "modules.json")
@@ -176,10 +216,13 @@ def _load_sentence_transformers(path: Path, kind: str | None) -> CrossEncoder:
         if name == "Transformer" and transformer is None:
             transformer = path / m.get("path", "")
         elif name == "LogitScore":
-            cfg = _read_json(path / m.get("path", "") / "config.json")
+            cfg_path = path / m.get("path", "") / "config.json"
+            cfg = _read_json(cfg_path)
             answers = [cfg.get("true_token_id"), cfg.get("false_token_id")]
-            if not isinstance(answers[0], int):
-                raise DataError(path / m.get("path", "") / "config.json", "expected an int 'true_token_id'")
+            for key, value in zip(("true_token_id", "false_token_id"), answers):
+                if not _is_token_id(value) and not (key == "false_token_id" and value is None):
+                    raise DataError(cfg_path, f"{key} is {value!r}: expected a token id (an int >= 0"
+                                              f"{'' if key == 'true_token_id' else ', or null'})")
         else:
             raise DataError(path / "modules.json", f"module {m.get('type')!r} is not supported: expected a "
                                                    "Transformer module, optionally followed by LogitScore")
@@ -197,11 +240,19 @@ def _load_sentence_transformers(path: Path, kind: str | None) -> CrossEncoder:
         "chat": None if not modality else "message" in modality,
         "message_format": (modality.get("message") or {}).get("format", "flat"),
         "task": sbert.get("transformer_task"),
+        "config_file": transformer / "sentence_bert_config.json",
     }
-    return _load_hf(transformer, kind, options)
+    return _load_hf(transformer, kind, options, max_length=max_length)
 
 
-def _load_hf(path: Path, kind: str | None, st: dict | None = None) -> CrossEncoder:
+#: Causal LMs published as rerankers with a recipe of their own, not a chat template: scored by their card's recipe
+#: (bge-reranker-v2-gemma: :data:`~xenbench.models.pairs.BGE_LLM_PROMPT`, the ``"bge-llm"`` layout, logit("Yes")).
+BGE_LLM_ARCHITECTURES = ("GemmaForCausalLM", "Gemma2ForCausalLM")
+#: The card's maximum length (its ``get_inputs(..., max_length=1024)``).
+BGE_LLM_MAX_LENGTH = 1024
+
+
+def _load_hf(path: Path, kind: str | None, st: dict | None = None, *, max_length: int | None = None) -> CrossEncoder:
     """A Hugging Face folder (``st``: what a sentence-transformers folder adds), checked before any scoring."""
     st = st or {}
     try:
@@ -220,20 +271,10 @@ def _load_hf(path: Path, kind: str | None, st: dict | None = None) -> CrossEncod
         raise DataError(path / "config.json", f"architecture {arch!r} is not a cross-encoder: expected "
                                               "*ForSequenceClassification, *ForCausalLM (an LLM reranker) or a "
                                               "bare encoder (*Model)")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    chat_template = getattr(tokenizer, "chat_template", None)
-    chat = bool(chat_template) if st.get("chat") is None else bool(st["chat"] and chat_template)
-    fmt = st.get("message_format", "flat")
-    config = CEConfig(
-        kind=kind, backbone=str(path), pooling="cls-sep", scale=None, input_format=InputFormat(markers=False),
-        layout="chat" if chat else "pair", max_length=_max_length(tokenizer, hf, st.get("max_seq_length")),
-        answer_tokens=_answer_tokens(path, tokenizer, st.get("answers")) if kind == "lm" else None,
-        prompt=st.get("prompt"), chat_kwargs=dict(st.get("chat_kwargs") or {}),
-        message_format="structured" if fmt == "structured" else "flat",
-    )
     if kind == "cls" and getattr(hf, "num_labels", 1) != 1:
         raise DataError(path / "config.json", f"has a {hf.num_labels}-label head: expected one score per pair "
                                               "(num_labels 1)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
     model_cls = _auto_class(kind)
     with quiet_loading():  # every missing tensor becomes the error below, so the report is not lost
         try:
@@ -253,17 +294,90 @@ def _load_hf(path: Path, kind: str | None, st: dict | None = None) -> CrossEncod
     if top >= n_emb:
         raise DataError(path, f"the tokenizer has token ids up to {top} but the model's embeddings hold {n_emb} "
                               "rows: expected the tokenizer saved with this model")
-    return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
+    limit = position_limit(model)
+    recipe = kind == "lm" and not st and arch in BGE_LLM_ARCHITECTURES
+    if recipe:  # the card's recipe, not a chat template: layout, prompt, logit("Yes")
+        layout, prompt, answers = "bge-llm", BGE_LLM_PROMPT, [_first_token(path, tokenizer, "Yes"), None]
+        default = BGE_LLM_MAX_LENGTH if limit is None else min(BGE_LLM_MAX_LENGTH, limit - _suffix_length(tokenizer))
+    else:
+        chat_template = getattr(tokenizer, "chat_template", None)
+        chat = bool(chat_template) if st.get("chat") is None else bool(st["chat"] and chat_template)
+        layout, prompt = ("chat" if chat else "pair"), st.get("prompt")
+        answers = _answer_tokens(path, tokenizer, st.get("answers")) if kind == "lm" else None
+        default = _max_length(tokenizer, hf, st.get("max_seq_length"), limit)
+    fmt = st.get("message_format", "flat")
+    config = CEConfig(
+        kind=kind, backbone=str(path), pooling="cls-sep", scale=None, input_format=InputFormat(markers=False),
+        layout=layout, max_length=default if max_length is None else max_length, answer_tokens=answers,
+        prompt=prompt, chat_kwargs=dict(st.get("chat_kwargs") or {}),
+        message_format="structured" if fmt == "structured" else "flat",
+    )
+    if recipe:
+        log.info("%s: a %s without a chat template for reranking, scored by the bge-reranker-v2-gemma card's recipe "
+                 "(A:/B: layout, its prompt, logit('Yes'))", path, arch)
+    ce = CrossEncoder(model.float(), tokenizer, config, where=path)
+    _check_positions(ce, path, max_length, limit, st.get("config_file") if st.get("max_seq_length") else None)
+    return ce.eval()
 
 
-def _max_length(tokenizer, hf, max_seq_length: int | None) -> int | None:
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The most positions a model reads: the rows of an absolute position table (less RoBERTa's and XLM-R's offset
+    of ``padding_idx + 1``: their positions start after the pad), else ``max_position_embeddings`` (the context a
+    rotary or relative model was trained for); None when the model states neither."""
+    emb = getattr(getattr(model, "base_model", model), "embeddings", None)
+    table = getattr(emb, "position_embeddings", None)
+    if isinstance(table, torch.nn.Embedding):
+        pad = getattr(emb, "padding_idx", None)
+        return int(table.num_embeddings) - (int(pad) + 1 if isinstance(pad, int) else 0)
+    n = getattr(model.config, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and 0 < n < 10**9 else None
+
+
+def _check_positions(ce: CrossEncoder, path: Path, max_length: int | None, limit: int | None = None,
+                     config_file: Path | None = None) -> None:
+    """Refuse a CE whose longest pair (:meth:`~xenbench.models.pairs.PairEncoder.longest`) has more tokens than the
+    model has positions (an ``IndexError`` deep in the embeddings otherwise), naming what set the length."""
+    limit = position_limit(ce.model) if limit is None else limit
+    longest = ce.pairs.longest()
+    if limit is None or longest is None or longest <= limit:
+        return
+    room = limit - (longest - int(ce.config.max_length or 0)) if ce.config.layout != "segments" else None
+    if max_length is not None:
+        raise ParameterError("max_length", f"at most {room} for {path} (its position limit is {limit} tokens)",
+                             max_length, "load_cross_encoder")
+    if config_file is not None:
+        raise DataError(config_file, f"max_seq_length {ce.config.max_length} is above the model's position limit "
+                                     f"({limit} tokens): pass max_length of at most {room}")
+    raise DataError(path, f"its pairs take up to {longest} tokens but the model has {limit} positions: expected "
+                          "segment budgets within the position limit")
+
+
+def _max_length(tokenizer, hf, max_seq_length: int | None, limit: int | None = None) -> int | None:
     """sentence-transformers' bound: ``max_seq_length`` if the folder sets it, else the tokenizer's
-    ``model_max_length`` capped at the model's ``max_position_embeddings``; None if neither is finite."""
+    ``model_max_length`` capped at the model's ``max_position_embeddings`` (and at its position limit, which is 2 less
+    for RoBERTa/XLM-R: sentence-transformers would run past it into an ``IndexError``); None if neither is finite."""
     if max_seq_length:
         return int(max_seq_length)
-    bounds = [tokenizer.model_max_length, getattr(hf, "max_position_embeddings", None)]
+    bounds = [tokenizer.model_max_length, getattr(hf, "max_position_embeddings", None), limit]
     finite = [int(b) for b in bounds if isinstance(b, int) and 0 < b < 10**9]
     return min(finite) if finite else None
+
+
+def _is_token_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _first_token(path: Path, tokenizer, word: str) -> int:
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise DataError(path, f"the tokenizer gives no token for {word!r}: the bge-reranker-v2-gemma recipe reads "
+                              f"the logit of {word!r}")
+    return int(ids[0])
+
+
+def _suffix_length(tokenizer) -> int:
+    """Tokens the bge-reranker-v2-gemma recipe appends after the pair: a newline and its prompt."""
+    return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in ("\n", BGE_LLM_PROMPT))
 
 
 def _answer_tokens(path: Path, tokenizer, answers: list | None) -> list[int | None]:
@@ -279,9 +393,7 @@ def _answer_tokens(path: Path, tokenizer, answers: list | None) -> list[int | No
     return [vocab["yes"], vocab["no"]]
 
 
-def _load_lightning(path: Path, kind: str | None, base: str | Path | None) -> CrossEncoder:
-    if base is None:
-        raise ParameterError("base", "a Hugging Face folder with the checkpoint's config and tokenizer", None)
+def _load_lightning(path: Path, kind: str | None, base: Path) -> CrossEncoder:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     state = ckpt.get("state_dict", ckpt)
     enc = "model.encoder.bert_model."

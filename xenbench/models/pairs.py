@@ -15,10 +15,19 @@ The layouts (``CEConfig.layout``):
 ``"chat"``      the tokenizer's chat template with sentence-transformers' ``query``/``document`` roles (and the
                 prompt as a system message): the rendered text up to the document is tokenized per query, the
                 document and the template's tail per item; a pair too long is cut at the maximum length and the
-                template's tail written back over its last tokens, as sentence-transformers does.
+                template's tail written back over its last tokens, as sentence-transformers does. The template is
+                rendered under time and size bounds (:mod:`xenbench.models.templates`).
+``"bge-llm"``   the recipe of the bge-reranker-v2-gemma model card (FlagEmbedding's LLM reranker): ``<bos> A: query``
+                (cut to 3/4 of the maximum length L), a newline, ``B: document`` (cut so that the pair fits in L, the
+                card's ``truncation="only_second"``), then a newline and the prompt; score = logit("Yes") at the last
+                token.
 
-The document text of the ``"pair"`` and ``"chat"`` layouts is ``"title text"`` (:func:`document_text`; a retriever
-reads ``"title: text"``, :func:`xenbench.models.retrievers.item_text`).
+A prompt and template that leave no room for a query token and a document token within the maximum length are
+refused (every pair would score the same); :meth:`PairEncoder.longest` is the longest sequence a layout can build,
+which the loader checks against the model's position limit.
+
+The document text of the ``"pair"``, ``"chat"`` and ``"bge-llm"`` layouts is ``"title text"`` (:func:`document_text`;
+a retriever reads ``"title: text"``, :func:`xenbench.models.retrievers.item_text`).
 """
 from __future__ import annotations
 
@@ -32,11 +41,15 @@ import torch
 
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
+from xenbench.models.templates import render_chat
 
 if TYPE_CHECKING:  # PairEncoder reads a few fields of the CE's config; crossencoder builds a PairEncoder
     from xenbench.models.crossencoder import CEConfig
 
-Layout = Literal["segments", "pair", "chat"]
+Layout = Literal["segments", "pair", "chat", "bge-llm"]
+#: The bge-reranker-v2-gemma card's prompt (FlagEmbedding's ``FlagLLMReranker`` default).
+BGE_LLM_PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "
+                  "providing a prediction of either 'Yes' or 'No'.")
 #: The ZESHEL markers around a mention (``[unused0]``, ``[unused1]``) and between an item's title and text.
 MARKERS = ("[unused0]", "[unused1]", "[unused2]")
 
@@ -75,7 +88,10 @@ class PairTemplate:
     * ``"longest_first"``: the query and item segments are cut as the ``tokenizers`` library cuts a pair
       (:func:`truncated_lengths`);
     * ``"right"``: the sequence is cut at ``max_length - len(suffix)`` and the suffix kept (sentence-transformers'
-      chat-template suffix restore).
+      chat-template suffix restore);
+    * ``"only_second"``: the item segment is cut so that ``prefix · query · mid · item`` fits in ``max_length``; the
+      suffix comes after it (the bge-reranker-v2-gemma card: ``prepare_for_model(truncation="only_second")``, then
+      the prompt appended).
     """
 
     prefix: tuple[int, ...]
@@ -84,7 +100,7 @@ class PairTemplate:
     types: tuple[int, int, int, int, int] = (0, 0, 0, 1, 1)
     pad_id: int = 0
     max_length: int | None = None
-    truncation: Literal["longest_first", "right"] = "longest_first"
+    truncation: Literal["longest_first", "right", "only_second"] = "longest_first"
     query_pad_to: int | None = None
 
     @property
@@ -92,7 +108,8 @@ class PairTemplate:
         """Tokens left for the query and item segments together, or None (no bound)."""
         if self.max_length is None:
             return None
-        return max(self.max_length - len(self.prefix) - len(self.mid) - len(self.suffix), 0)
+        suffix = 0 if self.truncation == "only_second" else len(self.suffix)
+        return max(self.max_length - len(self.prefix) - len(self.mid) - suffix, 0)
 
 
 def truncated_lengths(a: Any, b: Any, template: PairTemplate) -> tuple[Any, Any]:
@@ -100,7 +117,9 @@ def truncated_lengths(a: Any, b: Any, template: PairTemplate) -> tuple[Any, Any]
 
     ``"longest_first"`` reproduces the ``tokenizers`` library (``utils/truncation.rs``): with budget B, the shorter
     segment s keeps its length if the longer one can take the rest (``max(s, B - s)``), else both are cut to
-    ``B // 2`` and the longer (on a tie the item) gets ``B // 2 + B % 2``. ``"right"`` keeps the query first.
+    ``B // 2`` and the longer (on a tie the item) gets ``B // 2 + B % 2``. ``"right"`` keeps the query first;
+    ``"only_second"`` cuts the item only (transformers' ``truncate_sequences``, which leaves the pair uncut when the
+    item is too short to remove enough: the loader refuses a template where that can happen).
     """
     budget = template.budget
     if budget is None:
@@ -114,6 +133,9 @@ def truncated_lengths(a: Any, b: Any, template: PairTemplate) -> tuple[Any, Any]
     if template.truncation == "right":
         qa = lib.minimum(a_arr, budget)
         qb = lib.minimum(b_arr, budget - qa)
+    elif template.truncation == "only_second":
+        remove = a_arr + b_arr - budget
+        qa, qb = a_arr, lib.where(b_arr > remove, b_arr - remove, b_arr)
     else:
         short = lib.minimum(a_arr, b_arr)
         n_long = lib.where(short > budget, short, lib.maximum(short, budget - short))
@@ -222,8 +244,47 @@ class PairEncoder:
             suffix = self._ids([self._tail])[0] if self._tail else []
             self.template = PairTemplate((), (), tuple(suffix), (0, 0, 0, 0, 0), int(self.pad_id), max_length,
                                          "right", None)
+        elif self.layout == "bge-llm":
+            if max_length is None or tokenizer.bos_token_id is None:
+                raise DataError(where, "the bge-reranker-v2-gemma recipe needs a maximum length and a tokenizer with a "
+                                       "<bos> token")
+            sep = self._ids(["\n"])[0]
+            prompt = self._ids([self.prompt or BGE_LLM_PROMPT])[0]
+            self.template = PairTemplate((int(tokenizer.bos_token_id),), tuple(sep), tuple(sep + prompt),
+                                         (0, 0, 0, 0, 0), int(self.pad_id), max_length, "only_second", None)
         else:
-            raise ParameterError("layout", "'segments', 'pair' or 'chat'", self.layout, "PairEncoder")
+            raise ParameterError("layout", "'segments', 'pair', 'chat' or 'bge-llm'", self.layout, "PairEncoder")
+        self._check_room()
+
+    def _check_room(self) -> None:
+        """Refuse a prompt and template that leave no room for one query token and one document token within the
+        maximum length: every pair would be cut to the same tokens and score the same (sentence-transformers scores
+        such pairs silently)."""
+        t = self.template
+        if t.max_length is None or self.layout == "segments":
+            return
+        if self.layout == "bge-llm":  # the longest query segment the recipe keeps, then the separator
+            used, what = len(t.prefix) + t.max_length * 3 // 4 + len(t.mid), "a query of 3/4 of it and the template"
+        elif self.layout == "chat":  # everything the template renders around an empty query and document
+            head = self._chat_heads([""])[0] + self._lead
+            used, what = len(self._ids([head])[0]) + len(t.suffix), "the prompt and the chat template"
+        else:
+            prompt = len(self._ids([self.prompt])[0]) if self.prompt else 0
+            used, what = len(t.prefix) + len(t.mid) + len(t.suffix) + prompt, "the prompt and the pair template"
+        if t.max_length - used < 2:
+            raise DataError(self.where, f"{what} take {used} of the {t.max_length} tokens of max_length: no room for "
+                                        "the query and the document, so every pair would score the same; expected a "
+                                        f"max_length of at least {used + 2}, or a shorter prompt")
+
+    def longest(self) -> int | None:
+        """The longest sequence this layout builds (tokens), or None when it is unbounded."""
+        t = self.template
+        if self.layout == "segments":
+            head = len(t.prefix) + self.fmt.max_query_tokens + len(t.mid)
+            return max(head, t.query_pad_to or 0) + self.fmt.max_item_tokens + len(t.suffix)
+        if t.max_length is None:
+            return None
+        return t.max_length + (len(t.suffix) if t.truncation == "only_second" else 0)
 
     # -- tokenization ---------------------------------------------------------------------------------
 
@@ -239,8 +300,8 @@ class PairEncoder:
 
     def _render(self, query: str) -> tuple[str, str]:
         """The chat text before and after the document for ``query``."""
-        text = self.tokenizer.apply_chat_template(self._messages(query, _DOC), tokenize=False, **self._chat_kwargs)
-        if not isinstance(text, str) or text.count(_DOC) != 1:
+        text = render_chat(self.tokenizer, self._messages(query, _DOC), self.where, **self._chat_kwargs)
+        if text.count(_DOC) != 1:
             raise DataError(self.where, "the tokenizer's chat template does not render sentence-transformers' "
                                         "'document' role once: expected a template with 'query' and 'document' "
                                         "roles (as sentence-transformers' CrossEncoder requires)")
@@ -273,6 +334,9 @@ class PairEncoder:
             return self._ids([(self.prompt or "") + q.text for q in queries])
         if self.layout == "chat":
             return self._ids(self._chat_heads([q.text for q in queries]))
+        if self.layout == "bge-llm":  # the card cuts "A: query" to 3/4 of the maximum length
+            keep = int(self.template.max_length or 0) * 3 // 4
+            return [ids[:keep] for ids in self._ids([f"A: {q.text}" for q in queries])]
         budget = self.fmt.max_query_tokens
         if not self.fmt.markers:
             return [ids[:budget] for ids in self._ids([q.text for q in queries])]
@@ -310,6 +374,9 @@ class PairEncoder:
             return self._ids([document_text(it) for it in items])
         if self.layout == "chat":
             return self._encode_chat_items(items)
+        if self.layout == "bge-llm":  # the card cuts "B: passage" to the maximum length before the pair is cut
+            keep = int(self.template.max_length or 0)
+            return [ids[:keep] for ids in self._ids([f"B: {document_text(it)}" for it in items])]
         budget = self.fmt.max_item_tokens
         titles = self._ids([it.title for it in items])
         texts = self._ids([it.text for it in items])

@@ -38,10 +38,13 @@ from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError, ParameterError
 from xenbench.models import packed
 from xenbench.models.crossencoder import CrossEncoder
-from xenbench.models.pairs import PairAssembler
+from xenbench.models.pairs import PairAssembler, document_text
+from xenbench.models.scorers import TextRowScorer, as_scorer, is_native, score_texts
 
 __all__ = [
     "RowScorer",
+    "row_scorer",
+    "score_text_pairs",
     "ScoreTiming",
     "ScoredMatrix",
     "score_matrix",
@@ -116,11 +119,10 @@ class ScoredMatrix:
 # -- parameters -----------------------------------------------------------------------------------
 
 
-def check_scoring_args(ce: Any, queries: Any, items: Any, batch_size: Any, precision: Any, owner: str) -> None:
-    """The checks every scoring entry point makes first (``owner`` names it in the error)."""
-    if not isinstance(ce, CrossEncoder):
-        raise ParameterError("ce", "a xenbench CrossEncoder (build_cross_encoder / load_cross_encoder)",
-                             type(ce).__name__, owner)
+def check_scoring_args(ce: Any, queries: Any, items: Any, batch_size: Any, precision: Any, owner: str) -> Any:
+    """The checks every scoring entry point makes first (``owner`` names it in the error); returns ``ce`` as the
+    engine scores with it (:func:`~xenbench.models.scorers.as_scorer`: a sentence-transformers CrossEncoder wrapped)."""
+    ce = as_scorer(ce, owner)
     for name, seq, kind in (("queries", queries, Query), ("items", items, Item)):
         if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence):
             raise ParameterError(name, f"a non-empty sequence of {kind.__name__}", type(seq).__name__, owner)
@@ -133,6 +135,10 @@ def check_scoring_args(ce: Any, queries: Any, items: Any, batch_size: Any, preci
     check_int(batch_size, "batch_size", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     if precision not in PRECISIONS:
         raise ParameterError("precision", f"one of {list(PRECISIONS)}", precision, owner)
+    if precision != "fp32" and not is_native(ce):
+        raise ParameterError("precision", f"'fp32' for {ce.name}: a scorer xenbench does not run itself sets its own "
+                             "precision", precision, owner)
+    return ce
 
 
 def default_query_chunk(n_queries: int, n_items: int) -> int:
@@ -146,8 +152,12 @@ def default_query_chunk(n_queries: int, n_items: int) -> int:
 
 
 @contextlib.contextmanager
-def on_device(ce: CrossEncoder, device: torch.device) -> Iterator[None]:
-    """Run ``ce`` in eval mode on ``device``; put it back where and how it was afterwards."""
+def on_device(ce: Any, device: torch.device) -> Iterator[None]:
+    """Run ``ce`` in eval mode on ``device``; put it back where and how it was afterwards (a protocol scorer, which
+    runs where it was put, is left as it is)."""
+    if not is_native(ce):
+        yield
+        return
     # Per-module flags: a CE can be "training" at the top while its model is in eval mode (as
     # build_cross_encoder returns it), and ce.train(flag) would switch dropout on everywhere.
     modes = [(m, m.training) for m in ce.modules()]
@@ -284,6 +294,25 @@ class RowScorer:
         return scores.reshape(stop - start, self.n_items)
 
 
+def row_scorer(ce: Any, queries: Sequence[Query], items: Sequence[Item], device: torch.device, *, batch_size: int,
+               precision: str, rows: np.ndarray | Sequence[int] | None = None) -> RowScorer | TextRowScorer:
+    """The engine's row-block scorer for ``ce``: :class:`RowScorer` for a xenbench CE (run natively), else
+    :class:`~xenbench.models.scorers.TextRowScorer` for a :class:`~xenbench.models.scorers.Scorer`. Both have
+    ``score_rows(start, stop, on_batch)``: all that jobs, their Ray backend and the score cache call."""
+    if is_native(ce):
+        return RowScorer(ce, queries, items, device, batch_size=batch_size, precision=precision, rows=rows)
+    return TextRowScorer(ce, queries, items, batch_size=batch_size, rows=rows)
+
+
+def scorer_device_type(ce: Any, device: torch.device) -> str:
+    """The kind of device ``ce``'s scores come from: ``device`` for a xenbench CE (the engine moves it there), the
+    scorer's own ``device`` for a protocol scorer that states one, else ``"cpu"``."""
+    if is_native(ce):
+        return device.type
+    own = getattr(ce, "device", None)
+    return torch.device(str(own)).type if own is not None else "cpu"
+
+
 def progress_bar(total: int, enabled: bool, desc: str) -> Any:
     """A tqdm bar over ``total`` pairs (pairs/s shown), or a silent one."""
     from tqdm.auto import tqdm
@@ -339,7 +368,7 @@ def score_matrix(
         Empty or ill-typed ``queries``/``items``, bad ``batch_size``/``query_chunk``/``precision``/``device``.
     """
     owner = "score_matrix"
-    check_scoring_args(ce, queries, items, batch_size, precision, owner)
+    ce = check_scoring_args(ce, queries, items, batch_size, precision, owner)
     check_int(query_chunk, "query_chunk", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     dev = resolve_device(device)
     batch_size = batch_size or DEFAULT_BATCH_SIZE.get(dev.type, 64)
@@ -350,13 +379,14 @@ def score_matrix(
     bar = progress_bar(n_q * n_i, progress, "scoring")
     try:
         with on_device(ce, dev):
-            scorer = RowScorer(ce, queries, items, dev, batch_size=batch_size, precision=precision)
+            scorer = row_scorer(ce, queries, items, dev, batch_size=batch_size, precision=precision)
             for a in range(0, n_q, query_chunk):
                 b = min(a + query_chunk, n_q)
                 scores[a:b] = scorer.score_rows(a, b, bar.update)
     finally:
         bar.close()
-    timing = ScoreTiming(n_q * n_i, time.perf_counter() - t_start, str(dev), precision, batch_size,
+    where = str(dev) if is_native(ce) else str(getattr(ce, "device", None) or "cpu")
+    timing = ScoreTiming(n_q * n_i, time.perf_counter() - t_start, where, precision, batch_size,
                          torch.get_num_threads())
     logger.info("scored %d pairs in %.1f s (%.0f pairs/s) on %s, %s", timing.n_pairs, timing.wall_s,
                 timing.pairs_per_s, dev, precision)
@@ -391,7 +421,7 @@ def score_pairs_sparse(
         ``scores[e] = f(queries[pairs[e, 0]], items[pairs[e, 1]])``, equal to the dense matrix entries.
     """
     owner = "score_pairs_sparse"
-    check_scoring_args(ce, queries, items, batch_size, precision, owner)
+    ce = check_scoring_args(ce, queries, items, batch_size, precision, owner)
     arr = np.asarray(pairs)
     if arr.ndim != 2 or arr.shape[1] != 2 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
         raise ParameterError("pairs", "an int array of shape (nnz, 2) of (query_row, item_row)",
@@ -410,6 +440,12 @@ def score_pairs_sparse(
         uq, q_local = np.unique(arr[:, 0], return_inverse=True)
         ui, i_local = np.unique(arr[:, 1], return_inverse=True)
         bar = progress_bar(len(arr), progress, "scoring pairs")
+        if not is_native(ce):
+            try:
+                q_texts, i_texts = [queries[r].text for r in arr[:, 0]], [document_text(items[c]) for c in arr[:, 1]]
+                return score_texts(ce, q_texts, i_texts, batch_size=batch_size, on_batch=bar.update)
+            finally:
+                bar.close()
         try:
             with on_device(ce, dev):
                 asm = PairAssembler(ce.pairs, ce.pairs.encode_queries([queries[r] for r in uq]),
@@ -421,3 +457,21 @@ def score_pairs_sparse(
     return scores
 
 
+
+
+def score_text_pairs(ce: CrossEncoder, query_texts: Sequence[str], item_texts: Sequence[str], *,
+                     batch_size: int | None = None) -> np.ndarray:
+    """A xenbench CE's scores of text pairs (its :meth:`~xenbench.models.crossencoder.CrossEncoder.score`): each
+    distinct text is one :class:`Query` / title-less :class:`Item`, scored by :func:`score_pairs_sparse` where the
+    CE is. Returns ndarray of shape (B,), float32."""
+    if len(query_texts) != len(item_texts):
+        raise ParameterError("item_texts", f"as long as query_texts ({len(query_texts)})", len(item_texts),
+                             "CrossEncoder.score")
+    if not len(query_texts):
+        return np.zeros(0, dtype=np.float32)
+    uq, q_rows = np.unique(np.asarray(list(query_texts), dtype=object).astype(str), return_inverse=True)
+    ui, i_rows = np.unique(np.asarray(list(item_texts), dtype=object).astype(str), return_inverse=True)
+    queries = [Query(f"q{k}", str(t)) for k, t in enumerate(uq)]
+    items = [Item(f"i{k}", "", str(t)) for k, t in enumerate(ui)]
+    return score_pairs_sparse(ce, queries, items, np.stack([q_rows.ravel(), i_rows.ravel()], axis=1),
+                              batch_size=batch_size, device=ce.device, progress=False)

@@ -41,6 +41,7 @@ References
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -213,21 +214,24 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
     return scores, seconds
 
 
-def ce_seconds_per_pair(model: str, setup: Setup, *, n_pairs: int = 512, device: str = "auto",
-                        seed: int = 0) -> dict[str, Any]:
+def ce_seconds_per_pair(model: Any, setup: Setup, *, n_pairs: int = 512, device: str = "auto",
+                        seed: int = 0, max_length: int | None = None) -> dict[str, Any]:
     """The CE's measured seconds per (query, item) pair: :func:`xenbench.models.probe.probe_rate` (the batched scorer
     behind the score stores, after one warm-up batch) on a seeded sample of about ``n_pairs`` pairs of ``setup``'s
-    queries and kept items. The CE in folder ``model`` is the one this process already loaded, if it did
-    (:func:`xenbench.models.fingerprint.load_shared`). Returns ``seconds_per_pair``, ``n_pairs``, ``device``,
-    ``precision``, ``batch_size``, ``source``."""
+    queries and kept items. ``model`` is a CE folder or hub id (loaded with ``max_length``; the CE this process already
+    loaded, if it did: :func:`xenbench.models.fingerprint.load_shared`), or a model object (a xenbench CE, a
+    sentence-transformers CrossEncoder, a :class:`~xenbench.models.scorers.Scorer`). Returns ``seconds_per_pair``,
+    ``n_pairs``, ``device``, ``precision``, ``batch_size``, ``source``."""
     from xenbench.models.fingerprint import load_shared
     from xenbench.models.probe import probe_rate
 
     items = [setup.dataset.items[i] for i in setup.items]
-    timing = probe_rate(load_shared(model), setup.dataset.queries, items, n_pairs=n_pairs, seed=seed,
-                        device=device).timing
+    by_ref = isinstance(model, (str, os.PathLike))
+    ce = load_shared(model, max_length) if by_ref else model
+    timing = probe_rate(ce, setup.dataset.queries, items, n_pairs=n_pairs, seed=seed, device=device).timing
+    name = model if by_ref else getattr(model, "name", type(model).__name__)
     return {"seconds_per_pair": timing.wall_s / timing.n_pairs, "n_pairs": timing.n_pairs, "device": timing.device,
-            "precision": timing.precision, "batch_size": timing.batch_size, "source": f"measured: {model}"}
+            "precision": timing.precision, "batch_size": timing.batch_size, "source": f"measured: {name}"}
 
 
 # ==============================================================================================

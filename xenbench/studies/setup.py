@@ -94,40 +94,43 @@ class Setup:
 
 
 def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = None,
-               model: str | os.PathLike[str] | None = None, max_queries: int | None = None,
-               device: str = "auto") -> Setup:
+               model: str | os.PathLike[str] | Any = None, max_queries: int | None = None,
+               device: str = "auto", max_length: int | None = None) -> Setup:
     """The exact matrix of one CE on ``dataset``, items subsampled.
 
     Two sources. Without ``model``: open the score store at ``store_path`` and check that it scores ``dataset``'s
     queries and items in order, and keep a seeded sample of ``max_items`` of its item columns (:func:`subsample`;
-    None: all). With ``model`` (a CE folder, for your own data): score a seeded sample of
-    ``max_queries`` queries × ``max_items`` items with it through :func:`xenbench.models.cache.cached_scores`
-    (resumable, cached by model and texts; ``store_path`` is ignored), so nothing needs precomputing.
+    None: all). With ``model`` (for your own data: a CE folder or hub id, loaded with ``max_length``; or, from Python,
+    a model object: a xenbench CE, a ``sentence_transformers.CrossEncoder`` or a
+    :class:`~xenbench.models.scorers.Scorer` with a fingerprint): score a seeded sample of ``max_queries`` queries ×
+    ``max_items`` items with it through :func:`xenbench.models.cache.cached_scores` (resumable, cached by model and
+    texts; ``store_path`` is ignored), so nothing needs precomputing.
 
     Raises
     ------
     DataError
         If the store's query or item ids are not the dataset's, in the same order.
     ParameterError
-        If ``model`` is not a CE folder, or ``max_queries`` is given without ``model``.
+        If ``model`` is not a CE folder, hub id or scorer, or ``max_queries``/``max_length`` is given without it.
     """
     from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore
     from xenbench.errors import DataError
 
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
-    if model:
+    if model is not None and not (isinstance(model, str) and not model):
         from xenbench.models.cache import cached_scores
 
         queries = sample_rows(len(ds.queries), max_queries, seed, kind="queries")
         items = subsample(len(ds.items), max_items, seed)
         ds = ds.subset([ds.queries[r].id for r in queries], [ds.items[i].id for i in items])
-        store = cached_scores(model, ds, device=device)
+        store = cached_scores(model, ds, device=device, max_length=max_length)
         items = np.arange(len(ds.items))
     else:
-        if max_queries is not None:
-            raise ParameterError("max_queries", "None unless model is given (a precomputed store is used whole)",
-                                 max_queries, "load_setup")
+        for name, value in (("max_queries", max_queries), ("max_length", max_length)):
+            if value is not None:
+                raise ParameterError(name, "None unless model is given (a precomputed store is used whole)", value,
+                                     "load_setup")
         store = ScoreStore.open(store_path)
         if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
             raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
