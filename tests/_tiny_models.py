@@ -204,6 +204,64 @@ def qwen3(folder: Path, answers: bool = True, sizes: dict | None = None, max_len
     return _save(model, tok, folder)
 
 
+def gemma_vocab(size: int = 1500) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A BPE vocabulary in Gemma's form (spaces as '▁', byte fallback) with the bge-reranker recipe's words."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="\u2581", behavior="merged_with_previous")
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"] + [f"<0x{i:02X}>" for i in range(256)]
+    tok.train_from_iterator(list(corpus()) + ["A: B: Yes No Yes\n"] * 50,
+                            trainers.BpeTrainer(vocab_size=size, special_tokens=specials))
+    import json
+
+    model = json.loads(tok.to_str())["model"]
+    return model["vocab"], [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+
+
+@_seeded
+def gemma(folder: Path, version: int = 1, sizes: dict | None = None, max_len: int = 1024) -> Path:
+    """A bge-reranker-v2-gemma-style folder: ``GemmaForCausalLM`` (or Gemma-2, with its logit soft-capping) on a
+    Gemma tokenizer, no chat template, no sentence-transformers config: what the card's recipe scores."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, GemmaTokenizer
+
+    vocab, merges = gemma_vocab()
+    tok = GemmaTokenizer(vocab=vocab, merges=merges, model_max_length=max_len)
+    sz = {**SIZES, "num_attention_heads": 4, **(sizes or {})}
+    config_cls, model_cls = (GemmaConfig, GemmaForCausalLM) if version == 1 else (Gemma2Config, Gemma2ForCausalLM)
+    extra = {} if version == 1 else {"final_logit_softcapping": 5.0, "query_pre_attn_scalar": 8, "sliding_window": 64}
+    cfg = config_cls(vocab_size=len(tok), **sz, num_key_value_heads=1, head_dim=sz["hidden_size"] // 4,
+                     max_position_embeddings=512, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id, tie_word_embeddings=True, **extra)
+    return _save(model_cls(cfg), tok, folder)
+
+
+def hub_cache(home: Path, repo_id: str, folder: Path, revision: str = "main") -> tuple[Path, str]:
+    """Lay ``folder`` out in a Hugging Face cache at ``home`` as ``huggingface_hub`` does: file contents in
+    ``hub/models--ORG--NAME/blobs/<sha256>``, ``snapshots/<commit>/<file>`` links to them, ``refs/<revision>`` holding the
+    commit (40 hex digits, derived from the files). Returns (the snapshot folder, the commit)."""
+    import hashlib
+    import os
+
+    repo = Path(home) / "hub" / ("models--" + repo_id.replace("/", "--"))
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    commit = hashlib.sha1("".join(f"{p.relative_to(folder)}:{hashlib.sha256(p.read_bytes()).hexdigest()}"
+                                  for p in files).encode()).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    for f in files:
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        blob = repo / "blobs" / digest
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(f.read_bytes())
+        link = snapshot / f.relative_to(folder)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    return snapshot, commit
+
+
 FAMILIES: dict[str, Callable[..., Path]] = {
     "bert": bert, "electra": electra, "roberta": roberta, "xlm-roberta": xlm_roberta, "modernbert": modernbert,
     "deberta-v2": deberta_v2, "qwen3": qwen3,

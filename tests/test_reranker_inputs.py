@@ -105,6 +105,60 @@ def chat_without_roles(built, tmp):
     return folder
 
 
+def _chat_template(text: str) -> Callable:
+    def damage(built, tmp):
+        folder = _copy(built, "qwen3", tmp)
+        (folder / "chat_template.jinja").write_text(text)
+        return folder
+
+    return damage
+
+
+#: A chat template that raises (as templates do for inputs they do not support).
+RAISES = "{{ raise_exception('this template needs a tools list') }}"
+#: 10^10 steps of two nested loops: rendering it never ends (each range is within jinja2's sandbox cap).
+LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+#: 10^7 characters around a few of text.
+HUGE = "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"
+
+
+def _logit_score(true_id, false_id="keep") -> Callable:
+    """A sentence-transformers LLM-reranker folder (Transformer + LogitScore) whose answer-token ids are set by hand."""
+    def damage(built, tmp):
+        folder = _copy(built, "qwen3", tmp)
+        vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer."
+                                                                   "Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_LogitScore",
+                    "type": "sentence_transformers.cross_encoder.modules.logit_score.LogitScore"}]
+        (folder / "modules.json").write_text(json.dumps(modules))
+        (folder / "1_LogitScore").mkdir()
+        (folder / "1_LogitScore" / "config.json").write_text(json.dumps(
+            {"true_token_id": true_id, "false_token_id": vocab["no"] if false_id == "keep" else false_id}))
+        return folder
+
+    return damage
+
+
+def prompt_without_room(built, tmp):  # a default prompt longer than the 72 tokens of max_length
+    folder = _copy(built, "qwen3", tmp)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"rank": "Judge whether the document answers the query. " * 20}, "default_prompt_name": "rank"}))
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer."
+                                                               "Transformer"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    return folder
+
+
+def max_seq_length_past_positions(built, tmp):  # sentence_bert_config.json asks for more than the 64 positions
+    folder = _copy(built, "bert", tmp)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer."
+                                                               "Transformer"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512}))
+    return folder
+
+
 def _xenbench_tensors(edit: Callable[[dict], dict]) -> Callable:
     def damage(built, tmp):
         from safetensors.torch import load_file, save_file
@@ -150,6 +204,25 @@ CASES = [
     Case("st-unknown-module", st_unknown_module, r"modules\.json: module '.*Dense' is not supported"),
     Case("chat-without-document-role", chat_without_roles, r"chat template does not render sentence-transformers' "
                                                             r"'document' role"),
+    # issue 39: what a model folder runs is bounded, and its answer-token ids are ids of its vocabulary
+    Case("chat-template-raises", _chat_template(RAISES), r"chat_template\.jinja: the chat template fails to render .*"
+                                                         r"TemplateError: this template needs a tools list"),
+    Case("chat-template-never-ends", _chat_template(LOOPS), r"chat_template\.jinja: the chat template renders for "
+                                                            r"more than 2 s"),
+    Case("chat-template-huge", _chat_template(HUGE), r"chat_template\.jinja: the chat template renders 10,000,000 "
+                                                     r"characters"),
+    Case("answer-token-minus-one", _logit_score(-1), r"1_LogitScore/config\.json: true_token_id is -1: expected a "
+                                                     r"token id"),
+    Case("answer-token-a-string", _logit_score("yes"), r"1_LogitScore/config\.json: true_token_id is 'yes'"),
+    Case("answer-token-false-a-string", _logit_score(5, "no"), r"false_token_id is 'no': expected a token id \(an "
+                                                                r"int >= 0, or null\)"),
+    Case("answer-token-out-of-range", _logit_score(10**6), r"the true answer-token id is 1000000: expected a token id "
+                                                           r"in \[0, \d+\]"),
+    # issue 40: a prompt with no room for the pair, positions past the model's limit
+    Case("prompt-without-room", prompt_without_room, r"the prompt and the chat template take \d+ of the 72 tokens of "
+                                                     r"max_length: no room for the query and the document"),
+    Case("max-seq-length-past-positions", max_seq_length_past_positions,
+         r"sentence_bert_config\.json: max_seq_length 512 is above the model's position limit \(64 tokens\)"),
     Case("xenbench-renamed-tensor", _xenbench_tensors(_renamed), r"trained\.safetensors: holds tensors the backbone "
                                                                  r"does not have \['classifier\.b'\]"),
     Case("xenbench-wrong-shape", _xenbench_tensors(_reshaped), r"trained\.safetensors: tensor shapes do not fit the "

@@ -226,3 +226,128 @@ def test_llm_rows_share_the_query_prefix_and_score_the_same(folders, data, monke
     assert float(np.abs(got - whole).max()) <= 1e-5 * float(whole.std())
     # The long query's prefix was cut to the model's maximum length minus the template's tail, as the library cuts.
     assert max(calls) == ce.config.max_length - len(ce.pairs.template.suffix)
+
+
+# -- max_length, position limits, prompts, model-card recipes -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta", "qwen3"])
+def test_max_length_truncates_as_sentence_transformers_does(name, folders, data) -> None:
+    """``load_cross_encoder(..., max_length=N)`` feeds the model the ids ``CrossEncoder(..., max_length=N)`` feeds it
+    (pair template or chat template, cut the library's way) and scores what it scores."""
+    from sentence_transformers import CrossEncoder
+
+    queries, items = data
+    n = 24 if name != "qwen3" else 60  # the chat template alone takes 50 tokens
+    ce = load_cross_encoder(folders[name], max_length=n)
+    assert ce.config.max_length == n
+    st = CrossEncoder(str(folders[name]), activation_fn=torch.nn.Identity(), local_files_only=True, device="cpu",
+                      max_length=n)
+    pairs = [(q.text, document_text(it)) for q in queries for it in items]
+    features = st.preprocess(pairs)
+    batch = ce.pairs.collate(*zip(*[(q, i) for q in ce.pairs.encode_queries(queries)
+                                    for i in ce.pairs.encode_items(items)]))
+    mask = features["attention_mask"].bool()
+    for r in range(mask.shape[0]):
+        assert batch["input_ids"][r][batch["attention_mask"][r].bool()].tolist() == \
+            features["input_ids"][r][mask[r]].tolist(), (name, r)
+    assert int(mask.sum(1).max()) == n  # some pairs were cut to n
+    ref = np.asarray(st.predict(pairs, batch_size=16, show_progress_bar=False)).reshape(len(queries), len(items))
+    assert_exact(score_matrix(ce, queries, items, batch_size=8, device="cpu", progress=False).scores, ref,
+                 f"{name} max_length={n}")
+
+
+def test_max_length_past_the_position_limit_is_refused_before_any_work(folders) -> None:
+    from xenbench.errors import ParameterError
+
+    # RoBERTa's positions start after its pad: 42 rows hold 40 positions
+    with pytest.raises(ParameterError, match=r"'max_length' parameter of load_cross_encoder must be at most 40 for "
+                                             r".*roberta \(its position limit is 40 tokens\)\. Got 41"):
+        load_cross_encoder(folders["roberta"], max_length=41)
+    with pytest.raises(ParameterError, match=r"'max_length' parameter of load_cross_encoder must be at most 64 .*"
+                                             r"Got 65"):
+        load_cross_encoder(folders["bert"], max_length=65)
+    with pytest.raises(ParameterError, match=r"'max_length' parameter of load_cross_encoder must be None for .*"
+                                             r"laid out in segments"):
+        load_cross_encoder(Path(__file__).resolve().parents[1] / "models" / "cls-ce", max_length=32)
+    with pytest.raises(ParameterError, match=r"'max_length' parameter of load_cross_encoder must be an int >= 1"):
+        load_cross_encoder(folders["bert"], max_length=0)
+
+
+def test_a_roberta_tokenizer_without_a_maximum_is_cut_at_the_position_limit(folders, data, tmp_path) -> None:
+    """A RoBERTa folder whose tokenizer states no maximum: sentence-transformers caps pairs at
+    max_position_embeddings (42) and its longest pairs fail deep in the embeddings (positions start at 2: an
+    IndexError, or a RuntimeError of the token-type buffer); xenbench cuts them at
+    the 40 positions the model has, as the library does when told max_length=40."""
+    import json
+
+    from sentence_transformers import CrossEncoder
+
+    folder = Path(shutil.copytree(folders["roberta"], tmp_path / "roberta"))
+    config = folder / "tokenizer_config.json"
+    doc = json.loads(config.read_text())
+    doc["model_max_length"] = int(1e30)
+    config.write_text(json.dumps(doc))
+    queries, items = data
+    pairs = [(q.text, document_text(it)) for q in queries for it in items]
+    st = CrossEncoder(str(folder), activation_fn=torch.nn.Identity(), local_files_only=True, device="cpu")
+    with pytest.raises((IndexError, RuntimeError), match="out of"):  # the library (and xenbench before) fail deep inside
+        st.predict(pairs, batch_size=16, show_progress_bar=False)
+    ce = load_cross_encoder(folder)
+    assert ce.config.max_length == 40
+    st = CrossEncoder(str(folder), activation_fn=torch.nn.Identity(), local_files_only=True, device="cpu",
+                      max_length=40)
+    ref = np.asarray(st.predict(pairs, batch_size=16, show_progress_bar=False)).reshape(len(queries), len(items))
+    assert_exact(score_matrix(ce, queries, items, batch_size=8, device="cpu", progress=False).scores, ref, "roberta")
+
+
+def _card_inputs(pairs, tokenizer, prompt: str, max_length: int) -> list[list[int]]:
+    """The bge-reranker-v2-gemma model card's ``get_inputs``, written out for transformers 5 (which has no
+    ``prepare_for_model``): ``[bos] + ids('A: q')[:3L/4]``, then ``sep + ids('B: p')[:L]`` cut by
+    ``truncation='only_second'`` to L in all (uncut when the passage is too short to cut, as transformers 4 did), then
+    ``sep + prompt``."""
+    sep = tokenizer("\n", add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    out = []
+    for query, passage in pairs:
+        first = [tokenizer.bos_token_id] + tokenizer(f"A: {query}", add_special_tokens=False)["input_ids"][
+            : max_length * 3 // 4]
+        second = sep + tokenizer(f"B: {passage}", add_special_tokens=False)["input_ids"][:max_length]
+        remove = len(first) + len(second) - max_length
+        if 0 < remove < len(second):
+            second = second[:-remove]
+        out.append(first + second + sep + prompt_ids)
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_gemma_reranker_is_scored_by_its_cards_recipe(version, data, tmp_path) -> None:
+    """A bge-reranker-v2-gemma-style folder (a Gemma causal LM, no chat template, no sentence-transformers config):
+    the scores are the card's — logit('Yes') at the last token of ``<bos> A: q \\n B: p \\n prompt`` — computed here
+    pair by pair, unpadded, with the model itself."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from xenbench.models.pairs import BGE_LLM_PROMPT
+
+    folder = tiny.gemma(tmp_path / "gemma", version=version)
+    queries, items = data
+    L = 40
+    ce = load_cross_encoder(folder, max_length=L)
+    tok = AutoTokenizer.from_pretrained(folder)
+    yes = tok("Yes", add_special_tokens=False)["input_ids"][0]
+    assert ce.config.layout == "bge-llm" and ce.config.answer_tokens == [yes, None]
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    inputs = _card_inputs([(q.text, document_text(it)) for q in queries for it in items], tok, BGE_LLM_PROMPT, L)
+    with torch.inference_mode():
+        ref = np.array([float(model(input_ids=torch.tensor([ids])).logits[0, -1, yes]) for ids in inputs])
+    ref = ref.reshape(len(queries), len(items))
+    got = score_matrix(ce, queries, items, batch_size=8, device="cpu", progress=False).scores
+    assert_exact(got, ref, f"gemma{version}")
+    # the assembled ids are the card's, truncated pairs included
+    batch = ce.pairs.collate(*zip(*[(q, i) for q in ce.pairs.encode_queries(queries)
+                                    for i in ce.pairs.encode_items(items)]))
+    n_cut = 0
+    for r, ids in enumerate(inputs):
+        assert batch["input_ids"][r][batch["attention_mask"][r].bool()].tolist() == ids, r
+        n_cut += len(ids) == ce.pairs.longest()
+    assert n_cut >= 3, "no pair reached the maximum length"
