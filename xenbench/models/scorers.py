@@ -253,6 +253,9 @@ def _st_fingerprint(model: Any) -> str | None:
     config = getattr(_transformer(model), "config", None)
     tokenizer = getattr(model, "tokenizer", None)
     backend_tok = getattr(tokenizer, "backend_tokenizer", None)
+    # the backend tokenizer's runtime truncation/padding settings change with each call: not part of the model
+    vocab = {k: v for k, v in json.loads(backend_tok.to_str()).items() if k not in ("truncation", "padding")} if \
+        backend_tok is not None else sorted((tokenizer.get_vocab() if tokenizer is not None else {}).items())
     described = {
         "class": f"{type(model).__module__}.{type(model).__qualname__}",
         "modules": [type(m).__name__ for m in model],
@@ -260,8 +263,7 @@ def _st_fingerprint(model: Any) -> str | None:
         "activation": repr(getattr(model, "activation_fn", None)),
         "prompts": getattr(model, "prompts", None), "default_prompt": getattr(model, "default_prompt_name", None),
         "config": config.to_dict() if hasattr(config, "to_dict") else None,
-        "tokenizer": backend_tok.to_str() if backend_tok is not None else sorted((tokenizer.get_vocab() if tokenizer
-                                                                                  else {}).items()),
+        "tokenizer": vocab,
         "chat_template": getattr(tokenizer, "chat_template", None),
     }
     h = hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode())

@@ -224,12 +224,13 @@ def ce_seconds_per_pair(model: Any, setup: Setup, *, n_pairs: int = 512, device:
     ``n_pairs``, ``device``, ``precision``, ``batch_size``, ``source``."""
     from xenbench.models.fingerprint import load_shared
     from xenbench.models.probe import probe_rate
+    from xenbench.models.scorers import as_scorer
 
     items = [setup.dataset.items[i] for i in setup.items]
     by_ref = isinstance(model, (str, os.PathLike))
-    ce = load_shared(model, max_length) if by_ref else model
+    ce = load_shared(model, max_length) if by_ref else as_scorer(model, "ce_seconds_per_pair", "model")
     timing = probe_rate(ce, setup.dataset.queries, items, n_pairs=n_pairs, seed=seed, device=device).timing
-    name = model if by_ref else getattr(model, "name", type(model).__name__)
+    name = model if by_ref else ce.name
     return {"seconds_per_pair": timing.wall_s / timing.n_pairs, "n_pairs": timing.n_pairs, "device": timing.device,
             "precision": timing.precision, "batch_size": timing.batch_size, "source": f"measured: {name}"}
 
