@@ -65,6 +65,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_packed", ["--n-queries", "8", "--n-items", "32", "--repeats", "5"]),
     ("bench_compile", ["--n-queries", "10", "--n-items", "50", "--repeats", "3"]),
     ("bench_rerankers", ["--n-queries", "2", "--n-items", "64", "--repeats", "3", "--threads", "1"]),
+    ("bench_scorers", ["--n-queries", "4", "--n-items", "64", "--repeats", "5"]),
 ]
 
 FRAGMENT_KEYS = {"benchmark": str, "title": str, "command": str, "rows": list, "notes": list}

@@ -234,6 +234,7 @@ def test_a_fragment_named_unlike_its_script_is_listed_once(tmp_path):
     ("bench_packed", ["--ce", "models/cls-ce", "--n-queries", "2", "--n-items", "3", "--repeats", "1"]),
     ("bench_rerankers", ["--families", "bert", "qwen3", "--n-queries", "1", "--n-items", "3", "--repeats", "1",
                          "--hidden", "128", "--layers", "2"]),
+    ("bench_scorers", ["--n-queries", "1", "--n-items", "3", "--repeats", "1"]),
 ])
 def test_scorer_benchmarks_still_run_against_the_package(tmp_path, script, args):
     """The scorer benchmarks call the package's internals (PairAssembler, packed_forward, the loaders); a refactor

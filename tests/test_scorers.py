@@ -278,3 +278,24 @@ def test_what_is_not_a_scorer_is_refused_in_one_line(scorers):
         score_matrix(wrong, queries, items, progress=False)
     with pytest.raises(ParameterError, match=r"'precision' parameter of score_to_store must be 'fp32' for overlap"):
         score_to_store(scorers["callable"], queries, items, "/nonexistent/x", precision="bf16", progress=False)
+
+
+def test_bring_your_own_matrix_as_the_docs_show(tmp_path, monkeypatch):
+    """docs/MODELS.md's "Bring your own matrix" snippet, run as written (on a tiny BEIR folder): the store it writes is
+    what notebooks 03/04/07 read (``load_setup``), value for value."""
+    import re
+
+    from test_reranker_inputs import beir
+
+    from xenbench.studies.setup import load_setup
+
+    doc = (HERE.parents[1] / "docs" / "MODELS.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", doc.split("### Bring your own matrix", 1)[1], re.S).group(1)
+    data = beir(tmp_path)
+    M = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.save(tmp_path / "my_scores.npy", M)
+    monkeypatch.chdir(tmp_path)
+    exec(code.replace("beir:/data/mine", f"beir:{data}"), {})
+    setup = load_setup(tmp_path / "scores" / "mine" / "my-ce", f"beir:{data}")
+    assert np.array_equal(setup.M, M) and setup.describe().startswith("my-ce on ")
+    assert ScoreStore.open(tmp_path / "scores" / "mine" / "my-ce").verify() == []
