@@ -36,10 +36,13 @@ from xenbench.errors import ParameterError
 from xenbench.harness import (load_spec, notebook_path, parse_cli_params, preflight, profile_values, run_notebook,
                               run_stem)
 
-__all__ = ["grid", "point_id", "run_sweep", "tidy", "summary_figures"]
+__all__ = ["MAX_POINTS", "grid", "point_id", "run_sweep", "tidy", "summary_figures"]
 
 log = logging.getLogger(__name__)
 _STATUS = "point.json"
+#: The largest grid a sweep runs (a notebook point takes a minute or more): a larger product of values is refused
+#: before any value is read, so a mistyped grid costs nothing.
+MAX_POINTS = 1000
 
 
 def grid(values: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -167,11 +170,17 @@ def run_sweep(notebook: str, values: Mapping[str, Sequence[str]], *, profile: st
         raise ParameterError("values", "at least one swept parameter (-p NAME V1 V2 ...)", values, owner)
     check_choice(backend, "backend", ("local", "ray"), owner, expected="'local' or 'ray'")
     check_int(jobs, "jobs", 1, None, owner, types=PY_INT)
-    parsed: dict[str, list[Any]] = {}
-    for name, texts in values.items():
-        texts = list(texts)
+    texts_of = {name: list(texts) for name, texts in values.items()}
+    for name, texts in texts_of.items():
         if not texts:
             raise ParameterError(name, "at least one value to sweep", texts, owner)
+    n_points = math.prod(len(texts) for texts in texts_of.values())
+    if n_points > MAX_POINTS:
+        sizes = " x ".join(f"{len(t)} {name}" for name, t in texts_of.items())
+        raise ParameterError("values", f"a grid of at most {MAX_POINTS:,} points (sweep.MAX_POINTS; split it into "
+                                       f"several sweeps)", f"{sizes} = {n_points:,} points", owner)
+    parsed: dict[str, list[Any]] = {}
+    for name, texts in texts_of.items():
         parsed[name] = [parse_cli_params(spec, [(name, t)])[name] for t in texts]  # validates each value
     points = grid(parsed)
     check_int(timeout, "timeout", 1, None, owner, types=PY_INT)

@@ -19,7 +19,8 @@ from xenbench.errors import ParameterError
 if TYPE_CHECKING:
     from xenbench.harness.spec import NotebookSpec
 
-__all__ = ["ParamSpec", "validate_params", "parse_cli_params", "PARAM_TYPES", "ITEM_TYPES", "PROFILE_NAME"]
+__all__ = ["ParamSpec", "validate_params", "parse_cli_params", "load_yaml", "YamlBoundError", "PARAM_TYPES", "ITEM_TYPES",
+           "PROFILE_NAME", "MAX_YAML_NODES"]
 
 #: The ``type`` of a parameter -> the Python types its values may have.
 PARAM_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,),
@@ -28,6 +29,84 @@ PARAM_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int)
 ITEM_TYPES = ("int", "float", "str", "bool")
 #: Profile names become parts of file names: keep them plain.
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+#: The most values (YAML nodes, counted after aliases are expanded) a notebook's profiles file may hold. A few hundred
+#: bytes of aliases (``&a [*b, *b, ...]``, the "billion laughs") expand to billions of values, which any later
+#: ``repr``, check or copy would walk; ``-p`` values and sweep grids take no aliases at all.
+MAX_YAML_NODES = 100_000
+
+
+class YamlBoundError(ValueError):
+    """A YAML text over :func:`load_yaml`'s bounds: an alias where none is allowed, a recursive value, or more values
+    than allowed once aliases are expanded."""
+
+
+def load_yaml(text: str, *, aliases: bool = True, max_nodes: int = MAX_YAML_NODES) -> Any:
+    """``yaml.safe_load(text)``, bounded before anything is built.
+
+    The text is composed into YAML nodes first (aliases share a node, so this is as small as the text); their size
+    after expansion is counted without expanding them, and only a value within bounds is constructed.
+
+    Parameters
+    ----------
+    text
+        One YAML document.
+    aliases
+        Whether ``*name`` references are allowed (a profiles file: yes; a ``-p`` value: no).
+    max_nodes
+        The most nodes (scalars, lists, mappings) the value may hold once aliases are expanded.
+
+    Raises
+    ------
+    YamlBoundError
+        An alias where none is allowed, a value that contains itself, or more than ``max_nodes`` nodes (also a
+        nesting too deep to parse).
+    yaml.YAMLError
+        Text that is not YAML.
+    """
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise YamlBoundError("nested too deeply to read") from None
+        if node is None:
+            return None
+        _count_nodes(node, aliases=aliases, max_nodes=max_nodes)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _count_nodes(root: Any, *, aliases: bool, max_nodes: int) -> int:
+    """The nodes under ``root`` once aliases are expanded, counted once per distinct node (iteratively: any depth)."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > max_nodes:
+                raise YamlBoundError(f"more than {max_nodes:,} values once its aliases are expanded")
+            continue
+        if key in sizes or key in on_path:  # a node reached twice: an alias (*name) refers to it
+            if not aliases:
+                raise YamlBoundError("an alias (*name), which is not allowed here")
+            if key in on_path:
+                raise YamlBoundError("an alias that refers to a value containing it (a recursive value)")
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children)
+    return sizes[id(root)]
 
 
 @dataclass(frozen=True)
@@ -189,8 +268,8 @@ def parse_cli_params(spec: NotebookSpec, pairs: list[tuple[str, str]] | Mapping[
     """Turn command-line ``-p name value`` strings into typed, validated values.
 
     ``str`` parameters take the text as is; ``int``/``float`` parse it as a number; ``bool`` takes
-    true/false/yes/no/1/0; ``list`` takes YAML (``[a, b]``) or comma-separated text (``a,b``);
-    ``null``/``None`` gives ``None`` for a nullable parameter.
+    true/false/yes/no/1/0; ``list`` takes YAML (``[a, b]``; no aliases, at most :data:`MAX_YAML_NODES` values) or
+    comma-separated text (``a,b``); ``null``/``None`` gives ``None`` for a nullable parameter.
 
     Raises
     ------
@@ -217,16 +296,32 @@ def parse_cli_params(spec: NotebookSpec, pairs: list[tuple[str, str]] | Mapping[
                 text.strip().lower(), text)
         elif p.type == "list":
             try:
-                loaded = yaml.safe_load(text)
+                loaded = load_yaml(text, aliases=False)
             except yaml.YAMLError:
                 loaded = text
+            except YamlBoundError as err:
+                raise ParameterError(pname, f"{p.expected()} (YAML [a, b] or comma-separated a,b); this YAML holds {err}",
+                                     text, spec.owner) from None
             if isinstance(loaded, list):
                 value = loaded
             elif isinstance(loaded, dict):  # YAML `{a: 1}` is a mapping, never a list of its text
                 raise ParameterError(pname, p.expected() + " (YAML [a, b] or comma-separated a,b), not a mapping",
                                      text, spec.owner)
             else:
-                value = [yaml.safe_load(part) if p.items != "str" else part
+                value = [_scalar(part, p, text, spec.owner) if p.items != "str" else part
                          for part in (s.strip() for s in text.split(",")) if part]
         parsed[pname] = value
     return validate_params(spec, parsed)
+
+
+def _scalar(part: str, p: ParamSpec, text: str, owner: str) -> Any:
+    """One element of a comma-separated ``-p`` list, read as YAML (``1``, ``0.5``, ``true``; no aliases)."""
+    import yaml
+
+    try:
+        return load_yaml(part, aliases=False)
+    except yaml.YAMLError:
+        return part  # not YAML: the value check below names what was expected
+    except YamlBoundError as err:
+        raise ParameterError(p.name, f"{p.expected()} (YAML [a, b] or comma-separated a,b); this YAML holds {err}",
+                             text, owner) from None

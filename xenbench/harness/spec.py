@@ -42,7 +42,8 @@ from typing import Any
 
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
-from xenbench.harness.params import ITEM_TYPES, PARAM_TYPES, PROFILE_NAME, ParamSpec, validate_params
+from xenbench.harness.params import (ITEM_TYPES, MAX_YAML_NODES, PARAM_TYPES, PROFILE_NAME, ParamSpec, YamlBoundError,
+                                     load_yaml, validate_params)
 
 __all__ = ["BASE_PROFILE", "FULL_PROFILE", "NOTEBOOKS_DIR", "SIZES", "Fit", "NotebookSpec", "list_notebooks",
            "notebook_path", "load_spec", "as_spec", "profile_values", "term_param"]
@@ -56,6 +57,8 @@ NOTEBOOKS_DIR: Path = REPO_ROOT / "notebooks"
 #: What an ``at_most`` bound or a ``fits`` relation may name: the sizes of the notebook's data
 #: (:func:`xenbench.harness.sizes.data_sizes`).
 SIZES = ("items", "queries")
+#: The largest profiles file read (the repository's are a few KB); its values are bounded too (``MAX_YAML_NODES``).
+MAX_SPEC_BYTES = 1 << 20
 
 _SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "at_most", "help"}
 _DATA_KEYS = {"dataset", "store", "max_items", "max_queries", "model", "seed"}
@@ -161,8 +164,12 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
     if not path.is_file():
         raise DataError(path, "no such file: every notebook needs a profiles file beside it (see "
                               "xenbench/harness/spec.py)")
+    if path.stat().st_size > MAX_SPEC_BYTES:
+        raise DataError(path, f"larger than {MAX_SPEC_BYTES >> 20} MiB: a profiles file holds parameters and profiles")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"), max_nodes=MAX_YAML_NODES)
+    except YamlBoundError as exc:
+        raise DataError(path, f"refused: it holds {exc} (a profiles file holds parameters and profiles)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise DataError(path, f"not valid YAML ({getattr(exc, 'problem', exc)})",
