@@ -125,7 +125,8 @@ def test_the_resume_state_written_by_save_state_loads_with_weights_only(tmp_path
 # -- 2. finiteness: scores and embeddings ------------------------------------------------------------------
 
 
-def test_a_ce_with_nan_weights_exits_non_zero_and_leaves_the_store_unfinished(tmp_path, capsys):
+def test_a_ce_with_nan_weights_is_refused_before_scoring_and_never_finishes_a_store(tmp_path, capsys):
+    from xenbench.models.jobs import run_score_job
     from xenbench.models.loading import load_cross_encoder
 
     ce = load_cross_encoder(MODELS / "cls-ce")
@@ -135,11 +136,19 @@ def test_a_ce_with_nan_weights_exits_non_zero_and_leaves_the_store_unfinished(tm
     ce.save(tmp_path / "nan-ce")
     folder, out = _beir(tmp_path), tmp_path / "out"
 
+    # xenbench score probes the CE before it starts (as xenbench run does): refused in one line, nothing written
     assert main(["score", str(tmp_path / "nan-ce"), f"beir:{folder}", "--out", str(out), "--device", "cpu"]) == 2
     line = _one_error(capsys)
-    assert re.search(rf"{re.escape(str(out))}: block 0 \(rows 0:3\) holds 12 NaN/inf of 12 scores \(first at query "
-                     rf"row 0, item column 0\) computed by {re.escape(str((tmp_path / 'nan-ce').resolve()))}: not "
-                     r"written, the store stays incomplete", line), line
+    assert re.search(r"The 'MODEL' parameter of xenbench score must be a CE whose scores are finite: nan-ce scored 12 "
+                     r"of 12 probe pairs NaN or inf \(NaN weights in the folder, or an overflow\?\)\. Got '.*nan-ce' "
+                     r"instead\.", line), line
+    assert not out.exists()
+
+    # past the probe, the scorer itself never writes a block holding NaN: the store stays unfinished
+    with pytest.raises(DataError, match=rf"{re.escape(str(out))}: block 0 \(rows 0:3\) holds 12 NaN/inf of 12 scores "
+                                        r"\(first at query row 0, item column 0\) computed by .*nan-ce: not written, the "
+                                        r"store stays incomplete"):
+        run_score_job(tmp_path / "nan-ce", f"beir:{folder}", None, None, out, device="cpu", progress=False)
     store = ScoreStore.open(out)
     assert not store.is_complete and store.done_chunks() == []
 
@@ -364,3 +373,103 @@ def test_a_resume_state_that_cannot_be_written_names_its_file_and_keeps_the_prev
         train._save_state(path, ce, opt, sched, 2, [1.0, 0.5], 0.2, cfg)
     monkeypatch.undo()
     assert train.load_state(path)["step"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == [train.STATE_NAME]
+
+
+# -- 7. every structured value bounded before it is expanded or printed (issue 39) ---------------------------------
+
+
+def _laughs(levels: int = 9) -> str:
+    """A YAML "billion laughs": ``levels`` lists of 9 aliases each, 9**levels strings once expanded, in ~400 bytes."""
+    text = '&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'
+    names = "abcdefghijklmnop"
+    for prev, name in zip(names, names[1:levels]):
+        text += f", &{name} [" + ",".join([f"*{prev}"] * 9) + "]"
+    return f"[{text}]"
+
+
+def _xenbench(*args: str, cwd: Path | None = None):
+    import subprocess
+    import sys
+
+    cli = Path(sys.executable).with_name("xenbench")
+    return subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def _refused(proc, pattern: str) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("xenbench: error: "), proc.stderr[-2000:]  # one line
+    assert len(lines[0]) < 1000  # the value is quoted by a bounded prefix
+    assert re.search(pattern, lines[0]), lines[0]
+    return lines[0]
+
+
+def test_yaml_aliases_in_a_run_parameter_are_refused_unexpanded(tmp_path):
+    """Before: the refusal formatted the 9**9-string list with repr, ~3.1 GB and a MemoryError after a minute."""
+    proc = _xenbench("run", "00_data", "-p", "eval_datasets", _laughs(), "--out", str(tmp_path / "r"))
+    _refused(proc, r"The 'eval_datasets' parameter of notebook 00_data must be a list of str .*; this YAML holds an "
+                   r"alias \(\*name\), which is not allowed here\. Got '\[&a \[\"lol\".*\.\.\. instead\.")
+    assert not (tmp_path / "r").exists()
+
+
+def test_yaml_aliases_in_a_sweep_grid_are_refused_unexpanded(tmp_path):
+    proc = _xenbench("sweep", "00_data", "-p", "eval_datasets", _laughs(), "wordnet-el:noun.food",
+                     "--out", str(tmp_path / "s"))
+    _refused(proc, r"'eval_datasets' parameter of notebook 00_data .*this YAML holds an alias")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(("profile", "message"), [
+    (_laughs(), r"refused: it holds more than 100,000 values once its aliases are expanded"),
+    ("&r [*r]", r"refused: it holds an alias that refers to a value containing it \(a recursive value\)"),
+])
+def test_a_notebook_profiles_file_is_bounded_after_alias_expansion(tmp_path, profile, message):
+    """A notebook's own .yaml may use aliases (a profile repeating a list), but not to build billions of values."""
+    from xenbench.harness import NOTEBOOKS_DIR
+
+    (tmp_path / "x.ipynb").write_bytes((NOTEBOOKS_DIR / "00_data.ipynb").read_bytes())
+    spec = (NOTEBOOKS_DIR / "00_data.yaml").read_text(encoding="utf-8")
+    (tmp_path / "x.yaml").write_text(spec.replace("profiles:\n", f"profiles:\n  bomb: {{eval_datasets: {profile}}}\n"),
+                                     encoding="utf-8")
+    proc = _xenbench("run", str(tmp_path / "x.ipynb"), "--out", str(tmp_path / "r"))
+    _refused(proc, re.escape(str(tmp_path / "x.yaml")) + ": " + message)
+    assert not (tmp_path / "r").exists()
+
+
+def test_aliases_that_stay_small_are_read_as_yaml_reads_them():
+    from xenbench.harness.params import YamlBoundError, load_yaml
+
+    assert load_yaml("a: &x [1, 2]\nb: *x") == {"a": [1, 2], "b": [1, 2]}
+    with pytest.raises(YamlBoundError, match=r"an alias \(\*name\), which is not allowed here"):
+        load_yaml("a: &x [1, 2]\nb: *x", aliases=False)
+    with pytest.raises(YamlBoundError, match="more than 10 values"):
+        load_yaml("[" + ", ".join(["x"] * 10) + "]", max_nodes=10)  # 10 strings + the list
+    with pytest.raises(YamlBoundError, match="nested too deeply"):
+        load_yaml("[" * 20_000 + "]" * 20_000)
+
+
+def test_error_messages_quote_a_bounded_prefix_of_any_value():
+    from xenbench.errors import MAX_QUOTED_CHARS, ParameterError, bounded_repr
+
+    small = [1, "a", (2,), {3: None}, {4}, frozenset(), 1.5, None, [[]]]
+    assert bounded_repr(small) == repr(small)
+    loop: list = [1]
+    loop.append(loop)
+    assert bounded_repr(loop) == repr(loop) == "[1, [...]]"
+    wide = ["lol"] * 9
+    for _ in range(8):  # 9**9 strings, shared: repr would build ~3 GB
+        wide = [wide] * 9
+    text = bounded_repr(wide)
+    assert len(text) == MAX_QUOTED_CHARS + 3 and text.startswith("[[[[[[[[['lol', 'lol'") and text.endswith("...")
+    assert len(str(ParameterError("x", "short", wide, "f"))) < 400
+
+
+def test_a_sweep_grid_over_the_maximum_is_refused_before_any_value_is_read(tmp_path):
+    """Before: a 10**6-point grid was validated point by point, printing nothing for minutes. "abc" is no seed: the
+    refusal names the grid's size, not that value, since no value was read."""
+    seeds = [str(k) for k in range(999)] + ["abc"]
+    proc = _xenbench("sweep", "00_data", "-p", "seed", *seeds, "-p", "n_queries", *[str(k) for k in range(1, 1001)],
+                     "--out", str(tmp_path / "s"))
+    _refused(proc, r"The 'values' parameter of run_sweep must be a grid of at most 1,000 points \(sweep\.MAX_POINTS; "
+                   r"split it into several sweeps\)\. Got '1000 seed x 1000 n_queries = 1,000,000 points' instead\.")
+    assert not (tmp_path / "s").exists()

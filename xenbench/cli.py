@@ -18,11 +18,37 @@ MAX_IDS_FILE_BYTES = 256 * 2**20
 def _data(args: argparse.Namespace) -> None:
     from xenbench.data import wordnet
 
+    if args.data_cmd == "check":
+        print(_check_data(args.dataset))
+        return
     if args.data_cmd == "build-wordnet":
         table = wordnet.build_wordnet_el(Path(args.wordnet_dir), Path(args.out), args.domain or None)
     else:
         table = wordnet.list_domains()
     print(table.to_string(index=False))
+
+
+def _check_data(spec: str) -> str:
+    """``xenbench data check``: the dataset of ``spec`` opened as every command opens it (a malformed line fails naming
+    its file and line; every qrels line must name a loaded query and item) and summarized, without embedding or
+    scoring anything: its counts, the first and last ids, and how many queries have gold items."""
+    from xenbench.data.datasets import load_dataset
+
+    ds = load_dataset(spec)
+
+    def ids(rows: list) -> str:
+        return f"{rows[0].id!r} ... {rows[-1].id!r}" if len(rows) > 1 else repr(rows[0].id) if rows else "none"
+
+    pairs = sum(len(g) for g in ds.gold.values())
+    with_gold = sum(1 for g in ds.gold.values() if g)
+    splits = ", ".join(f"{name} {len(q):,}" for name, q in ds.splits.items()) or "none"
+    return "\n".join([
+        f"{spec}: readable",
+        f"  items    {len(ds.items):>9,}  ids {ids(ds.items)}",
+        f"  queries  {len(ds.queries):>9,}  ids {ids(ds.queries)}",
+        f"  gold     {pairs:>9,}  pairs (query, relevant item) for {with_gold:,} queries, every id resolved",
+        f"  splits   {splits}",
+    ])
 
 
 def _check_device(value: str, command: str):
@@ -190,6 +216,8 @@ def _score(args: argparse.Namespace) -> None:
     ds = load_dataset(args.dataset)
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
     i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
+    if args.model not in ("de", "tfidf") and not args.model.startswith("untrained"):
+        _plan_score(args, ds, q_ids, i_ids)
     if args.model in ("de", "tfidf"):
         from xenbench.models.retrievers import retriever_score_store
 
@@ -204,6 +232,46 @@ def _score(args: argparse.Namespace) -> None:
                               seed=args.seed, backend=args.backend, ray_options=ray_options,
                               overwrite=args.overwrite, base=args.base, max_length=args.max_length)
     print(store)
+
+
+def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: list[str] | None) -> None:
+    """Log what ``xenbench score`` is about to do before it starts, as ``xenbench run`` does: the pairs left to score
+    and how long they take at the rate the CE reaches here on a few of them (:func:`xenbench.models.probe.probe_rate`,
+    with the job's device, precision and batch size); a CE whose probe scores are NaN or inf is refused."""
+    import contextlib
+
+    from xenbench.harness.preflight import ce_name, quiet_transformers
+    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.probe import degenerate_scores, nonfinite_scores, probe_rate, scoring_line
+
+    log = logging.getLogger("xenbench.cli")
+    queries = [ds.queries[ds.query_index[q]] for q in q_ids] if q_ids is not None else ds.queries
+    items = [ds.items[ds.item_index[i]] for i in i_ids] if i_ids is not None else ds.items
+    todo = 1.0
+    out = Path(args.out)
+    if (out / "zarr.json").is_file() and not args.overwrite:  # a resume: only the missing blocks are left
+        from xenbench.data.store import ScoreStore
+
+        with contextlib.suppress(XenbenchError, OSError, KeyError):  # another job's store is refused by the scorer
+            store = ScoreStore.open(out)
+            todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
+    pairs = int(round(len(queries) * len(items) * todo))
+    if pairs == 0:
+        return
+    name = ce_name(args.model)
+    with quiet_transformers():  # the scorer's own load, next, shows its bar
+        ce = load_cross_encoder(args.model)
+    probe = probe_rate(ce, queries, items, seed=args.seed, device=args.device, precision=args.precision,
+                       batch_size=args.batch_size)
+    del ce  # the scorer loads its own
+    broken = nonfinite_scores(probe.scores, name)
+    if broken:
+        raise ParameterError("MODEL", broken, args.model, "xenbench score")
+    warning = degenerate_scores(probe.scores, name)
+    if warning:
+        log.warning(warning)
+    left = " (the blocks left of the store at --out)" if todo < 1 else ""
+    log.info("%s%s", scoring_line(name, len(queries), len(items), pairs, probe), left)
 
 
 def _read_ids(path: Path, known: list[str], what: str, dataset: str) -> list[str]:
@@ -328,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default=str(REPO_ROOT / "data" / "wordnet-el"))
     b.add_argument("--domain", action="append", help="build only this domain (repeatable)")
     dsub.add_parser("list", help="list the bundled WordNet-EL domains")
+    c = dsub.add_parser("check", help="open a dataset as every command does and print its counts and ids (seconds: "
+                                      "nothing is embedded or scored)")
+    c.add_argument("dataset", help="wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>")
     d.set_defaults(func=_data)
 
     t = sub.add_parser("train-ce", help="train a [CLS]-CE or [EMB]-CE on WordNet-EL training domains")
@@ -475,10 +546,15 @@ def main(argv: list[str] | None = None) -> int:
             build_parser().error("-p/--param belongs to `xenbench run` and `xenbench sweep`")
         args.param = params
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.cmd in ("run", "sweep"):  # what a run will cost (pairs to score, their time) is worth a line unasked
-        logging.getLogger("xenbench.harness").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    if args.cmd in ("run", "sweep", "score"):  # what a run will cost (pairs to score, their time) is worth a line unasked
+        for name in ("xenbench.harness", "xenbench.cli"):
+            logging.getLogger(name).setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         rc = args.func(args)
+    except KeyboardInterrupt as err:  # Ctrl-C: one line saying what was kept (a run's partial notebook), no traceback
+        notes = " ".join(getattr(err, "__notes__", ()))
+        print(f"xenbench: interrupted{': ' + notes[:1].lower() + notes[1:] if notes else ''}", file=sys.stderr)
+        return 130
     except XenbenchError as err:
         print(f"xenbench: error: {err}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_d
 from xenbench.harness.spec import SIZES, NotebookSpec, as_spec
 
 __all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "MODEL_OVERRIDES", "ce_name",
-           "refuse_checkpoint", "check_ce_path", "check_store_name", "preflight", "plan_scoring"]
+           "refuse_checkpoint", "check_ce_path", "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +104,14 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
     ParameterError, DataError
         One line naming the parameter (and the file and line, for a malformed dataset).
     """
-    from xenbench._device import resolve_device
-
     spec = as_spec(name_or_spec)
     loaded: dict[str, Any] = {}
     model = values.get("model") if "model" in spec.params else None
     with in_folder(spec.path.parent):
         for name in DEVICE_PARAMS:
-            if name in spec.params:
+            if name in spec.params and values[name] not in ("auto", "cpu"):  # those two always resolve: no torch import
+                from xenbench._device import resolve_device
+
                 resolve_device(values[name], owner=spec.owner)
         for name in FOLDER_PARAMS:
             if values.get(name) and name in spec.params and not (model and name in MODEL_OVERRIDES):
@@ -171,13 +171,8 @@ def check_store_name(scores_dir: str, ce: str, owner: str, param: str = "ce") ->
     raise ParameterError(param, where, ce, owner)
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else
-                                                   f"{seconds / 3600:.1f} h")
-
-
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """No "Loading weights" bar from transformers while the harness loads a CE (restored afterwards)."""
     from transformers.utils import logging as hf_logging
 
@@ -216,7 +211,8 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     ------
     ParameterError
         When the estimate exceeds ``timeout`` (the cell timeout, seconds): names the ``max_queries``/``max_items``
-        values that fit and the timeout that would do.
+        values that fit and the timeout that would do; or when a probe score is NaN or inf
+        (:func:`~xenbench.models.probe.nonfinite_scores`).
     DataError
         From loading the CE: a folder that is not a usable CE (e.g. its classifier head missing), naming it.
     """
@@ -231,7 +227,8 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
 def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any]) -> dict[str, Any]:
     from xenbench.data.store import ScoreStore
     from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
-    from xenbench.models.probe import PROBE_PAIRS, degenerate_scores, probe_rate  # the scorer loads in probe_rate only
+    from xenbench.models.probe import (  # the scorer loads in probe_rate only
+        PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line)
     from xenbench.sampling import sample_rows
 
     data = spec.data
@@ -242,7 +239,7 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     max_length = values.get("max_length")
     fingerprint = stored_fingerprint(path, max_length)  # a CE used before: no load (transformers is not even imported)
     if fingerprint is None:
-        with _quiet_transformers():
+        with quiet_transformers():
             fingerprint = folder_fingerprint(path, max_length)
     name, seed = ce_name(model), values.get(data.get("seed", ""), 0)
     caps = {size: values.get(data.get(f"max_{size}", "")) for size in SIZES}
@@ -263,16 +260,18 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
             return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}
         todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
     pairs = int(round(nq * ni * todo))
-    with _quiet_transformers():
+    with quiet_transformers():
         ce = load_shared(path, max_length)  # the CE the fingerprint was just computed from, if it was: loaded once
     probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))
     rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
+    broken = nonfinite_scores(probe.scores, name)
+    if broken:  # the kernel would fail on them after scoring everything: refused now, as xenbench score refuses them
+        raise ParameterError("model", broken, model, spec.owner)
     warning = degenerate_scores(probe.scores, name)
     if warning:
         log.warning(warning)
     seconds = pairs / rate
-    what = (f"scoring {nq} queries x {ni} items = {pairs:,} pairs with {name} takes about {_duration(seconds)} at the "
-            f"{rate:.0f} pairs/s measured here on {probe.timing.device}")
+    what = scoring_line(name, nq, ni, pairs, probe)
     if timeout is not None and seconds > timeout:
         fit_q = int(0.8 * timeout * rate / ni)
         fit_i = int(0.8 * timeout * rate / nq)
