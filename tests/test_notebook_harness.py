@@ -396,6 +396,38 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     assert (reports_dir / "tiny.quick.results.json").read_text() != "earlier"
 
 
+@pytest.mark.notebook
+def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tmp_path, reports_dir):
+    """Ctrl-C in a terminal sends SIGINT to the command's process group: the run stops with one line naming the partly
+    executed notebook it kept, exit code 130, and the previous report untouched (before: a traceback, and the
+    kernel's own closed-socket traceback)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    slow = write_tiny(tmp_path / "nbs", body=["import time; time.sleep(600)"])
+    reports_dir.mkdir()
+    (reports_dir / "tiny.quick.html").write_text("earlier")
+    cli = Path(sys.executable).with_name("xenbench")
+    proc = subprocess.Popen([str(cli), "run", str(slow), "--out", str(reports_dir)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not list(reports_dir.glob(".tiny.quick.*.staging/tiny.quick.ipynb")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the kernel is inside the sleeping cell
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last == (f"xenbench: interrupted: the partly executed notebook is kept in {reports_dir.resolve()}/"
+                    "tiny.quick.failed.ipynb; the previous report is untouched")
+    assert (reports_dir / "tiny.quick.html").read_text() == "earlier"
+    assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith(".")) == [
+        "tiny.quick.failed.ipynb", "tiny.quick.html"]
+
+
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
     monkeypatch.delenv(xh.REPORTS_ENV, raising=False)
     lab = xh.save_results("tiny", "quick", {"n": 1}, out_dir=tmp_path)
@@ -448,6 +480,9 @@ def test_notebook_follows_the_template(name):
     assert re.search(r'xb\.harness\.save_results\(\s*"' + re.escape(name) + r'",\s*profile', code[-1].source), (
         "the last cell saves the results"
     )
+    # ... and shows the findings generated from them, a cell the HTML report repeats at the top (the answer first)
+    assert "xb.findings.show(path)" in code[-1].source and xh.FINDINGS_TAG in tags[-1]
+    assert sum(xh.FINDINGS_TAG in t for t in tags) == 1
 
 
 def test_readme_format_example_in_module_docstring_parses(tmp_path):
@@ -464,12 +499,47 @@ def test_readme_format_example_in_module_docstring_parses(tmp_path):
     assert xh.profile_values(spec, "paper") == {**xh.profile_values(spec, "full"), "lambdas": [0.0, 0.1, 0.5]}
 
 
-def test_run_stem_names_other_data_and_models():
+def test_run_stem_names_other_data_models_and_sizes():
     assert xh.run_stem("00_data", "quick", xh.profile_values("00_data", "quick")) == "00_data.quick"
     values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/data/scifact/"}
     assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-scifact"
     values = {**xh.profile_values("01_score_matrices", "full"), "ces": ["../models/cls-ce", "/x/my ce"]}
     assert xh.run_stem("01_score_matrices", "full", values) == "01_score_matrices.full.cls-ce-my-ce"
+    # the scheme once, however the folder is named; one tag for the same data in two parameters
+    values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/tmp/beir-adverbs",
+              "eval_datasets": ["beir:/tmp/beir-adverbs"]}
+    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-adverbs"
+    values = {**xh.profile_values("00_data", "quick"), "dataset": "zeshel:/data/zeshel:yugioh@test"}
+    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.zeshel-yugioh-test"
+    # other sizes: a hash of the values that differ from the profile (the same values: the same name)
+    mine = {**xh.profile_values("03_adacur_rounds", "quick"), "dataset": "beir:/data/mine", "model": "/m/my-ce"}
+    stems = {xh.run_stem("03_adacur_rounds", "quick", {**mine, "max_queries": q, "max_items": i})
+             for q, i in ((100, 300), (100, 300), (200, 300), (100, 600))}
+    assert len(stems) == 3 and all(re.fullmatch(r"03_adacur_rounds\.quick\.beir-mine\.my-ce\.p[0-9a-f]{6}", s)
+                                   for s in stems)
+
+
+def test_the_executed_notebook_keeps_no_plotly_bundle_and_the_report_puts_the_findings_under_the_summary():
+    bundle = '<script type="text/javascript">/**\n* plotly.js v3.0.1\n*/ window.Plotly = {};</script>'
+    figure = '<div id="0f0e0d0c-0b0a-4909-8807-060504030201"></div><script>Plotly.newPlot("x", [])</script>'
+    findings = {"output_type": "display_data", "data": {"text/markdown": "**Findings of this run**: ..."}}
+    nb = {"cells": [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# Title"},
+                    {"cell_type": "code", "id": "b", "metadata": {"tags": [xh.SUMMARY_TAG]}, "source": "fig",
+                     "outputs": [{"output_type": "display_data", "data": {"text/html": bundle + figure}}]},
+                    {"cell_type": "code", "id": "c", "metadata": {}, "source": "x = 1", "outputs": []},
+                    {"cell_type": "code", "id": "d", "metadata": {"tags": [xh.FINDINGS_TAG]},
+                     "source": "xb.findings.show(path)", "outputs": [findings]}]}
+    light = xh.report.without_plotly_bundle(nb)
+    assert light["cells"][1]["outputs"][0]["data"]["text/html"] == figure  # the figure stays, the 4.6 MB go
+    assert nb["cells"][1]["outputs"][0]["data"]["text/html"] == bundle + figure  # the notebook itself is unchanged
+    out = xh.summary_first(nb)
+    assert [c["metadata"].get("tags") for c in out["cells"]][:3] == [None, [f"{xh.SUMMARY_TAG}-copy"],
+                                                                     [f"{xh.FINDINGS_TAG}-copy"]]
+    assert out["cells"][2]["outputs"] == [findings] and "findings" in out["cells"][2]["source"]
+    assert out["cells"][1]["outputs"][0]["data"]["text/html"].startswith(bundle)  # drawn first, with plotly.js
+    no_summary = {"cells": [nb["cells"][0], *nb["cells"][2:]]}  # 00_data: the findings alone come first
+    assert [c["metadata"].get("tags") for c in xh.summary_first(no_summary)["cells"]][:2] == [
+        None, [f"{xh.FINDINGS_TAG}-copy"]]
 
 
 @pytest.mark.notebook
@@ -485,3 +555,11 @@ def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir
     names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
     assert names == ["tiny.quick.ipynb", "tiny.quick.results.json",
                      "tiny.quick.wordnet-el-noun.food.ipynb", "tiny.quick.wordnet-el-noun.food.results.json"]
+    # a second run on that data with another size is a third report, not an overwrite of the second
+    xh.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food", "n": 5}, **notebook_kwargs)
+    sized = xh.run_stem(xh.load_spec(path), "quick", {**xh.profile_values(xh.load_spec(path)),
+                                                      "dataset": "wordnet-el:noun.food", "n": 5})
+    assert sized.startswith("tiny.quick.wordnet-el-noun.food.p")
+    assert sorted(p.name for p in reports_dir.iterdir() if p.suffix == ".html") == sorted([
+        "tiny.quick.html", f"{sized}.html", "tiny.quick.wordnet-el-noun.food.html"])
+    assert json.loads((reports_dir / f"{sized}.results.json").read_text())["results"]["n"] == 5

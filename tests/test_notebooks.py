@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from xenbench.harness import NOTEBOOKS_DIR, SUMMARY_TAG, list_notebooks, run_notebook
+from xenbench.harness import FINDINGS_TAG, NOTEBOOKS_DIR, SUMMARY_TAG, list_notebooks, run_notebook
 
 NOTEBOOKS = list_notebooks()
 
@@ -48,7 +48,12 @@ def test_notebook_runs_with_quick_profile(name, reports_dir, notebook_kwargs):
     frozen = re.findall(r"^.*\b(\d+)%\|.*$", text, re.MULTILINE)
     assert all(p == "100" for p in frozen), [line for line in text.splitlines() if "%|" in line][:5]
     source = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
-    if any(SUMMARY_TAG in c.metadata.get("tags", []) for c in source.cells):  # its answer comes before the details
-        assert html.index(f"celltag_{SUMMARY_TAG}-copy") < html.index("<h2")
+    # Its answer comes before the details: the summary figure, then the findings in words right under it.
+    findings = html.index(f"celltag_{FINDINGS_TAG}-copy")
+    assert findings < html.index("<h2") and "Findings of this run" in html[findings:html.index("<h2")]
+    if any(SUMMARY_TAG in c.metadata.get("tags", []) for c in source.cells):
+        assert html.index(f"celltag_{SUMMARY_TAG}-copy") < findings
+    # reports/ stays small: the executed notebook holds no copy of plotly.js (the HTML does, to draw on its own)
+    assert "plotly.js v" not in executed.read_text(encoding="utf-8") and executed.stat().st_size < 2 * 2**20
     leftovers = [p.name for p in reports_dir.iterdir() if p.name.startswith(".") or ".failed." in p.name]
     assert not leftovers  # no temporary or failed notebook beside a successful run

@@ -23,7 +23,8 @@ from xenbench.harness.kernel import check_namespace, setup_plotly
 from xenbench.harness.params import ParamSpec, parse_cli_params, validate_params
 from xenbench.harness.preflight import (CE_PARAMS, DATASET_PARAMS, DEVICE_PARAMS, FOLDER_PARAMS, MODEL_OVERRIDES,
                                         ce_name, plan_scoring, preflight)
-from xenbench.harness.report import SUMMARY_TAG, final_progress, light_html, summarize_warnings, summary_first
+from xenbench.harness.report import (FINDINGS_TAG, SUMMARY_TAG, final_progress, light_html, summarize_warnings,
+                                     summary_first)
 from xenbench.harness.results import REPORTS_ENV, reports_dir, save_results
 from xenbench.harness.runner import IDENTITY_PARAMS, run_notebook, run_stem
 from xenbench.harness.sizes import check_sizes, data_sizes
@@ -31,7 +32,7 @@ from xenbench.harness.spec import (BASE_PROFILE, FULL_PROFILE, NOTEBOOKS_DIR, Fi
                                    load_spec, notebook_path, profile_values)
 
 __all__ = [
-    "BASE_PROFILE", "FULL_PROFILE", "NOTEBOOKS_DIR", "REPORTS_ENV", "SUMMARY_TAG", "IDENTITY_PARAMS",
+    "BASE_PROFILE", "FULL_PROFILE", "NOTEBOOKS_DIR", "REPORTS_ENV", "SUMMARY_TAG", "FINDINGS_TAG", "IDENTITY_PARAMS",
     "CE_PARAMS", "DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "MODEL_OVERRIDES",
     "ParamSpec", "NotebookSpec", "Fit",
     "list_notebooks", "notebook_path", "load_spec", "profile_values",

@@ -16,8 +16,8 @@ from typing import Any
 
 from xenbench._io import write_text_atomic
 
-__all__ = ["SUMMARY_TAG", "without_widget_state", "summarize_warnings", "final_progress", "summary_first", "light_html",
-           "warning_key"]
+__all__ = ["SUMMARY_TAG", "FINDINGS_TAG", "without_widget_state", "without_plotly_bundle", "summarize_warnings",
+           "final_progress", "summary_first", "light_html", "warning_key"]
 
 _CDN_SCRIPT = re.compile(r'<script[^>]*\bsrc="https?://[^"]*(?:mathjax|require\.js|requirejs)[^"]*"[^>]*>\s*</script>',
                          re.IGNORECASE)
@@ -53,6 +53,20 @@ def without_widget_state(nb: Any) -> Any:
         if "outputs" in cell:
             cell["outputs"] = kept
     return nb
+
+
+def without_plotly_bundle(nb: Any) -> Any:
+    """A copy of an executed notebook without the plotly.js bundle (4.6 MB) that the first figure's HTML output carries:
+    what ``reports/<stem>.ipynb`` keeps. JupyterLab draws its figures from their plotly JSON output (and the HTML
+    report, made from the notebook before this copy, keeps the bundle, so it draws offline on its own)."""
+    import copy
+
+    out = copy.deepcopy(nb)
+    for output in (o for c in out.get("cells", []) for o in c.get("outputs", [])):
+        html = output.get("data", {}).get("text/html")
+        if isinstance(html, str) and _PLOTLY_INLINE.search(html):
+            output["data"]["text/html"] = _PLOTLY_INLINE.sub("", html)
+    return out
 
 
 def _progress_text(models: Mapping[str, Any], model_id: str) -> str | None:
@@ -156,43 +170,48 @@ def final_progress(nb: Any) -> int:
 
 
 SUMMARY_TAG = "summary"
+#: The tag of a notebook's closing cell, which shows the findings generated from its results (``xb.findings.show``).
+FINDINGS_TAG = "findings"
 _PLOTLY_DIV_ID = re.compile(r'<div id="([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
+_COPY_NOTE = {SUMMARY_TAG: f"# The summary: a copy of the outputs of the cell tagged '{SUMMARY_TAG}' further down.",
+              FINDINGS_TAG: "# The findings of this run in words: a copy of the outputs of the closing cell (tagged "
+                            f"'{FINDINGS_TAG}'), generated from the run's results."}
 
 
 def summary_first(nb: Any) -> Any:
-    """A copy of an executed notebook for its HTML report, with the outputs of every cell tagged :data:`SUMMARY_TAG`
-    repeated right after the first cell (the title and question), so a reader sees the answer before the details.
+    """A copy of an executed notebook for its HTML report with the answer first: right after the first cell (the title
+    and question), the outputs of every cell tagged :data:`SUMMARY_TAG` (the summary figure), then those of the cell
+    tagged :data:`FINDINGS_TAG` (the findings in words, generated from the run's results), so a reader sees the answer
+    before the details.
 
-    The copy's source is a comment naming where the figure is made; a plotly figure's element id is renamed so both
-    copies draw, and an inline plotly.js bundle (the first figure of a notebook carries it) stays with the copy, which
-    now comes first, and leaves the original. The notebook itself is not changed (the executed ``.ipynb`` keeps its
-    order).
+    Each copy's source is a comment naming where it is made; a plotly figure's element id is renamed so both copies
+    draw, and an inline plotly.js bundle (the first figure of a notebook carries it) moves to the first copy, which
+    now comes first. The notebook itself is not changed (the executed ``.ipynb`` keeps its order).
     """
     import copy
 
-    cells = nb.get("cells", [])
-    tagged = [c for c in cells if SUMMARY_TAG in c.get("metadata", {}).get("tags", [])]
-    if not tagged:
+    def tagged(cell: Any, tag: str) -> bool:
+        return tag in cell.get("metadata", {}).get("tags", [])
+
+    if not any(tagged(c, t) for c in nb.get("cells", []) for t in _COPY_NOTE):
         return nb
     out = copy.deepcopy(nb)
     copies = []
-    for cell in (c for c in out["cells"] if SUMMARY_TAG in c.get("metadata", {}).get("tags", [])):
-        dup = copy.deepcopy(cell)
-        for output in cell.get("outputs", []):  # one plotly.js bundle per page, before the first figure
-            html = output.get("data", {}).get("text/html")
-            if isinstance(html, str):
-                output["data"]["text/html"] = _PLOTLY_INLINE.sub("", html)
-        dup["metadata"] = {"tags": [f"{SUMMARY_TAG}-copy"]}
-        if "id" in dup:
-            dup["id"] = uuid.uuid4().hex[:8]
-        dup["source"] = f"# The summary: a copy of the outputs of the cell tagged '{SUMMARY_TAG}' further down."
-        for output in dup.get("outputs", []):
-            html = output.get("data", {}).get("text/html")
-            if isinstance(html, str):
-                for old in set(_PLOTLY_DIV_ID.findall(html)):
-                    html = html.replace(old, str(uuid.uuid4()))
-                output["data"]["text/html"] = html
-        copies.append(dup)
+    for tag in (SUMMARY_TAG, FINDINGS_TAG):
+        for cell in (c for c in out["cells"] if tagged(c, tag)):
+            dup = copy.deepcopy(cell)
+            dup["metadata"] = {"tags": [f"{tag}-copy"]}
+            if "id" in dup:
+                dup["id"] = uuid.uuid4().hex[:8]
+            dup["source"] = _COPY_NOTE[tag]
+            for output in dup.get("outputs", []):
+                html = output.get("data", {}).get("text/html")
+                if isinstance(html, str):
+                    html = _PLOTLY_INLINE.sub("", html)  # the page's one bundle is placed below
+                    for old in set(_PLOTLY_DIV_ID.findall(html)):
+                        html = html.replace(old, str(uuid.uuid4()))
+                    output["data"]["text/html"] = html
+            copies.append(dup)
     # The page's one plotly.js bundle may sit in an earlier figure's output, below where the copies go: move it to
     # the first copy, so that no figure is drawn before Plotly is defined.
     bundle = None

@@ -11,6 +11,8 @@ report only when it has succeeded: a failed or killed run leaves the previous go
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import re
@@ -27,7 +29,7 @@ from xenbench.errors import ParameterError
 from xenbench.harness.params import validate_params
 from xenbench.harness.preflight import preflight
 from xenbench.harness.report import (final_progress, light_html, summarize_warnings, summary_first, warning_key,
-                                     without_widget_state)
+                                     without_plotly_bundle, without_widget_state)
 from xenbench.harness.results import REPORTS_ENV
 from xenbench.harness.spec import BASE_PROFILE, NotebookSpec, as_spec, load_spec, notebook_path, profile_values
 
@@ -56,22 +58,34 @@ IDENTITY_PARAMS = ("dataset", "datasets", "ce", "ces", "model", "scores_dir", "e
 
 
 def _slug(value: Any) -> str:
+    """A parameter's value as a file-name tag: ``"beir:/data/scifact"`` -> ``"beir-scifact"``, ``"../models/cls-ce"``
+    -> ``"cls-ce"``; a folder already named after its scheme is not prefixed twice (``"beir:/tmp/beir-adverbs"`` ->
+    ``"beir-adverbs"``, ``"zeshel:/data/zeshel:yugioh"`` -> ``"zeshel-yugioh"``)."""
     parts = value if isinstance(value, (list, tuple)) else [value]
-    # "beir:/data/scifact" -> "beir-scifact"; "../models/cls-ce" -> "cls-ce"
     words = []
     for v in parts:
         kind, _, rest = str(v).partition(":") if ":" in str(v) else ("", "", str(v))
-        base = Path(rest.rstrip("/")).name or rest
-        words.append("-".join(w for w in (kind, base) if w))
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(rest.rstrip("/")).name or rest).strip("-.")
+        words.append(base if not kind or base == kind or base.startswith(kind + "-") else f"{kind}-{base}")
     return re.sub(r"[^A-Za-z0-9._-]+", "-", "+".join(words)).strip("-.")[:80] or "x"
 
 
 def run_stem(spec: NotebookSpec | str, profile: str, values: Mapping[str, Any]) -> str:
-    """File stem of a run's outputs: ``<name>.<profile>``, plus the dataset/model when they differ from the
-    profile's (e.g. ``00_data.ci.beir-scifact``), so a run on other data never overwrites the bundled run's."""
+    """File stem of a run's outputs: ``<name>.<profile>``, then what differs from the profile: the data and CE
+    (:data:`IDENTITY_PARAMS`, each tag once) and, when any other value differs, ``p`` + 6 hex digits of a hash of
+    those values (e.g. ``03_adacur_rounds.quick.beir-mine.my-ce.p3f9a1c``). So a run on other data, with another CE
+    or with other sizes never overwrites another's report; the same run again replaces its own."""
     spec = as_spec(spec)
     base = profile_values(spec, profile)
-    tags = [_slug(values[k]) for k in IDENTITY_PARAMS if k in spec.params and k in values and values[k] != base[k]]
+    tags: list[str] = []
+    for k in IDENTITY_PARAMS:
+        if k in spec.params and k in values and values[k] != base[k] and _slug(values[k]) not in tags:
+            tags.append(_slug(values[k]))
+    other = {k: values[k] for k in sorted(spec.params)
+             if k not in IDENTITY_PARAMS and k in values and values[k] != base[k]}
+    if other:
+        digest = hashlib.sha256(json.dumps(other, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+        tags.append(f"p{digest[:6]}")
     return ".".join([spec.name, profile, *tags])
 
 
@@ -217,6 +231,9 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
                 log_output: bool) -> Path:
     import sys
 
+    # jsonschema (under nbformat) imports rfc3987_syntax when it is installed (jupyter-events' extra), which builds a
+    # Lark grammar at import: ~3.5 s of every run on 2 cores, for an "iri" string format that no notebook schema uses.
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]  (None: "import rfc3987_syntax" fails)
     import nbformat
     import papermill as pm
 
@@ -249,15 +266,17 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
                 path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=False,
                 stdout_file=echo_out, stderr_file=echo_err, coalesce_streams=True,
-                # The kernel process's own start-up notices (e.g. "running over TCP without encryption" on
-                # 127.0.0.1) are not the notebook's: only its errors reach the terminal.
-                extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                # The kernel process's own log (start-up notices such as "running over TCP without encryption" on
+                # 127.0.0.1, a closed-socket traceback when Ctrl-C stops a run mid-cell) is not the notebook's: a
+                # cell's error comes back as its output, and a dead kernel as papermill's error.
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
         log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
         nb = without_widget_state(nb)
         final_progress(nb)
         summarize_warnings(nb)
-        nbformat.write(nbformat.from_dict(nb), staged[final])
+        # The .ipynb without plotly.js (JupyterLab draws from each figure's JSON); the HTML, made below from `nb`, keeps it.
+        nbformat.write(nbformat.from_dict(without_plotly_bundle(nb)), staged[final])
         if html:
             from nbconvert import HTMLExporter
 
