@@ -4,7 +4,15 @@ Submodules load on first access (``xb.data``, ``xb.plots``, ...) so ``import xen
 """
 from __future__ import annotations
 
+import logging
 import os
+
+# faiss's loader logs, at INFO, each CPU variant it fails to import before the one it loads ("Could not load library
+# with AVX512 support due to: ModuleNotFoundError(...)"): noise in the terminal and in every report of a notebook that
+# logs at INFO (05, 07), never a problem. Set here, before any submodule imports faiss (methods.pefa, studies.ccsa,
+# studies.compare); a user's own setting of that logger wins.
+if logging.getLogger("faiss.loader").level == logging.NOTSET:
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
 
 # OpenMP threads (torch, faiss) spin while they wait for each other. When another process holds a
 # core, that spinning made small batched solves ~1000x slower on a 2-core machine (ADACUR/AXN rounds

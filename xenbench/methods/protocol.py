@@ -203,7 +203,7 @@ def t_interval(values: np.ndarray, confidence: float) -> tuple[float, float, flo
 
 
 def summarize(per_run: pd.DataFrame, by: Sequence[str], *, value: str = "recall", se: str | None = "recall_se",
-              confidence: float = 0.95) -> pd.DataFrame:
+              confidence: float = 0.95, bounds: tuple[float, float] | None = (0.0, 1.0)) -> pd.DataFrame:
     """Mean of ``value`` over runs (seed × split) per group, with a t-interval from the spread across runs.
 
     Each row of ``per_run`` is one run's number for its group (e.g. the test recall of one method at one
@@ -221,6 +221,9 @@ def summarize(per_run: pd.DataFrame, by: Sequence[str], *, value: str = "recall"
         The per-run number and its per-query standard error (None: no such column).
     confidence : float
         Of the interval, in (0, 1).
+    bounds : (float, float) or None
+        The range ``value`` lies in (a recall: [0, 1]); the interval is clipped to it, since a t-interval of a mean
+        near 1 with a wide spread passes 1 (e.g. 0.846 to 1.100), a recall no method can reach. None: not clipped.
 
     Returns
     -------
@@ -237,6 +240,8 @@ def summarize(per_run: pd.DataFrame, by: Sequence[str], *, value: str = "recall"
     for key, g in df.groupby(by, sort=True, dropna=False):
         v = g[value].to_numpy(np.float64)
         mean, lo, hi = t_interval(v, confidence)
+        if bounds is not None and v.size > 1:
+            lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
         key = key if isinstance(key, tuple) else (key,)
         out.append({**dict(zip(by, key)), "mean": mean, "lo": lo, "hi": hi,
                     "sd_runs": float(v.std(ddof=1)) if v.size > 1 else float("nan"), "min": float(v.min()),
