@@ -250,6 +250,90 @@ def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):
     assert plan["pairs"] == 0 and plan["seconds"] == 0.0
 
 
+def test_a_ce_scoring_nan_is_refused_before_the_kernel(tmp_path, capsys, kernel_calls, data, monkeypatch):
+    """Before: non-finite probe scores were dropped, the run passed its checks and failed 74 s later in the kernel."""
+    import torch
+
+    from xenbench.models.crossencoder import load_cross_encoder
+
+    monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
+    ce = load_cross_encoder(CE)
+    with torch.no_grad():
+        dict(ce.model.named_parameters())[ce.config.trained[-1]].fill_(float("nan"))
+    ce.save(tmp_path / "nan-ce")
+    capsys.readouterr()  # the load's own progress bar
+    argv = ["run", "03_adacur_rounds", "--out", str(tmp_path / "r")]
+    for k, v in {**_fitting(data), "model": str(tmp_path / "nan-ce")}.items():
+        argv += ["-p", k, json.dumps(v) if isinstance(v, list) else str(v)]
+    _one_line_error(capsys, main(argv), r"The 'model' parameter of notebook 03_adacur_rounds must be a CE whose scores "
+                                        r"are finite: nan-ce scored 90 of 90 probe pairs NaN or inf")
+    assert not kernel_calls and not (tmp_path / "r").exists()
+
+
+def test_xenbench_score_says_what_it_will_take_before_it_starts(tmp_path, monkeypatch, caplog, data):
+    """As xenbench run does: the pairs and the time at the rate measured here, logged before the scorer is called
+    (before, a 15M-pair job showed "46 h" only in its progress bar)."""
+    import xenbench.models.scoring as scoring
+
+    seen: list[str] = []
+
+    def scorer(*args, **kwargs):
+        seen.extend(r.getMessage() for r in caplog.records)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scoring, "run_score_job", scorer)
+    with caplog.at_level(logging.INFO, logger="xenbench.cli"):
+        assert main(["score", CE, data["good"], "--out", str(tmp_path / "s"), "--n-queries", "40", "--n-items",
+                     "50", "--device", "cpu"]) == 130
+    assert len(seen) == 1 and re.fullmatch(r"scoring 40 queries x 50 items = 2,000 pairs with cls-ce takes about "
+                                           r"\d+ s at the \d+ pairs/s measured here on cpu", seen[0]), seen
+
+
+def test_faiss_loader_lines_never_reach_a_terminal_or_report():
+    """faiss logs each CPU variant it fails to import (ModuleNotFoundError lines) at INFO, which 05/07 log at."""
+    import subprocess
+    import sys
+
+    code = ("import logging; logging.basicConfig(level=logging.INFO, force=True)\n"
+            "import xenbench as xb\nxb.pefa.PefaXS  # imports faiss")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "faiss.loader" not in proc.stderr and "ModuleNotFoundError" not in proc.stderr, proc.stderr
+
+
+def test_make_lab_starts_as_root_and_passes_flags(tmp_path):
+    """`make lab` as root (a container) adds --allow-root, else jupyter refuses to start; LAB_ARGS reach jupyter."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    def command(*extra: str) -> str:  # the recipe make would run
+        out = subprocess.run(["make", "-n", "-o", ".venv/.installed-stamp", "lab", *extra], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+        return out.stdout.strip().splitlines()[-1]
+
+    assert command("LAB_UID=0").endswith("--ServerApp.ip=127.0.0.1 --allow-root")
+    assert "--allow-root" not in command("LAB_UID=1000", "LAB_ARGS=--port 9999") and command(
+        "LAB_UID=1000", "LAB_ARGS=--port 9999").endswith(" --port 9999")
+    # and it starts here, whoever we are, printing the link to open
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
+    proc = subprocess.Popen(["make", "-o", ".venv/.installed-stamp", "lab", "LAB_ARGS=--port 0 --no-browser"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline, lines = time.time() + 120, []
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if re.search(r"http://127\.0\.0\.1:\d+/lab\?token=\w+", line) or (not line and proc.poll() is not None):
+                break
+        assert re.search(r"http://127\.0\.0\.1:\d+/lab\?token=\w+", lines[-1]), "".join(lines)[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
 # ------------------------------------------------------------------------------------------------
 # Degenerate CEs
 # ------------------------------------------------------------------------------------------------

@@ -89,6 +89,19 @@ def test_summarize_interval_from_run_spread():
     assert s.loc["A", "se_query"] == pytest.approx(0.01)
 
 
+def test_a_recall_interval_is_clipped_to_zero_one():
+    """07's findings printed "0.846 to 1.100": the t-interval of a mean near 1 passes 1; a recall's is clipped."""
+    per_run = pd.DataFrame({"method": ["A"] * 3 + ["B"] * 3, "recall": [0.75, 0.95, 1.0, 0.0, 0.0, 0.3],
+                            "recall_se": [0.01] * 6})
+    half_a = stats.t.ppf(0.975, 2) * np.std([0.75, 0.95, 1.0], ddof=1) / np.sqrt(3)
+    s = summarize(per_run, by=["method"]).set_index("method")
+    assert s.loc["A", "mean"] + half_a > 1 and s.loc["A", "hi"] == 1.0
+    assert s.loc["A", "lo"] == pytest.approx(s.loc["A", "mean"] - half_a)  # the side inside [0, 1] is unchanged
+    assert s.loc["B", "lo"] == 0.0 and s.loc["B", "hi"] < 1
+    raw = summarize(per_run, by=["method"], bounds=None).set_index("method")  # a difference is not a recall
+    assert raw.loc["A", "hi"] == pytest.approx(s.loc["A", "mean"] + half_a) and raw.loc["B", "lo"] < 0
+
+
 def test_pool_by_query_averages_over_runs():
     rows, means = pool_by_query([np.array([1, 3]), np.array([3, 5])], [np.array([1.0, 0.0]), np.array([1.0, 0.5])])
     assert rows.tolist() == [1, 3, 5] and means.tolist() == [1.0, 0.5, 0.5]
