@@ -121,16 +121,28 @@ RUN_CASES = [
      r"n_dev_queries \+ 1 <= queries \(anchor \+ dev \+ at least one test query\), and 100 \+ 40 \+ 1 = 141 > the "
      r"100 queries of its data \(dataset .*, max_queries 100\)\. Or lower n_dev_queries; or raise max_queries "
      r"\(the data has 300 queries\)\. Got 100 instead\."),
-    ("04_axn_lambda", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "120", "dev_queries", "30"],
-     r"The 'n_anchor_queries' parameter of notebook 04_axn_lambda must be <= 89 here: .* Or lower dev_queries; "
+    ("04_axn_lambda", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "120", "n_dev_queries", "30"],
+     r"The 'n_anchor_queries' parameter of notebook 04_axn_lambda must be <= 89 here: .* Or lower n_dev_queries; "
      r"or raise max_queries"),
     ("03_adacur_rounds", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "null"] + [
         "n_anchor_queries", "250", "n_dev_queries", "50"],
      r"'n_anchor_queries' .* must be <= 249 here: .*all 300 queries of the data are used\)\. Got 250"),
     ("04_axn_lambda", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "20", "n_anchor_queries", "5",
-                                 "dev_queries", "20"],
+                                 "n_dev_queries", "20"],
      r"'n_anchor_queries' parameter of notebook 04_axn_lambda must be smaller, with the others too: .*5 \+ 20 \+ 1 "
-     r"= 26 > the 20 queries .*Or lower dev_queries; or raise max_queries \(the data has 300 queries\)\. Got 5"),
+     r"= 26 > the 20 queries .*Or lower n_dev_queries; or raise max_queries \(the data has 300 queries\)\. Got 5"),
+    # 07 had no size relation: it scored for 77 s, then failed naming query_splits' internal 'n_dev'
+    ("07_compare_methods", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "100"],
+     r"The 'n_anchor_queries' parameter of notebook 07_compare_methods must be <= 59 here: n_anchor_queries \+ "
+     r"n_dev_queries \+ 1 <= queries \(training \+ dev \+ at least one test query\), and 100 \+ 40 \+ 1 = 141 > the 100 "
+     r"queries of its data \(dataset .*, max_queries 100\)\. Or lower n_dev_queries; or raise max_queries \(the data "
+     r"has 300 queries\)\. Got 100 instead\."),
+    ("07_compare_methods", lambda d: ["model", CE, "dataset", d["good"], "max_queries", "300", "budgets", "[25, 200]"],
+     r"The 'budgets' parameter of notebook 07_compare_methods must be ints each <= the 120 items of its data"),
+    # one name per knob: 04's dev_queries is n_dev_queries, as in 03 and 07
+    ("04_axn_lambda", lambda d: ["dev_queries", "30"],
+     r"The 'dev_queries' parameter of notebook 04_axn_lambda must be one of the declared parameters .*\(did you mean "
+     r"'n_dev_queries'\?\)"),
     ("02_rank_cls_vs_emb", lambda d: ["k_q_values", "[20, 250]"],
      r"The 'k_q_values' parameter of notebook 02_rank_cls_vs_emb must be ints each <= 200 here: max\(k_q_values\) "
      r"\+ n_test <= queries .*Or lower n_test; or raise max_queries \(the data has 1001 queries\)"),
@@ -221,18 +233,56 @@ def test_the_scoring_plan_is_one_line_before_the_kernel(tmp_path, monkeypatch, c
     assert not any(r.levelno >= logging.WARNING for r in caplog.records)  # a trained CE: no degenerate warning
 
 
-def test_scoring_past_the_cell_timeout_is_refused_with_the_fix(tmp_path, capsys, kernel_calls, data, monkeypatch):
+TIMEOUT_CASES = [
+    # (sizes over _fitting's, timeout, expected): at a measured 100 pairs/s, 80% of the timeout is what a suggestion
+    # fills; the other sizes need max_queries >= n_anchor + n_dev + 1 and max_items >= 20 (budgets, focus_budgets)
+    ({"max_queries": 200, "max_items": 120}, 100,
+     r"The 'max_queries' parameter of notebook 03_adacur_rounds must be at most about 66 here for the on-demand scoring "
+     r"to fit in the cell timeout: scoring 200 queries x 120 items = 24,000 pairs with cls-ce takes about 4.0 min at the "
+     r"100 pairs/s measured here on cpu, past the 100 s timeout\. Or lower max_items \(about 40 fits\), or raise the "
+     r"timeout \(xenbench run --timeout 300\)\. Got 200 instead\."),
+    # 66 queries cannot hold 100 anchor + 40 dev + 1 test query: fewer items is the suggestion (before: max_queries 66)
+    ({"max_queries": 200, "max_items": 120, "n_anchor_queries": 100, "n_dev_queries": 40}, 100,
+     r"The 'max_items' parameter of notebook 03_adacur_rounds must be at most about 40 here for the on-demand scoring "
+     r"to fit in the cell timeout \(fewer queries alone cannot: the other sizes need max_queries >= 141\): .* Or raise "
+     r"the timeout \(xenbench run --timeout 300\)\. Got 120 instead\."),
+    ({"max_queries": 300, "max_items": 120, "n_anchor_queries": 100, "n_dev_queries": 40}, 40,
+     r"The 'max_queries' parameter of notebook 03_adacur_rounds must be 141 \(the least the other sizes allow\), with "
+     r"max_items at most about 22, for the on-demand scoring to fit in the cell timeout: .* past the 40 s timeout\. Or "
+     r"raise the timeout \(xenbench run --timeout 450\)\. Got 300 instead\."),
+    ({"max_queries": 300, "max_items": 120, "n_anchor_queries": 100, "n_dev_queries": 40}, 20,
+     r"The 'timeout' parameter of notebook 03_adacur_rounds must be longer for this run's on-demand scoring: scoring 300 "
+     r"queries x 120 items = 36,000 pairs .*; even the smallest sample the other sizes allow \(max_queries 141, "
+     r"max_items 20\) takes about 28 s\. So raise the timeout \(xenbench run --timeout 450\), or lower the sizes "
+     r"that need that many queries and items\. Got 20 instead\."),
+]
+
+
+@pytest.mark.parametrize(("sizes", "timeout", "message"), TIMEOUT_CASES)
+def test_scoring_past_the_cell_timeout_is_refused_with_a_fix_that_passes_every_check(
+        tmp_path, capsys, kernel_calls, data, monkeypatch, sizes, timeout, message):
+    """Each suggestion is checked against the notebook's other size relations before it is made."""
+    from types import SimpleNamespace
+
+    import xenbench.models.probe as probe
+
     monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
-    argv = ["run", "03_adacur_rounds", "--out", str(tmp_path / "r"), "--timeout", "2"]
-    for k, v in {**_fitting(data), "max_queries": 200, "max_items": 120, "n_anchor_queries": 100,
-                 "n_dev_queries": 40}.items():
+    measured = SimpleNamespace(scores=np.linspace(-2.0, 3.0, 64).reshape(1, 64),
+                               timing=SimpleNamespace(n_pairs=100, wall_s=1.0, device="cpu"))
+    monkeypatch.setattr(probe, "probe_rate", lambda *args, **kwargs: measured)  # 100 pairs/s, whatever the machine
+    argv = ["run", "03_adacur_rounds", "--out", str(tmp_path / "r"), "--timeout", str(timeout)]
+    for k, v in {**_fitting(data), **sizes}.items():
         argv += ["-p", k, json.dumps(v) if isinstance(v, list) else str(v)]
-    _one_line_error(capsys, main(argv),
-                    r"The 'max_queries' parameter of notebook 03_adacur_rounds must be at most about \d+ here for the "
-                    r"on-demand scoring to fit in the cell timeout: scoring 200 queries x 120 items = 24,000 pairs with "
-                    r"cls-ce takes about .* at the \d+ pairs/s measured here on cpu, past the 2 s timeout\. Or lower "
-                    r"max_items \(about \d+ fits\), or raise the timeout \(xenbench run --timeout \d+\)\. Got 200")
+    line = _one_line_error(capsys, main(argv), message)
     assert not kernel_calls and not (tmp_path / "r").exists()
+    suggested = re.search(r"must be (?:at most about )?(\d+)", line)
+    if "'timeout'" not in line:  # the suggestion itself passes the size checks
+        knob = re.search(r"The '(\w+)'", line).group(1)
+        values = {**xh.profile_values("03_adacur_rounds"), **_fitting(data), **sizes, knob: int(suggested.group(1))}
+        both = re.search(r"with max_items at most about (\d+)", line)
+        if both:
+            values["max_items"] = int(both.group(1))
+        xh.check_sizes("03_adacur_rounds", values)
 
 
 def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):

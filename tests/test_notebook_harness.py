@@ -485,6 +485,16 @@ def test_notebook_follows_the_template(name):
     assert sum(xh.FINDINGS_TAG in t for t in tags) == 1
 
 
+def test_one_name_per_knob_across_notebooks():
+    """A knob that two notebooks share has one name: 04 said dev_queries where 03 and 07 say n_dev_queries."""
+    params = {}
+    for name in xh.list_notebooks():
+        for p in xh.load_spec(name).params.values():
+            params.setdefault(p.name, set()).add((p.type, p.items))
+    twins = [(x, f"n_{x}") for x in params if f"n_{x}" in params and params[x] & params[f"n_{x}"]]
+    assert not twins, f"the same knob under two names: {twins}"
+
+
 def test_readme_format_example_in_module_docstring_parses(tmp_path):
     # The format documented in xenbench/harness/spec.py is a valid profiles file.
     doc = xh.spec.__doc__.split("::", 1)[1].split("\n\n", 2)[1]

@@ -112,7 +112,7 @@ def test_adacur_and_axn_notebooks_score_your_data_on_demand(tmp_path, monkeypatc
     common = ["--out", str(reports), "-p", "dataset", spec, "-p", "model", model, "-p", "max_queries", "34",
               "-p", "max_items", "null", "-p", "max_test_queries", "null", "-p", "k_values", "[1, 5]",
               "-p", "n_rounds", "2", "-p", "split_seeds", "[0, 1]"]
-    assert main(["run", "04_axn_lambda", *common, "-p", "n_anchor_queries", "14", "-p", "dev_queries", "8",
+    assert main(["run", "04_axn_lambda", *common, "-p", "n_anchor_queries", "14", "-p", "n_dev_queries", "8",
                  "-p", "budgets", "[10, 20]", "-p", "first_round_seeds", "[0, 1]", "-p", "mf_items_per_query", "10",
                  "-p", "mf_epochs", "1"]) == 0
     cached = list((Path(__import__("os").environ["XENBENCH_CACHE"]) / "scores").iterdir())
@@ -176,7 +176,7 @@ def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
         "04_axn_lambda": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
                           "-p", "max_items", "null", "-p", "max_test_queries", "null", "-p", "k_values", "[1, 5]",
                           "-p", "n_rounds", "2", "-p", "split_seeds", "[0]", "-p", "n_anchor_queries", "14",
-                          "-p", "dev_queries", "8", "-p", "budgets", "[10]", "-p", "first_round_seeds", "[0]",
+                          "-p", "n_dev_queries", "8", "-p", "budgets", "[10]", "-p", "first_round_seeds", "[0]",
                           "-p", "mf_items_per_query", "10", "-p", "mf_epochs", "1"],
     }
     for name, params in runs.items():
@@ -222,7 +222,7 @@ def test_sizes_are_checked_against_your_data_before_the_kernel_starts(tmp_path, 
     fits = {  # every other bounded parameter within the 40 items / 34 queries
         "03_adacur_rounds": ["-p", "n_anchor_queries", "14", "-p", "n_dev_queries", "8", "-p", "budgets", "[10, 20]",
                              "-p", "focus_budgets", "[10, 20]"],
-        "04_axn_lambda": ["-p", "n_anchor_queries", "14", "-p", "dev_queries", "8", "-p", "budgets", "[10, 20]",
+        "04_axn_lambda": ["-p", "n_anchor_queries", "14", "-p", "n_dev_queries", "8", "-p", "budgets", "[10, 20]",
                           "-p", "mf_items_per_query", "10"],
         "05_pefa_lambda": ["-p", "datasets", f"[{beir}]"],
         "06_ccsa_balance": ["-p", "dataset", beir, "-p", "k", "5"],

@@ -18,6 +18,7 @@ from typing import Any
 from xenbench.errors import DataError, ParameterError
 from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once
 from xenbench.harness.spec import SIZES, NotebookSpec, as_spec
+from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
 __all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "MODEL_OVERRIDES", "ce_name",
            "refuse_checkpoint", "check_ce_path", "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
@@ -273,12 +274,59 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     seconds = pairs / rate
     what = scoring_line(name, nq, ni, pairs, probe)
     if timeout is not None and seconds > timeout:
-        fit_q = int(0.8 * timeout * rate / ni)
-        fit_i = int(0.8 * timeout * rate / nq)
-        cap = data.get("max_queries", "max_queries")
-        raise ParameterError(
-            cap, f"at most about {fit_q} here for the on-demand scoring to fit in the cell timeout: {what}, past the "
-                 f"{timeout} s timeout. Or lower {data.get('max_items', 'max_items')} (about {fit_i} fits), or raise "
-                 f"the timeout (xenbench run --timeout {math.ceil(seconds * 1.25)})", caps["queries"], spec.owner)
+        _refuse_past_timeout(spec, values, loaded, timeout=timeout, rate=rate, sizes=(nq, ni), what=what,
+                             seconds=seconds)
     log.info("%s: %s (once: cached in %s for later runs)", spec.name, what, out)
     return {"pairs": pairs, "seconds": seconds, "pairs_per_s": rate, "cache": out}
+
+
+def _smallest(fits: Any, lo: int, hi: int) -> int | None:
+    """The smallest n in [lo, hi] with ``fits(n)`` (``fits`` is monotone: a larger sample fits every size relation a
+    smaller one does), or None when even ``hi`` does not fit."""
+    if hi < lo or not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo
+
+
+def _refuse_past_timeout(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any], *, timeout: int,
+                         rate: float, sizes: tuple[int, int], what: str, seconds: float) -> None:
+    """Refuse an on-demand scoring that would pass the cell timeout, suggesting only samples that pass every other check
+    of the notebook (:func:`~xenbench.harness.sizes.check_sizes`): fewer queries, fewer items, both, or a longer
+    timeout. A suggestion is sized to 80% of the timeout at the measured ``rate``."""
+    cap_q, cap_i = spec.data.get("max_queries", "max_queries"), spec.data.get("max_items", "max_items")
+    (nq, ni), budget = sizes, 0.8 * timeout * rate  # pairs that fit
+
+    def fits(**caps: int) -> bool:
+        try:
+            check_sizes(spec, {**values, **caps}, _loaded=loaded)
+        except ParameterError:
+            return False
+        return True
+
+    q_min = _smallest(lambda q: fits(**{cap_q: q}), 1, nq) or nq
+    i_min = _smallest(lambda i: fits(**{cap_i: i}), 1, ni) or ni
+    fit_q, fit_i = int(budget / ni), int(budget / nq)
+    longer = f"raise the timeout (xenbench run --timeout {math.ceil(seconds * 1.25)})"
+    both_i = int(budget / q_min)
+    if fit_q >= q_min:
+        alternatives = ([f"lower {cap_i} (about {fit_i} fits)"] if fit_i >= i_min else []) + [longer]
+        raise ParameterError(cap_q, f"at most about {fit_q} here for the on-demand scoring to fit in the cell timeout: "
+                                    f"{what}, past the {timeout} s timeout. Or {', or '.join(alternatives)}",
+                             values.get(cap_q), spec.owner)
+    if fit_i >= i_min:
+        raise ParameterError(cap_i, f"at most about {fit_i} here for the on-demand scoring to fit in the cell timeout "
+                                    f"(fewer queries alone cannot: the other sizes need {cap_q} >= {q_min}): {what}, "
+                                    f"past the {timeout} s timeout. Or {longer}",
+                             values.get(cap_i), spec.owner)
+    if both_i >= i_min:
+        raise ParameterError(cap_q, f"{q_min} (the least the other sizes allow), with {cap_i} at most about {both_i}, "
+                                    f"for the on-demand scoring to fit in the cell timeout: {what}, past the {timeout} s "
+                                    f"timeout. Or {longer}", values.get(cap_q), spec.owner)
+    least = q_min * i_min / rate
+    raise ParameterError("timeout", f"longer for this run's on-demand scoring: {what}; even the smallest sample the "
+                                    f"other sizes allow ({cap_q} {q_min}, {cap_i} {i_min}) takes about {duration(least)}. "
+                                    f"So {longer}, or lower the sizes that need that many queries and items",
+                         timeout, spec.owner)

@@ -491,7 +491,8 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     p = results["params"]
     setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], seed=p["seed"], max_items=p["max_items"])
     M = setup.M
-    first = query_splits(M.shape[0], p["n_anchor_queries"], p["dev_queries"], p["split_seeds"][:1],
+    n_dev = p["n_dev_queries"] if "n_dev_queries" in p else p["dev_queries"]  # 04 named it dev_queries until 2026-11
+    first = query_splits(M.shape[0], p["n_anchor_queries"], n_dev, p["split_seeds"][:1],
                          max_test=p["max_test_queries"])
     V, U = de_embeddings(setup, device="cpu")
     beta = prior_scale(M[first[0].anchor], (U @ V.T)[first[0].anchor])
