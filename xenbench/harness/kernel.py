@@ -69,6 +69,7 @@ def check_namespace(namespace: dict[str, Any], notebook: str | os.PathLike[str])
         disagree).
     """
     spec = load_spec(notebook)
+    provenance.clear_caveats()  # a run's caveats are its own (a notebook re-run in JupyterLab starts clean)
     missing = sorted(name for name in spec.params if name not in namespace)
     if missing:
         raise DataError(spec.path, f"declares {missing} but the notebook's parameters cell does not define them")

@@ -201,7 +201,9 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     (:func:`~xenbench.models.loading.load_cross_encoder`), naming the folder.
 
     Logs one line (INFO) with the pairs and the estimated time; logs a warning when the probe's (or the cached)
-    scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`).
+    scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`), or when the cached sample ranks every
+    query's items alike (:func:`~xenbench.models.probe.collapsed_ranking`; a fresh sample is judged in the kernel,
+    once scored).
 
     Returns
     -------
@@ -229,7 +231,7 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     from xenbench.data.store import ScoreStore
     from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
     from xenbench.models.probe import (  # the scorer loads in probe_rate only
-        PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line)
+        PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line, warn_if_collapsed)
     from xenbench.sampling import sample_rows
 
     data = spec.data
@@ -253,9 +255,11 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     with contextlib.suppress(DataError, OSError, KeyError):
         store = ScoreStore.open(out)
         if store.is_complete:
-            warning = degenerate_scores(store.to_numpy(), name)
+            cached = store.to_numpy()
+            warning = degenerate_scores(cached, name)
             if warning:
                 log.warning(warning)
+            warn_if_collapsed(cached, name)
             log.info("%s: the scores of %s on %d queries x %d items are cached (%s): no scoring", spec.name, name,
                      nq, ni, out)
             return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}

@@ -96,11 +96,13 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
     Path
         The file written, ``<name>.<profile>.results.json`` (``<name>.<profile>.lab.results.json`` outside
         :func:`~xenbench.harness.runner.run_notebook`), holding ``{"notebook", "profile", "written_at", "resources",
-        "provenance", "results"}``; ``resources`` is this process's (the kernel's) ``seconds`` since the harness was
+        "provenance", "caveats", "results"}``; ``resources`` is this process's (the kernel's) ``seconds`` since the harness was
         imported (the notebook's first cell) and
         ``peak_rss_mb``, its peak resident memory: what a run on a larger corpus cost. ``provenance``
         (:func:`xenbench.provenance.collect`) says what produced the numbers: commit and dirty flag, parameters,
-        package versions, machine, and the SHA-256 of every store, dataset and model the process read.
+        package versions, machine, and the SHA-256 of every store, dataset and model the process read. ``caveats``
+        (:func:`xenbench.provenance.record_caveat`) says why the findings may not be trusted, e.g. a CE that ranks
+        every query's items alike (:func:`xenbench.models.probe.warn_if_collapsed`); empty when nothing was found.
     """
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ParameterError("name", "a notebook name such as '00_data'", name, "save_results")
@@ -117,6 +119,7 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "resources": _resources(),
         "provenance": prov,
+        "caveats": provenance.recorded_caveats(),  # why its findings may not be trusted (e.g. a collapsed CE)
         "results": dict(results),
     }
     text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"

@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # the scorer (torch, transformers) loads in probe_rate: degen
     from xenbench.models.crossencoder import CrossEncoder
     from xenbench.models.scoring import ScoredMatrix
 
-__all__ = ["PROBE_PAIRS", "PROBE_ITEMS", "probe_rate", "duration", "scoring_line", "degenerate_scores",
-           "nonfinite_scores"]
+__all__ = ["PROBE_PAIRS", "PROBE_ITEMS", "SHARED_RANKING", "MIN_RANKING_SAMPLE", "probe_rate", "duration", "scoring_line",
+           "degenerate_scores", "nonfinite_scores", "ranking_agreement", "collapsed_ranking", "warn_if_collapsed"]
 
 #: Pairs the harness scores before a run to measure the CE's rate here (after a warm-up batch of 8).
 PROBE_PAIRS = 64
@@ -28,6 +28,14 @@ PROBE_PAIRS = 64
 PROBE_ITEMS = 64
 # Scores spread less than this (std over the probe's pairs; for large scores, 1e-4 of |mean|) are "near-constant".
 _FLAT = 1e-3
+#: A CE whose median query ranks the items with a correlation of at least this to the other queries' mean ranking
+#: ignores the query (:func:`collapsed_ranking`). Measured on noun.cognition, 300 random samples per size: the bundled
+#: CEs reach at most 0.915 at 100 queries x 100 items and 0.88 from 100 x 300 up (medians: cls-ce ~0.6-0.7, emb-ce
+#: ~0.73, emb-ce-marker ~0.85); the bundled backbone under an untrained head (three seeds) at least 0.924 at 100 x 100
+#: (median 0.95). Below 100 x 100 the two overlap.
+SHARED_RANKING = 0.92
+#: The smallest sample judged (queries, items): on fewer, a trained CE's agreement varies too much to tell it apart.
+MIN_RANKING_SAMPLE = (100, 100)
 
 
 def probe_rate(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], *, n_pairs: int = PROBE_PAIRS,
@@ -128,3 +136,81 @@ def nonfinite_scores(scores: Any, model: str) -> str | None:
         return None
     return (f"a CE whose scores are finite: {model} scored {bad} of {s.size} probe pairs NaN or inf (NaN weights in "
             f"the folder, or an overflow?)")
+
+
+def ranking_agreement(scores: Any) -> float:
+    """How much every query ranks the items alike: the median over queries of the correlation between a query's scores
+    and the mean scores of the *other* queries, each query's scores centred (its own offset removed).
+
+    1 means every query orders the items the same way (the query is ignored: an untrained or collapsed head); a CE
+    that reads the query gives each its own order. NaN when fewer than 2 queries or items spread.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_queries, n_items)
+
+    Examples
+    --------
+    >>> alike = np.array([[1.0, 2.0, 3.0], [1.5, 2.5, 3.5], [0.0, 1.0, 2.0]])  # each query: the same order + offset
+    >>> float(round(ranking_agreement(alike), 6))
+    1.0
+    >>> float(round(ranking_agreement(np.eye(3)), 6))  # each query its own item, the others' mean its opposite
+    -1.0
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[0] < 2 or s.shape[1] < 2:
+        return float("nan")
+    r = s - s.mean(axis=1, keepdims=True)
+    total = r.sum(axis=0)
+    own = np.einsum("qi,qi->q", r, r)
+    dots = r @ total - own  # r_q . (sum of the other rows)
+    others = np.sqrt(np.maximum(total @ total - 2 * (r @ total) + own, 0.0))  # |sum of the other rows|
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = dots / (np.sqrt(own) * others)
+    corr = corr[np.isfinite(corr)]
+    return float(np.median(corr)) if corr.size else float("nan")
+
+
+def collapsed_ranking(scores: Any, model: str) -> str | None:
+    """A warning when a CE ranks the items nearly alike for every query (:func:`ranking_agreement` at least
+    :data:`SHARED_RANKING`), as an untrained head on a pretrained encoder does: its scores spread, so
+    :func:`degenerate_scores` passes them, but they follow the items, not the query. None when the CE reads the query,
+    or when the sample is smaller than :data:`MIN_RANKING_SAMPLE` (not judged).
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_queries, n_items)
+        The scored sample (rows: queries).
+    model
+        The CE's name in the warning.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[0] < MIN_RANKING_SAMPLE[0] or s.shape[1] < MIN_RANKING_SAMPLE[1]:
+        return None
+    agreement = ranking_agreement(s)
+    if not agreement >= SHARED_RANKING:
+        return None
+    top = np.nanargmax(np.where(np.isfinite(s), s, -np.inf), axis=1)
+    share = np.bincount(top).max() / top.size
+    return (f"the CE {model} ranks the items nearly alike for every query: on {s.shape[0]} queries x {s.shape[1]} "
+            f"items the median query's scores correlate {agreement:.2f} with the other queries' mean (from "
+            f"{SHARED_RANKING} up the query barely matters; the bundled CEs stay below 0.92), and {share:.0%} of "
+            f"the queries share one top-1 item. An untrained or collapsed head? Conclusions drawn from its scores are "
+            f"not to be trusted")
+
+
+def warn_if_collapsed(scores: Any, model: str) -> str | None:
+    """:func:`collapsed_ranking`, and when it finds a collapse: a logged warning (the terminal of ``xenbench run`` shows
+    a kernel's) and a caveat of the run (:func:`xenbench.provenance.record_caveat`), which its results file keeps and
+    its findings show first. Called wherever a CE's scored sample is loaded (03/04/07's
+    :func:`~xenbench.studies.setup.load_setup`, 02's :func:`~xenbench.studies.rank.load_matrices`, the pre-kernel
+    plan of a cached sample)."""
+    import logging
+
+    from xenbench import provenance
+
+    warning = collapsed_ranking(scores, model)
+    if warning:
+        logging.getLogger(__name__).warning(warning)
+        provenance.record_caveat(warning)
+    return warning

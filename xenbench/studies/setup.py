@@ -106,6 +106,9 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
     ``max_items`` items with it through :func:`xenbench.models.cache.cached_scores` (resumable, cached by model and
     texts; ``store_path`` is ignored), so nothing needs precomputing.
 
+    A CE that ranks every query's items alike (:func:`xenbench.models.probe.collapsed_ranking`) is warned about, and
+    the run's findings are marked as not to be trusted (:func:`xenbench.models.probe.warn_if_collapsed`).
+
     Raises
     ------
     DataError
@@ -136,6 +139,10 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
             raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
         items = subsample(len(ds.items), max_items, seed)
     M = store.to_numpy()[:, items]
+    from xenbench.models.probe import warn_if_collapsed
+
+    name = os.path.basename(str(model or store.attrs.get("model") or store_path).rstrip("/\\"))
+    warn_if_collapsed(M, name)  # a CE that ranks every query's items alike: warned, and the findings marked
     return Setup(M=M, dataset=ds, items=np.asarray(items), attrs=store.attrs)
 
 

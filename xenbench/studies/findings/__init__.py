@@ -134,7 +134,9 @@ def show(path: str | os.PathLike[str]) -> None:
     doc = load_results(path)
     head = (f"**Findings of this run** (generated from `{Path(path).name}`, profile `{doc['profile']}`; "
             "they change with the parameters):")
-    display(Markdown(head + "\n\n" + "\n".join(f"* {line}" for line in _lines_of(Path(path), doc))))
+    caveats = [c for c in doc.get("caveats") or [] if isinstance(c, str)]  # e.g. a CE that ranks all queries alike
+    marked = "".join(f"**⚠ These findings are not to be trusted:** {c}.\n\n" for c in caveats)
+    display(Markdown(marked + head + "\n\n" + "\n".join(f"* {line}" for line in _lines_of(Path(path), doc))))
 
 
 #: Profiles whose committed runs docs/FINDINGS.md and the README's claims table report: the study (``full``), the
