@@ -108,7 +108,16 @@ def _shell_commands(text: str) -> list[list[str]]:
 def _inline_commands(text: str) -> list[list[str]]:
     """Inline code spans that start with a command: `xenbench ...`, `make ...`, `python benchmarks/...`."""
     spans = re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
-    return [s.split() for s in spans if re.match(r"(\.venv/bin/)?xenbench |make [a-z]|python benchmarks/", s)]
+    return [_words(s) for s in spans if re.match(r"(\.venv/bin/)?xenbench |make [a-z]|python benchmarks/", s)]
+
+
+def _words(span: str) -> list[str]:
+    """A span's words as a shell reads them (``make lab LAB_ARGS="--port 9999"`` is three), or split on spaces when
+    it is not shell syntax (a placeholder such as ``quick|full``)."""
+    try:
+        return shlex.split(span)
+    except ValueError:
+        return span.split()
 
 
 def _subparser(parser: argparse.ArgumentParser, tokens: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:

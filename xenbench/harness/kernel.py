@@ -42,6 +42,9 @@ def check_namespace(namespace: dict[str, Any], notebook: str | os.PathLike[str])
     to its quick value only with ``xenbench run -p``.) Under ``run_notebook`` the values are
     already resolved and injected, and are only validated.
 
+    Parameters left None that the profiles file sizes from the data (its ``sized_by``, e.g. notebook 02's grids) get
+    their sized values, in ``namespace`` too (:func:`~xenbench.harness.sizes.sized_values`).
+
     With a non-empty ``model`` (a CE folder; a ``.ckpt`` file is refused), the parameters it replaces
     (:data:`~xenbench.harness.preflight.MODEL_OVERRIDES`: the store ``scores_dir``/``ce``) are not checked and not
     returned as if used; ``ce`` becomes the model's name (:func:`~xenbench.harness.preflight.ce_name`), in
@@ -87,7 +90,12 @@ def check_namespace(namespace: dict[str, Any], notebook: str | os.PathLike[str])
         values = {**values, **{name: chosen[name] for name in spec.params
                                if name not in overridden and values[name] == cell[name]}}
         namespace.update(values)
-    check_sizes(spec, values)
+    filled: dict[str, Any] = {}
+    check_sizes(spec, values, _filled=filled)
+    sized = {k: v for k, v in filled.items() if k in spec.params and values.get(k) is None and v is not None}
+    if sized:  # parameters left None, sized from the data (the profiles file's sized_by): the cells use these
+        values = {**values, **sized}
+        namespace.update(sized)
     if "ce" not in overridden and {"ce", "scores_dir"} <= spec.params.keys():
         check_store_name(values["scores_dir"], values["ce"], spec.owner)
     if overridden:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from xenbench.errors import DataError, ParameterError
-from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once
+from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once, store_names
 from xenbench.harness.spec import SIZES, NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
@@ -126,7 +126,11 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
             from xenbench.data.store import ScoreStore
 
             folder, names = (values[p] for p in stores)
-            for store in names if isinstance(names, list) else [names]:
+            listed = store_names(folder, names)  # None: every store in the folder
+            if not listed:
+                raise ParameterError(stores[0], "a folder holding score stores (xenbench score writes them)", folder,
+                                     spec.owner)
+            for store in listed:
                 check_store_name(folder, store, spec.owner, param=stores[1])
                 ScoreStore.open(Path(folder) / store)
         for name in CE_PARAMS:

@@ -16,7 +16,7 @@ from typing import Any
 from xenbench.errors import ParameterError
 from xenbench.harness.spec import SIZES, TERM, Fit, NotebookSpec, as_spec, term_param
 
-__all__ = ["data_sizes", "check_sizes", "dataset_specs", "in_folder", "load_dataset_once"]
+__all__ = ["data_sizes", "check_sizes", "sized_values", "dataset_specs", "in_folder", "load_dataset_once", "store_names"]
 
 
 @contextlib.contextmanager
@@ -51,6 +51,15 @@ def load_dataset_once(text: str, loaded: dict[str, Any]) -> Any:
     return loaded[text]
 
 
+def store_names(folder: str | os.PathLike[str], names: Any) -> list[str]:
+    """The score stores a ``store`` parameter names: its name or list of names, or, when it is None, every score store
+    in ``folder`` (sub-folders holding a ``zarr.json``), sorted."""
+    if names is None:
+        base = Path(folder)
+        return sorted(p.name for p in base.iterdir() if (p / "zarr.json").is_file()) if base.is_dir() else []
+    return list(names) if isinstance(names, list) else [names]
+
+
 def _sizes(spec: NotebookSpec, values: Mapping[str, Any],
            loaded: dict[str, Any] | None = None) -> tuple[dict[str, int], dict[str, int]]:
     """The data's sizes before and after the ``max_items``/``max_queries`` caps (see :func:`data_sizes`)."""
@@ -66,8 +75,11 @@ def _sizes(spec: NotebookSpec, values: Mapping[str, Any],
             from xenbench.data.store import ScoreStore
 
             folder, names = (values[p] for p in data["store"])
-            name = names[0] if isinstance(names, list) else names
-            shape = ScoreStore.open(Path(folder) / name).shape
+            found = store_names(folder, names)
+            if not found:
+                raise ParameterError(data["store"][0], "a folder holding score stores (xenbench score writes them)",
+                                     folder, spec.owner)
+            shape = ScoreStore.open(Path(folder) / found[0]).shape
             raw = {"queries": int(shape[0]), "items": int(shape[1])}
     sizes = dict(raw)
     for size in SIZES:
@@ -105,20 +117,42 @@ def _source(spec: NotebookSpec, values: Mapping[str, Any]) -> str:
                        if isinstance(v, str) and k in ("dataset", "max_items", "max_queries"))
     if "store" in spec.data:
         folder, names = (values[p] for p in spec.data["store"])
-        store = Path(folder) / (names[0] if isinstance(names, list) else names)
+        store = Path(folder) / next(iter(store_names(folder, names)), "")
         source = f"store {store}" + (f", {source}" if source else "")
     return source
 
 
+def sized_values(spec: NotebookSpec, values: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any]:
+    """``values`` with the parameters left None sized from the data by the profiles file's ``sized_by`` function
+    (e.g. notebook 02's grids: :func:`xenbench.studies.rank.default_sizes`); ``values`` itself when it names none.
+
+    The function takes ``(values, sizes)`` and returns a value for each parameter it sizes; only those that are None
+    in ``values`` are taken (a value the user gave wins), each checked as a value of its parameter.
+    """
+    target = spec.data.get("sized_by")
+    if not target:
+        return dict(values)
+    import importlib
+
+    module, _, name = target.partition(":")
+    filled = getattr(importlib.import_module(module), name)(values, sizes)
+    out = dict(values)
+    for key, value in filled.items():
+        if key in spec.params and values.get(key) is None:
+            out[key] = spec.params[key].check(value, spec.owner)
+    return out
+
+
 def check_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
-                _loaded: dict[str, Any] | None = None) -> dict[str, int]:
+                _loaded: dict[str, Any] | None = None, _filled: dict[str, Any] | None = None) -> dict[str, int]:
     """Check every size relation of a notebook against its data (:func:`data_sizes`), before any kernel starts.
 
     Two kinds: an ``at_most`` parameter (each value at most the data's items or queries), and each relation of the
     profiles file's ``fits`` (:class:`~xenbench.harness.spec.Fit`), e.g. ``n_anchor_queries + n_dev_queries + 1 <=
     queries``: anchor, dev and at least one test query within the queries the notebook samples. A broken relation
     names the parameters to lower and, when a ``max_*`` cap binds, the cap to raise, in the notebook's own parameter
-    names.
+    names. Parameters left None that the profiles file sizes from the data (``sized_by``) are sized first
+    (:func:`sized_values`) and checked as sized; ``_filled``, when given, receives the sized values.
 
     Returns
     -------
@@ -132,11 +166,15 @@ def check_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Map
         (dataset 'beir:...', max_items None). Got [1, 10, 100] instead."
     """
     spec = as_spec(name_or_spec)
-    bounded = [p for p in spec.params.values() if p.at_most and values.get(p.name) is not None]
-    needs_data = bounded or any(term_param(t) in SIZES for f in spec.fits for t in (*f.lhs, *f.rhs))
+    bounded = [p for p in spec.params.values() if p.at_most]
+    needs_data = (bool(spec.data.get("sized_by")) or any(values.get(p.name) is not None for p in bounded)
+                  or any(term_param(t) in SIZES for f in spec.fits for t in (*f.lhs, *f.rhs)))
     raw, sizes = _sizes(spec, values, _loaded) if needs_data else ({}, {})
     source = _source(spec, values) if needs_data else ""
-    for p in bounded:
+    values = sized_values(spec, values, sizes) if needs_data else dict(values)
+    if _filled is not None:
+        _filled.update(values)
+    for p in (p for p in bounded if values.get(p.name) is not None):
         value, bound = values[p.name], sizes[p.at_most]
         if any(v > bound for v in (value if isinstance(value, list) else [value])):
             what = "ints each" if isinstance(value, list) else "an int"

@@ -16,6 +16,7 @@ Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``noteb
     data:                         # the data that `at_most: items | queries` refers to (see harness.sizes)
       dataset: dataset            # a parameter holding a dataset spec (or `store: [folder_param, name_param]`)
       max_queries: max_queries    # optional parameters capping the sizes (a seeded sample)
+      # sized_by: xenbench.studies.rank:default_sizes   # optional: sizes the parameters left null from the data
     fits:                         # size relations, checked before the kernel (see harness.sizes.check_sizes)
       - {rule: "max(k_values) + n_candidates <= items", why: "an example relation"}
     profiles:
@@ -61,7 +62,9 @@ SIZES = ("items", "queries")
 MAX_SPEC_BYTES = 1 << 20
 
 _SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "at_most", "help"}
-_DATA_KEYS = {"dataset", "store", "max_items", "max_queries", "model", "seed"}
+_DATA_KEYS = {"dataset", "store", "max_items", "max_queries", "model", "seed", "sized_by"}
+# ``sized_by``: a function of the studies layer that sizes a notebook's null parameters from its data.
+SIZED_BY = re.compile(r"xenbench\.studies(?:\.\w+)+:\w+")
 # A term of a ``fits`` relation: an int, a parameter, max(list parameter) / min(list parameter), or a size.
 TERM = re.compile(r"(?:(max|min)\((\w+)\)|([A-Za-z_]\w*)|(\d+))")
 
@@ -273,6 +276,9 @@ def _parse_data(path: Path, data: Any, params: dict[str, ParamSpec]) -> dict[str
     names = [data["store"]] if "dataset" not in data else [data["dataset"]]
     names = [n for group in names for n in (group if isinstance(group, list) else [group])]
     names += [data[k] for k in ("max_items", "max_queries", "model", "seed") if k in data]
+    if "sized_by" in data and not (isinstance(data["sized_by"], str) and SIZED_BY.fullmatch(data["sized_by"])):
+        raise DataError(path, f"{where}: 'sized_by' must name a function of xenbench.studies as 'module:function' "
+                              f"(e.g. xenbench.studies.rank:default_sizes); got {data['sized_by']!r}")
     if "store" in data and not (isinstance(data["store"], list) and len(data["store"]) == 2):
         raise DataError(path, f"{where}: 'store' must list two parameters, the folder and the store name(s)")
     unknown = [n for n in names if n not in params]

@@ -25,8 +25,56 @@ from xenbench.methods.cur import PINV_RULES, pinv_cutoff, rerank_candidates
 from xenbench.metrics import topk_indices
 from xenbench.studies.rank.matrices import _check_matrices, _check_matrix
 
-__all__ = ["cur_grid", "cur_grids", "diagonal_spike", "diagonal_spikes", "emb_wins", "offdiagonal_summary",
-           "paired_sign_test", "spike_summary"]
+__all__ = ["GRID_FRACTIONS", "cur_grid", "cur_grids", "default_sizes", "diagonal_spike", "diagonal_spikes", "emb_wins",
+           "offdiagonal_summary", "paired_sign_test", "spike_summary"]
+
+#: The default grid of anchor counts (both k_q and k_i, so that the k_q = k_i diagonal exists), as fractions of the
+#: largest count both can take (:func:`default_sizes`).
+GRID_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
+
+
+def default_sizes(values: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any]:
+    """Notebook 02's grid sized from its data, for the parameters left None (the profiles file's ``sized_by``).
+
+    With Q queries (after ``max_queries``) and N items: ``n_test`` = min(100, Q // 3) held-out queries (or, with
+    ``k_q_values`` given, min(100, Q − max(k_q_values))); ``k_q_values`` = ``k_i_values`` = :data:`GRID_FRACTIONS` of
+    A = min(Q − n_test, N), rounded, distinct (so the k_q = k_i diagonal is in the grid); ``budget`` = ``m`` =
+    min(N, 1.5 · max(k_i_values)). On the bundled quick run (300 of 1001 queries, 2964 items) this is the quick
+    profile's old grid: n_test 100, k_q = k_i = [20, 50, 100, 200], budget = m = 300.
+
+    Parameters
+    ----------
+    values
+        The notebook's parameters (``k_q_values``, ``k_i_values``, ``n_test``, ``budget``, ``m``); a given value is
+        kept and sizes the others.
+    sizes
+        ``{"queries": Q, "items": N}`` (:func:`xenbench.harness.sizes.data_sizes`).
+
+    Returns
+    -------
+    dict
+        A value for each of the five parameters.
+
+    Examples
+    --------
+    >>> default_sizes({"k_q_values": None, "k_i_values": None, "n_test": None, "budget": None, "m": None},
+    ...               {"queries": 300, "items": 2964})
+    {'n_test': 100, 'k_q_values': [20, 50, 100, 200], 'k_i_values': [20, 50, 100, 200], 'budget': 300, 'm': 300}
+    >>> default_sizes({"k_q_values": None, "k_i_values": None, "n_test": None, "budget": None, "m": None},
+    ...               {"queries": 40, "items": 25})
+    {'n_test': 13, 'k_q_values': [2, 6, 12, 25], 'k_i_values': [2, 6, 12, 25], 'budget': 25, 'm': 25}
+    """
+    n_q, n_i = int(sizes["queries"]), int(sizes["items"])
+    k_q = values.get("k_q_values")
+    n_test = values.get("n_test")
+    if n_test is None:
+        n_test = max(1, min(100, n_q // 3 if not k_q else n_q - max(k_q)))
+    largest = max(1, min(n_q - n_test, n_i))
+    ladder = sorted({max(1, round(largest * f)) for f in GRID_FRACTIONS})
+    k_i = values.get("k_i_values") or ladder
+    budget = values.get("budget") or min(n_i, max(1, round(1.5 * max(k_i))))
+    return {"n_test": n_test, "k_q_values": k_q or ladder, "k_i_values": k_i, "budget": budget,
+            "m": values.get("m") or min(n_i, max(1, round(1.5 * max(k_i))))}
 
 
 def _check_int_list(values: object, name: str, lo: int, hi: int, owner: str, hi_name: str) -> list[int]:

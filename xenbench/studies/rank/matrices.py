@@ -16,8 +16,8 @@ from xenbench._validation import check_array, check_int, check_seed
 from xenbench.errors import DataError, ParameterError
 from xenbench.sampling import sample_rows
 
-__all__ = ["available_ces", "ce_layouts", "ce_roles", "is_anncur_layout", "load_matrices", "matrix_summary", "per_ce",
-           "store_attrs"]
+__all__ = ["available_ces", "ce_layouts", "ce_roles", "ce_stores", "data_line", "is_anncur_layout", "load_matrices",
+           "matrix_summary", "per_ce", "store_attrs"]
 
 logger = logging.getLogger("xenbench.studies.rank")
 
@@ -181,9 +181,26 @@ def per_ce(func: Callable[..., Any], matrices: Mapping[str, np.ndarray], **kwarg
                                                      total=len(matrices), disable=len(matrices) < 2)}
 
 
-def available_ces(scores_dir: str | os.PathLike[str], ces: Sequence[str],
+def ce_stores(scores_dir: str | os.PathLike[str]) -> list[str]:
+    """Every score store in ``scores_dir`` whose manifest names a CE layout ([CLS]-CE or [EMB]-CE), whatever its folder
+    is called: the [CLS]-CE(s) first, then the [EMB]-CEs, each by name. A retriever's store (``de``) is not a CE.
+
+    Examples
+    --------
+    >>> from xenbench._io import REPO_ROOT
+    >>> ce_stores(REPO_ROOT / "data" / "scores" / "noun.cognition")  # its fourth store, de, is the DE's
+    ['cls-ce', 'emb-ce', 'emb-ce-marker']
+    """
+    folder = Path(scores_dir)
+    names = sorted(p.name for p in folder.iterdir() if (p / "zarr.json").is_file()) if folder.is_dir() else []
+    kinds = {ce: layout["kind"] for ce, layout in ce_layouts(store_attrs(scores_dir, names)).items()}
+    return [ce for kind in ("cls", "emb") for ce in names if kinds[ce] == kind]
+
+
+def available_ces(scores_dir: str | os.PathLike[str], ces: Sequence[str] | None,
                   optional: Sequence[str] = ()) -> list[str]:
-    """The stores to compare: ``ces`` (all required), then those of ``optional`` that exist in ``scores_dir``.
+    """The stores to compare: ``ces`` (all required), then those of ``optional`` that exist in ``scores_dir``; with
+    ``ces`` None, every CE store there (:func:`ce_stores`: any folder names, roles from the manifests).
 
     Notebook 02 lists the paper-layout [EMB]-CE (``emb-ce-marker``) as optional: it joins the comparison once
     its score store has been computed (``xenbench score models/emb-ce-marker ...``), and is skipped, with a log
@@ -194,7 +211,7 @@ def available_ces(scores_dir: str | os.PathLike[str], ces: Sequence[str],
     >>> available_ces("/nonexistent", ["a", "b"], ["c"])
     ['a', 'b']
     """
-    out = list(ces)
+    out = list(ces) if ces is not None else ce_stores(scores_dir)
     for ce in optional:
         if ce in out:
             continue
@@ -203,6 +220,21 @@ def available_ces(scores_dir: str | os.PathLike[str], ces: Sequence[str],
         else:
             logger.info("optional store %s is not in %s: compared without it", ce, scores_dir)
     return out
+
+
+def data_line(scores_dir: str | os.PathLike[str], attrs: Mapping[str, Mapping[str, Any]],
+              matrices: Mapping[str, np.ndarray]) -> str:
+    """Which CEs and which data a run of notebook 02 compares, in one line for its report: ``"cls-ce ([CLS]-CE,
+    models/cls-ce), emb-ce ([EMB]-CE, models/emb-ce) from ../data/scores/noun.cognition: 300 of the 1001 queries x 2964
+    items of wordnet-el:noun.cognition"``."""
+    first = next(iter(attrs.values()), {})
+    n_q, n_i = next(iter(matrices.values())).shape
+    total = len(first.get("query_ids") or ()) or n_q
+    kinds = {"cls": "[CLS]-CE", "emb": "[EMB]-CE"}
+    ces = ", ".join(f"{ce} ({kinds.get(layout['kind'], 'kind unknown')}, {attrs[ce].get('model', '?')})"
+                    for ce, layout in ce_layouts(attrs).items())
+    queries = f"{n_q} of the {total} queries" if total != n_q else f"{n_q} queries"
+    return f"{ces} from {scores_dir}: {queries} x {n_i} items of {first.get('dataset', 'an unnamed dataset')}"
 
 
 def ce_roles(layouts: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
