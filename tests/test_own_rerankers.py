@@ -37,7 +37,7 @@ def test_adacur_notebook_scores_your_data_with_your_reranker(family, tmp_path, m
                  "-p", "n_anchor_queries", "14", "-p", "n_dev_queries", "8", "-p", "budgets", "[10, 20]",
                  "-p", "focus_budgets", "[10, 20]", "-p", "anchor_seeds", "[0]", "-p", "rounds_grid", "[1, 2]",
                  "-p", "latency_queries", "2"]) == 0
-    results = json.loads(next(reports.glob(f"03_adacur_rounds.quick.beir-small-beir.{family}.results.json"))
+    results = json.loads(next(reports.glob(f"03_adacur_rounds.quick.beir-small-beir.{family}.*results.json"))
                          .read_text(encoding="utf-8"))
     assert results["results"]["params"]["model"] == str(model)
     cached = [ScoreStore.open(p) for p in (Path(os.environ["XENBENCH_CACHE"]) / "scores").iterdir()]
