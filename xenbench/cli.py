@@ -216,7 +216,7 @@ def _score(args: argparse.Namespace) -> None:
     ds = load_dataset(args.dataset)
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
     i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
-    if args.model not in ("de", "tfidf") and not args.model.startswith("untrained"):
+    if args.model not in ("de", "tfidf") and not args.model.startswith(("untrained", "bundled-")):  # names, not folders
         _plan_score(args, ds, q_ids, i_ids)
     if args.model in ("de", "tfidf"):
         from xenbench.models.retrievers import retriever_score_store
