@@ -595,6 +595,15 @@ def test_malformed_relations_name_the_file(tmp_path, fits, message):
         xh.load_spec(path)
 
 
+def test_sized_by_names_only_a_function_of_the_studies_layer(tmp_path):
+    """A profiles file's data section may let a study size its null parameters; it names nothing else to import."""
+    path = tmp_path / "x.yaml"
+    path.write_text("params:\n  d: {type: str}\nprofiles:\n  quick: {d: 'wordnet-el:noun.food'}\n"
+                    "data: {dataset: d, sized_by: 'os:system'}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"'sized_by' must name a function of xenbench\.studies as 'module:function'"):
+        xh.load_spec(path)
+
+
 def test_a_relation_between_parameters_names_both(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("params:\n  k: {type: int}\n  m: {type: int}\nprofiles:\n  quick: {k: 1, m: 2}\n"
