@@ -348,7 +348,7 @@ def test_a_ce_scoring_nan_is_refused_before_the_kernel(tmp_path, capsys, kernel_
     """Before: non-finite probe scores were dropped, the run passed its checks and failed 74 s later in the kernel."""
     import torch
 
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
 
     monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
     ce = load_cross_encoder(CE)
@@ -367,7 +367,7 @@ def test_a_ce_scoring_nan_is_refused_before_the_kernel(tmp_path, capsys, kernel_
 def test_xenbench_score_says_what_it_will_take_before_it_starts(tmp_path, monkeypatch, caplog, data):
     """As xenbench run does: the pairs and the time at the rate measured here, logged before the scorer is called
     (before, a 15M-pair job showed "46 h" only in its progress bar)."""
-    import xenbench.models.scoring as scoring
+    import xenbench.models.jobs as jobs
 
     seen: list[str] = []
 
@@ -375,7 +375,7 @@ def test_xenbench_score_says_what_it_will_take_before_it_starts(tmp_path, monkey
         seen.extend(r.getMessage() for r in caplog.records)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(scoring, "run_score_job", scorer)
+    monkeypatch.setattr(jobs, "run_score_job", scorer)
     with caplog.at_level(logging.INFO, logger="xenbench.cli"):
         assert main(["score", CE, data["good"], "--out", str(tmp_path / "s"), "--n-queries", "40", "--n-items",
                      "50", "--device", "cpu"]) == 130

@@ -32,7 +32,7 @@ def _check_data(spec: str) -> str:
     """``xenbench data check``: the dataset of ``spec`` opened as every command opens it (a malformed line fails naming
     its file and line; every qrels line must name a loaded query and item) and summarized, without embedding or
     scoring anything: its counts, the first and last ids, and how many queries have gold items."""
-    from xenbench.data.datasets import load_dataset
+    from xenbench.data.sources import load_dataset
 
     ds = load_dataset(spec)
 
@@ -241,7 +241,7 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
     import contextlib
 
     from xenbench.harness.preflight import ce_name, quiet_transformers
-    from xenbench.models.crossencoder import load_cross_encoder
+    from xenbench.models.loading import load_cross_encoder
     from xenbench.models.probe import degenerate_scores, nonfinite_scores, probe_rate, scoring_line
 
     log = logging.getLogger("xenbench.cli")
