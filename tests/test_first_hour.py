@@ -177,46 +177,50 @@ def test_xenbench_sweep_checks_every_point_before_any_kernel(tmp_path, capsys, k
     assert not out.exists()
 
 
-def test_02_sizes_its_grid_from_the_data_and_reads_stores_by_any_name(tmp_path, data, kernel_calls):
-    """Before: 02 on a user's stores needed five sizes set by hand and stores named cls-ce/emb-ce."""
-    scores = tmp_path / "scores"
+@pytest.fixture(scope="module")
+def own_stores(tmp_path_factory, data) -> Path:
+    """A user's two score stores of 45 queries x 60 items of the BEIR folder, named as they like."""
+    scores = tmp_path_factory.mktemp("own-stores") / "scores"
     for ce, name in (("cls-ce", "my-reranker"), ("emb-ce", "their-emb")):
         assert main(["score", str(REPO / "models" / ce), data["good"], "--out", str(scores / name), "--n-queries",
-                     "60", "--n-items", "80", "--device", "cpu"]) == 0
+                     "45", "--n-items", "60", "--device", "cpu"]) == 0
+    return scores
+
+
+def test_02_sizes_its_grid_from_the_data_and_reads_stores_by_any_name(own_stores, kernel_calls):
+    """Before: 02 on a user's stores needed five sizes set by hand and stores named cls-ce/emb-ce."""
+    scores = own_stores
     values = {**xh.profile_values("02_rank_cls_vs_emb"), "scores_dir": str(scores)}
     filled: dict = {}
-    assert xh.check_sizes("02_rank_cls_vs_emb", values, _filled=filled) == {"queries": 60, "items": 80}
+    assert xh.check_sizes("02_rank_cls_vs_emb", values, _filled=filled) == {"queries": 45, "items": 60}
     assert {k: filled[k] for k in ("n_test", "k_q_values", "k_i_values", "budget", "m")} == {
-        "n_test": 20, "k_q_values": [4, 10, 20, 40], "k_i_values": [4, 10, 20, 40], "budget": 60, "m": 60}
+        "n_test": 15, "k_q_values": [3, 8, 15, 30], "k_i_values": [3, 8, 15, 30], "budget": 45, "m": 45}
     from xenbench.studies.rank import available_ces
 
     assert available_ces(scores, None, ["emb-ce-marker"]) == ["my-reranker", "their-emb"]  # roles from manifests
     xh.preflight("02_rank_cls_vs_emb", {**values, "profile": "quick"})  # passes before any kernel
     # a size the user gives is kept, and the others are sized around it
     with pytest.raises(ParameterError, match=r"'k_q_values' parameter of notebook 02_rank_cls_vs_emb must be ints "
-                                             r"each <= the 60 queries"):
-        xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 70]})
+                                             r"each <= the 45 queries"):
+        xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 50]})
     filled.clear()
-    xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 30]}, _filled=filled)
-    assert (filled["n_test"], filled["k_q_values"], filled["k_i_values"]) == (30, [10, 30], [3, 8, 15, 30])
+    xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 25]}, _filled=filled)
+    assert (filled["n_test"], filled["k_q_values"], filled["k_i_values"]) == (20, [10, 25], [2, 6, 12, 25])
 
 
 @pytest.mark.notebook
-def test_02_runs_on_your_stores_and_its_report_names_the_ces_and_the_data(tmp_path, data, monkeypatch):
+def test_02_runs_on_your_stores_and_its_report_names_the_ces_and_the_data(tmp_path, own_stores, monkeypatch):
     """Only scores_dir given: the grid is sized from the data, the stores are read by their own names, and the report
     says which CEs on which data, with the answer on top."""
     monkeypatch.setenv("CI", "true")
-    scores, reports = tmp_path / "scores", tmp_path / "reports"
-    for ce, name in (("cls-ce", "my-reranker"), ("emb-ce", "their-emb")):
-        assert main(["score", str(REPO / "models" / ce), data["good"], "--out", str(scores / name), "--n-queries",
-                     "60", "--n-items", "80", "--device", "cpu"]) == 0
+    scores, reports = own_stores, tmp_path / "reports"
     assert main(["run", "02_rank_cls_vs_emb", "--out", str(reports), "-p", "scores_dir", str(scores)]) == 0
     [path] = reports.glob("02_rank_cls_vs_emb.quick.scores.results.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["results"]["ces"] == ["my-reranker", "their-emb"] and doc["caveats"] == []
-    assert doc["results"]["params"]["k_q_values"] == [4, 10, 20, 40]  # sized from the 60 x 80 stores
+    assert doc["results"]["params"]["k_q_values"] == [3, 8, 15, 30]  # sized from the 45 x 60 stores
     html = path.with_name("02_rank_cls_vs_emb.quick.scores.html").read_text(encoding="utf-8")
-    assert "my-reranker ([CLS]-CE, " in html and "their-emb ([EMB]-CE, " in html and "60 queries x 80 items of mine" in html
+    assert "my-reranker ([CLS]-CE, " in html and "their-emb ([EMB]-CE, " in html and "45 queries x 60 items of mine" in html
     top = html[: html.index("<h2")]  # the answer first: the figure naming CEs and data, then the findings in words
     assert "my-reranker, their-emb on mine" in top and "Findings of this run" in top
 
