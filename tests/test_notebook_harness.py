@@ -307,9 +307,10 @@ def test_setup_plotly_keeps_figures_in_html_exports():
 def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_dir, notebook_kwargs):
     executed = xh.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
-    assert executed == (reports_dir / "tiny.small.ipynb").resolve()
-    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.small.html", "tiny.small.ipynb",
-                                                              "tiny.small.results.json"]
+    stem = executed.name.removesuffix(".ipynb")  # n = 4 is not the profile's 2: the name carries a hash of it
+    assert re.fullmatch(r"tiny\.small\.p[0-9a-f]{6}", stem)
+    assert executed == (reports_dir / f"{stem}.ipynb").resolve()
+    assert sorted(p.name for p in reports_dir.iterdir()) == [f"{stem}.html", f"{stem}.ipynb", f"{stem}.results.json"]
     nb = nbformat.read(executed, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1
@@ -317,11 +318,11 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     assert 'profile = "small"' in injected[0].source and "n = 4" in injected[0].source
     assert "tags = [\"x\", \"y\"]" in injected[0].source
 
-    results = json.loads((reports_dir / "tiny.small.results.json").read_text(encoding="utf-8"))
+    results = json.loads((reports_dir / f"{stem}.results.json").read_text(encoding="utf-8"))
     assert results["results"] == {"n": 4, "tags": ["x", "y"], "arr": [0, 1, 2, 3]}
 
     # Self-contained by default: plotly.js inside the report, which draws its figure wherever it is copied.
-    html = (reports_dir / "tiny.small.html").read_text(encoding="utf-8")
+    html = (reports_dir / f"{stem}.html").read_text(encoding="utf-8")
     assert html.count('class="plotly-graph-div"') == 1  # the figure's div ...
     assert "Plotly.newPlot" in html and f"plotly.js v{plotly_version()}" in html
     assert not re.search(r'src="https?://', html)  # nothing fetched from a CDN: the report works offline
