@@ -19,6 +19,7 @@ from xenbench.studies.rank import (
     TOP_SHARE,
     available_ces,
     ce_layouts,
+    data_line,
     paired_sign_test,
     rank_orderings,
     center_rows,
@@ -625,6 +626,20 @@ def test_available_ces_adds_optional_stores_that_exist(tmp_path):
     assert available_ces(tmp_path, ["cls-ce", "emb-ce"], ["emb-ce-marker", "other"]) == [
         "cls-ce", "emb-ce", "emb-ce-marker"]
     assert available_ces(tmp_path, ["cls-ce", "emb-ce"], []) == ["cls-ce", "emb-ce"]
+
+
+def test_data_line_names_each_ce_its_kind_and_model_and_the_sample_of_the_data():
+    attrs = {"mine": {"model": "/m/my-ce", "dataset": "beir:/d/mine", "query_ids": ["a", "b", "c", "d", "e"],
+                      "model_config": {"kind": "cls"}},
+             "theirs": {"model_config": {"kind": "emb", "pooling": "mean", "scale": 20.0}},
+             "odd": {}}
+    M = {ce: np.zeros((3, 4)) for ce in attrs}
+    assert data_line("scores/mine", attrs, M) == (
+        "mine ([CLS]-CE, /m/my-ce), theirs ([EMB]-CE, ?), odd (kind unknown, ?) from scores/mine: 3 of the 5 queries "
+        "x 4 items of beir:/d/mine")
+    attrs["mine"]["query_ids"] = ["a", "b", "c"]  # every query kept: no "of the"
+    assert data_line("s", {"mine": attrs["mine"]}, {"mine": M["mine"]}) == (
+        "mine ([CLS]-CE, /m/my-ce) from s: 3 queries x 4 items of beir:/d/mine")
 
 
 def _findings_results(emb_better: bool, r_np=(3, 4)) -> dict:
