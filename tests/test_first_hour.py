@@ -485,6 +485,7 @@ def test_the_bundled_ces_are_not_flagged_at_any_sample_the_notebooks_draw():
                 assert ranking_agreement(sub) < SHARED_RANKING - 0.005, (ce, nq, ni, seed)
 
 
+@pytest.mark.slow  # scores 100 x 100 pairs with a CE on the CPU: 346 s on 2 loaded cores
 def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, monkeypatch, caplog):
     """The bundled backbone under a fresh *ForSequenceClassification head (what a checkpoint saved before training
     holds): its scores spread (std ~0.013, so the near-constant check passes them) but follow the items, not the query.
