@@ -319,7 +319,7 @@ def test_query_line_errors(tmp_path, bad_line, problem):
         load_beir(folder)
 
 
-WANT_HEADER = "expected 'query-id<TAB>corpus-id<TAB>score'"
+WANT_HEADER = "expected 'query-id<TAB>corpus-id<TAB>score' (BEIR) or TREC qrels lines 'query-id 0 doc-id grade'"
 WANT_COLUMNS = "expected 3 tab-separated columns (query-id, corpus-id, score)"
 
 

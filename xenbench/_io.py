@@ -59,6 +59,21 @@ def write_text_atomic(path: str | os.PathLike[str], text: str | Iterable[str], *
     return path
 
 
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to a temp file beside ``path``, then rename it over ``path`` (a gzipped run file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(path)
+    try:
+        with open(tmp, "xb") as handle:  # "x": the umask applies, as for text files
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_texts_atomic(texts: Mapping[Path, str]) -> None:
     """Write several files together: every text goes to a temp file beside its path first, and only when all of
     them are written is each renamed over its path, so a failure while writing (a full disk, a kill) changes none."""

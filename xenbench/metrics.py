@@ -31,7 +31,9 @@ __all__ = [
     "BudgetCounter",
     "BudgetExceededError",
     "approximation_errors",
+    "LABEL_MEASURES",
     "exact_topk",
+    "label_metrics",
     "label_recall",
     "mean_se",
     "recall_under_budget",
@@ -231,6 +233,91 @@ def label_recall(retrieved: np.ndarray, relevant, k: int, *, per_query: bool = F
     has = n_rel > 0
     recall = hits[has] / n_rel[has]
     return recall if per_query else float(recall.mean())
+
+
+#: The label measures every notebook reports beside Top-k-Recall, in ir-measures' names: nDCG@10, MRR@10 (``RR@10``,
+#: the reciprocal rank of the first relevant item within the top 10, averaged over queries), R@100 and Success@k
+#: (a relevant item within the top k; with one relevant item per query, entity linking's accuracy@k).
+LABEL_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100", "Success@1", "Success@10")
+
+
+def label_metrics(ranked: np.ndarray, relevance, measures=LABEL_MEASURES, *,
+                  per_query: bool = False) -> dict[str, float] | tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Label measures of ranked lists against graded relevance, computed by ir-measures (trec_eval's definitions).
+
+    The one place xenbench computes nDCG, MRR, R@k and Success@k: the lists and grades are handed to
+    ``ir_measures.iter_calc`` (pytrec_eval underneath), so a run file and qrels written from the same lists
+    (:func:`xenbench.data.trec.write_trec_run`) give the same numbers in trec_eval, ir-measures or ranx.
+
+    Which queries count: those with at least one relevant item (grade > 0) in ``relevance``; trec_eval leaves a
+    query without judgements out the same way. Their mean is over exactly those queries; one of them with an empty
+    list scores 0 (as ``trec_eval -c`` counts it; no notebook hands an empty list).
+
+    Parameters
+    ----------
+    ranked : int ndarray of shape (nq, m)
+        Item columns of ``relevance``, best first per row; ``-1`` pads a shorter list. A list may be shorter than a
+        measure's cut-off (R@100 of a list of 50 counts what those 50 found).
+    relevance : (sparse) array of shape (nq, n_items)
+        Integer grades: > 0 relevant (nDCG's gain is the grade), 0 not relevant
+        (:meth:`xenbench.data.datasets.Dataset.grades`).
+    measures : sequence of str
+        ir-measures names (``"nDCG@10"``, ``"RR@10"``, ``"R@100"``, ``"Success@1"``, ...); default
+        :data:`LABEL_MEASURES`.
+    per_query : bool, default False
+        Return every counted query's value instead of the means.
+
+    Returns
+    -------
+    means : dict of str to float
+        Measure -> mean over the counted queries (NaN for every measure when no query has a relevant item).
+    or, with ``per_query``, (rows, values)
+        ``rows``: int ndarray of the counted rows (ascending); ``values``: measure -> float ndarray over them.
+
+    Examples
+    --------
+    >>> grades = np.array([[0, 2, 1], [1, 0, 0]])  # row 0: item 1 grade 2, item 2 grade 1; row 1: item 0
+    >>> label_metrics(np.array([[2, 1, 0], [1, 0, -1]]), grades, ["RR@10", "Success@1"])
+    {'RR@10': 0.75, 'Success@1': 0.5}
+    """
+    import ir_measures
+    import scipy.sparse as sp
+
+    owner = "label_metrics"
+    rel = sp.csr_matrix(relevance)
+    ranked = np.asarray(ranked)
+    if ranked.ndim != 2 or ranked.shape[0] != rel.shape[0] or not np.issubdtype(ranked.dtype, np.integer):
+        raise ParameterError("ranked", f"an int array with {rel.shape[0]} rows (one per row of relevance)",
+                             f"{ranked.dtype} array of shape {ranked.shape}", owner)
+    if ranked.size and (ranked.min() < -1 or ranked.max() >= rel.shape[1]):
+        raise ParameterError("ranked", f"item columns in [0, {rel.shape[1]}) or -1 for padding",
+                             f"values in [{ranked.min()}, {ranked.max()}]", owner)
+    if isinstance(measures, str):
+        measures = [measures]
+    names = list(measures)
+    try:
+        parsed = [ir_measures.parse_measure(m) for m in names]
+    except (ValueError, NameError, SyntaxError, TypeError):
+        raise ParameterError("measures", "ir-measures names such as 'nDCG@10', 'RR@10', 'R@100', 'Success@1'",
+                             names, owner) from None
+    rel.eliminate_zeros()
+    rows = np.flatnonzero(np.diff(rel.indptr) > 0)
+    qrels = {str(r): {str(j): int(g) for j, g in zip(rel.indices[rel.indptr[r]:rel.indptr[r + 1]],
+                                                      rel.data[rel.indptr[r]:rel.indptr[r + 1]]) if g > 0}
+             for r in rows}
+    # Scores m − rank: strictly decreasing, so ir-measures reads each list in the given order (ties cannot reorder).
+    run = {}
+    for r in rows:
+        docs = ranked[r][ranked[r] >= 0]
+        run[str(r)] = {str(j): float(docs.size - pos) for pos, j in enumerate(docs)}
+    values = {name: np.zeros(rows.size) for name in names}  # a query with an empty list scores 0
+    index = {str(r): n for n, r in enumerate(rows)}
+    by_measure = dict(zip(parsed, names))
+    for metric in ir_measures.iter_calc(parsed, qrels, {q: d for q, d in run.items() if d}):
+        values[by_measure[metric.measure]][index[metric.query_id]] = metric.value
+    if per_query:
+        return rows.astype(np.int64), values
+    return {name: float(v.mean()) if v.size else float("nan") for name, v in values.items()}
 
 
 def recall_under_budget(M_exact: np.ndarray, retrieved: np.ndarray, k: int, *, calls: np.ndarray,

@@ -1,13 +1,15 @@
 """BEIR folders: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``, read and written.
 
-:func:`load_beir` reads a folder (every qrels file is a split; gold is the pairs with score > 0); :func:`save_beir`
-writes a :class:`~xenbench.data.datasets.Dataset` that :func:`load_beir` reads back equal. Lines are read bounded
+:func:`load_beir` reads a folder (every qrels file is a split, its scores the graded relevance of
+:attr:`Dataset.qrels <xenbench.data.datasets.Dataset>`; gold is the pairs with score > 0); :func:`save_beir` writes a
+:class:`~xenbench.data.datasets.Dataset` that :func:`load_beir` reads back equal. A qrels file may hold BEIR's
+format or TREC's (``query-id 0 doc-id grade``, told apart by the file's shape or named ``<split>.qrels``). Lines are read bounded
 and checked (:mod:`~xenbench.data.readers`): a malformed one fails naming its file and line.
 """
 from __future__ import annotations
 
+import itertools
 import json
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,13 +29,16 @@ from xenbench.data.readers import (
     require_dir,
     require_file,
 )
+from xenbench.data.trec import QRELS_FORMAT, parse_grade
 from xenbench.errors import DataError, ParameterError
 from xenbench.provenance import record_input
 
-__all__ = ["QRELS_HEADER", "load_beir", "save_beir"]
+__all__ = ["QRELS_HEADER", "TREC_SUFFIXES", "load_beir", "save_beir"]
 
-#: Header every ``qrels/<split>.tsv`` must start with (BEIR's own format).
+#: Header of a BEIR ``qrels/<split>.tsv`` (BEIR's own format; a file of TREC qrels lines is read by its shape).
 QRELS_HEADER: tuple[str, str, str] = ("query-id", "corpus-id", "score")
+#: Suffixes of qrels files read as TREC qrels by name (``qrels/<split>.qrels``, ``qrels/<split>.txt``).
+TREC_SUFFIXES: tuple[str, ...] = (".qrels", ".txt")
 
 
 def _read_beir_corpus(path: Path) -> list[Item]:
@@ -92,45 +97,76 @@ def _get_mention(obj: dict[str, Any], text: str, path: Path, lineno: int) -> tup
     return (start, end)
 
 
-def _read_qrels(path: Path, query_ids: Mapping[str, int], item_ids: Mapping[str, int]) -> dict[str, list[str]]:
-    """Positive judgements of one qrels file: query id -> item ids, in order of first appearance."""
-    positives: dict[str, list[str]] = {}
-    n_rows = 0
+def _is_trec_qrels(first: str) -> bool:
+    """Whether the first line of a qrels file has the shape of a TREC qrels line (4 columns, an integer grade)."""
+    cols = first.split()
+    if len(cols) != 4 or first.rstrip("\r\n").split("\t") == list(QRELS_HEADER):
+        return False
+    try:
+        return float(cols[3]).is_integer()
+    except ValueError:
+        return False
+
+
+def _read_qrels(path: Path, query_ids: Mapping[str, int], item_ids: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Every judgement of one qrels file: query id -> {item id: grade}, in order of first appearance.
+
+    The format is read from the file's shape: BEIR's (header ``query-id<TAB>corpus-id<TAB>score``) or TREC's
+    (lines ``query-id 0 doc-id grade``, no header); a ``.qrels`` or ``.txt`` file is TREC's by name.
+    """
+    judged: dict[str, dict[str, int]] = {}
+    first_line: dict[tuple[str, str], int] = {}
     lines = iter_lines(path)
     header = next(lines, (1, ""))[1].rstrip("\r\n")
-    if tuple(header.split("\t")) != QRELS_HEADER:
-        raise DataError(path, f"bad header {header!r}, expected 'query-id<TAB>corpus-id<TAB>score'", 1)
-    for lineno, line in lines:
-        line = line.rstrip("\r\n")
-        if not line.strip():
+    trec = path.suffix in TREC_SUFFIXES or _is_trec_qrels(header)
+    if trec:
+        rows = ((n, _trec_fields(line, path, n)) for n, line in itertools.chain([(1, header)], lines))
+    elif tuple(header.split("\t")) != QRELS_HEADER:
+        raise DataError(path, f"bad header {header!r}, expected 'query-id<TAB>corpus-id<TAB>score' (BEIR) or TREC "
+                              f"qrels lines '{QRELS_FORMAT}'", 1)
+    else:
+        rows = ((n, _beir_fields(line, path, n)) for n, line in lines)
+    for lineno, cols in rows:
+        if cols is None:
             continue
-        cols = line.split("\t")
-        if len(cols) != 3:
-            raise DataError(
-                path, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(cols)}", lineno
-            )
         qid, cid, raw_score = cols
-        n_rows += 1
-        try:
-            score = float(raw_score)
-        except ValueError:
-            score = math.nan
-        if not math.isfinite(score):
-            raise DataError(path, f"score {raw_score!r} is not a number", lineno)
+        grade = parse_grade(raw_score, path, lineno)
         if qid not in query_ids:
             raise DataError(path, f"unknown query id {qid!r} (not in queries.jsonl)", lineno)
         if cid not in item_ids:
             raise DataError(path, f"unknown corpus id {cid!r} (not in corpus.jsonl)", lineno)
-        if score > 0:  # BEIR convention: 0 (or negative) marks a judged non-relevant pair
-            golds = positives.setdefault(qid, [])
-            if cid not in golds:
-                golds.append(cid)
-    if n_rows and not positives:
+        pair = judged.setdefault(qid, {})
+        if cid in pair and pair[cid] != grade:
+            raise DataError(path, f"({qid!r}, {cid!r}) judged {pair[cid]} on line {first_line[qid, cid]} and {grade} "
+                                  "here: one grade per pair", lineno)
+        pair.setdefault(cid, grade)
+        first_line.setdefault((qid, cid), lineno)
+    n_rows = len(first_line)
+    if n_rows and not any(g > 0 for pairs in judged.values() for g in pairs.values()):
         # A header-only file is an empty split (save_beir writes one); judged rows without a single positive are a
         # mistake (every score 0, or relevance written in the wrong column) that would leave the split without gold.
         raise DataError(path, f"no positive pair: {n_rows} judged row(s), none with score > 0 (BEIR: score > 0 marks a "
                               "relevant pair)")
-    return positives
+    return judged
+
+
+def _beir_fields(line: str, path: Path, lineno: int) -> list[str] | None:
+    line = line.rstrip("\r\n")
+    if not line.strip():
+        return None
+    cols = line.split("\t")
+    if len(cols) != 3:
+        raise DataError(path, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(cols)}", lineno)
+    return cols
+
+
+def _trec_fields(line: str, path: Path, lineno: int) -> list[str] | None:
+    cols = line.split()
+    if not cols:
+        return None
+    if len(cols) != 4:
+        raise DataError(path, f"expected 4 whitespace-separated columns ({QRELS_FORMAT}), got {len(cols)}", lineno)
+    return [cols[0], cols[2], cols[3]]
 
 
 def load_beir(folder: str | os.PathLike[str], *, name: str | None = None) -> Dataset:
@@ -141,7 +177,9 @@ def load_beir(folder: str | os.PathLike[str], *, name: str | None = None) -> Dat
     folder
         Holds ``corpus.jsonl`` (``_id``, ``text``, optional ``title``), ``queries.jsonl`` (``_id``,
         ``text``, optional ``"mention": [start, end]`` character span, end exclusive) and
-        ``qrels/<split>.tsv`` files (header ``query-id<TAB>corpus-id<TAB>score``).
+        ``qrels/<split>.tsv`` files: BEIR's (header ``query-id<TAB>corpus-id<TAB>score``) or TREC qrels lines
+        (``query-id 0 doc-id grade``, no header), told apart by the first line; ``qrels/<split>.qrels`` and
+        ``qrels/<split>.txt`` are read as TREC qrels. Scores are integer relevance grades (``1.0`` reads as 1).
     name
         Dataset name; defaults to the folder's name.
 
@@ -149,31 +187,48 @@ def load_beir(folder: str | os.PathLike[str], *, name: str | None = None) -> Dat
     -------
     Dataset
         Items and queries in file order. Each qrels file is a split listing the queries with at
-        least one positive (score > 0) pair, in order of first appearance; gold merges the
-        positives of all qrels files. Queries in no qrels file are kept, without gold.
+        least one positive (score > 0) pair, in order of first appearance; ``qrels`` merges the
+        judgements of all qrels files (query -> {item: grade}; a query without a positive pair is left
+        out: nothing evaluates it), and gold lists each query's positives. Queries in no qrels file are
+        kept, without gold.
 
     Raises
     ------
     DataError
-        On a missing file/folder or any malformed line (file, line and problem in the message).
+        On a missing file/folder or any malformed line (file, line and problem in the message), a grade that is
+        not an integer, or a pair judged with two grades.
     """
     root = require_dir(Path(folder))
     record_input("dataset", root)  # its digest goes into the run's provenance
     items = _read_beir_corpus(require_file(root / "corpus.jsonl"))
     queries = _read_beir_queries(require_file(root / "queries.jsonl"))
     qrels_dir = require_dir(root / "qrels")
-    qrels_files = sorted(p for p in qrels_dir.glob("*.tsv") if p.is_file())
+    qrels_files = sorted(p for p in qrels_dir.iterdir() if p.is_file() and p.suffix in (".tsv", *TREC_SUFFIXES))
+    stems = [p.stem for p in qrels_files]
     if not qrels_files:
         raise DataError(qrels_dir, "no qrels files: expected at least one <split>.tsv")
+    if len(set(stems)) != len(stems):
+        twice = sorted({s for s in stems if stems.count(s) > 1})
+        raise DataError(qrels_dir, f"split {twice[0]!r} has two qrels files: keep one of "
+                                   f"{[p.name for p in qrels_files if p.stem == twice[0]]}")
 
     dataset = Dataset(name if name is not None else root.name, items, queries, {}, {})
     query_index, item_index = dataset.query_index, dataset.item_index
+    where: dict[tuple[str, str], Path] = {}
     for path in qrels_files:
-        positives = _read_qrels(path, query_index, item_index)
-        dataset.splits[path.stem] = list(positives)
-        for qid, golds in positives.items():
-            merged = dataset.gold.setdefault(qid, [])
-            merged.extend(g for g in golds if g not in merged)
+        judged = _read_qrels(path, query_index, item_index)
+        dataset.splits[path.stem] = [qid for qid, pairs in judged.items() if any(g > 0 for g in pairs.values())]
+        for qid, pairs in judged.items():
+            merged = dataset.qrels.setdefault(qid, {})
+            for cid, grade in pairs.items():
+                if merged.get(cid, grade) != grade:
+                    raise DataError(path, f"({qid!r}, {cid!r}) is judged {grade} here and {merged[cid]} in "
+                                          f"{where[qid, cid].name}: one grade per pair across the qrels files")
+                merged.setdefault(cid, grade)
+                where.setdefault((qid, cid), path)
+    # A query without a relevant item cannot be evaluated (and no split lists it): its judgements are not kept.
+    dataset.qrels = {qid: pairs for qid, pairs in dataset.qrels.items() if any(g > 0 for g in pairs.values())}
+    dataset.gold = {qid: [cid for cid, g in pairs.items() if g > 0] for qid, pairs in dataset.qrels.items()}
     if not dataset.gold:
         raise DataError(qrels_dir, f"no positive pair in {[p.name for p in qrels_files]}: no query has gold, so nothing"
                                    " can be evaluated (BEIR: score > 0 marks a relevant pair)")
@@ -197,6 +252,9 @@ def _check_savable(dataset: Dataset) -> None:
     for qid, golds in dataset.gold.items():
         if qid not in query_index or any(g not in item_index for g in golds):
             raise ParameterError("dataset", "gold naming only its own queries and items", {qid: golds}, owner)
+    for qid, judged in dataset.qrels.items():
+        if qid not in query_index or any(i not in item_index for i in judged):
+            raise ParameterError("dataset", "qrels naming only its own queries and items", {qid: judged}, owner)
     in_splits = set()
     for split, ids in dataset.splits.items():
         if not split or split.startswith(".") or any(c in split for c in "/\\\0"):
@@ -222,7 +280,8 @@ def save_beir(dataset: Dataset, folder: str | os.PathLike[str]) -> Path:
     dataset
         Every split member must have gold and every query with gold must be in some split (true
         of anything the loaders and :meth:`Dataset.split_queries` produce): BEIR stores gold only
-        as ``qrels/<split>.tsv`` rows. Gold pairs are written with score 1.
+        as ``qrels/<split>.tsv`` rows. Every judgement of a split's queries is written with its grade
+        (``Dataset.qrels``).
     folder
         Created if missing. Files are written via a temporary file and ``os.replace``.
 
@@ -259,6 +318,6 @@ def save_beir(dataset: Dataset, folder: str | os.PathLike[str]) -> Path:
 
     write_text_atomic(root / "queries.jsonl", (query_line(q) for q in dataset.queries))
     for split, ids in dataset.splits.items():
-        rows = (f"{qid}\t{gid}\t1\n" for qid in ids for gid in dataset.gold[qid])
+        rows = (f"{qid}\t{item_id}\t{grade}\n" for qid in ids for item_id, grade in dataset.qrels[qid].items())
         write_text_atomic(qrels_dir / f"{split}.tsv", ["\t".join(QRELS_HEADER) + "\n", *rows])
     return root

@@ -10,7 +10,7 @@ Identifiers are always strings (a loader converts JSON integer ids with ``str``)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -54,9 +54,12 @@ class Query:
 
 @dataclass
 class Dataset:
-    """Items, queries, gold item ids per query, and named query splits.
+    """Items, queries, graded relevance per query, and named query splits.
 
-    ``gold[qid]`` lists the relevant item ids of query ``qid``; ``splits[name]`` lists query ids.
+    ``qrels[qid]`` maps item ids to relevance grades (integers, as TREC qrels hold them: > 0 relevant, 0 or below
+    judged not relevant); ``gold[qid]`` lists the relevant items (grade > 0) in the order they were judged;
+    ``splits[name]`` lists query ids. Give either: ``gold`` alone means grade 1 for each listed item (ZESHEL,
+    WordNet-EL), ``qrels`` alone fills ``gold``; given both, they must agree.
 
     Treat a ``Dataset`` as immutable: the helpers (:meth:`split_queries`, :meth:`subset`) return
     new datasets, and the id indexes are cached (rebuilt only if ``items``/``queries`` is replaced
@@ -68,6 +71,44 @@ class Dataset:
     queries: list[Query]
     gold: dict[str, list[str]]
     splits: dict[str, list[str]] = field(default_factory=dict)
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.qrels:
+            self.qrels = {qid: dict.fromkeys(golds, 1) for qid, golds in self.gold.items() if golds}
+            return
+        positives = {qid: [i for i, g in judged.items() if g > 0] for qid, judged in self.qrels.items()}
+        positives = {qid: golds for qid, golds in positives.items() if golds}
+        if not self.gold:
+            self.gold = positives
+        elif {q: set(g) for q, g in positives.items()} != {q: set(g) for q, g in self.gold.items() if g}:
+            raise ParameterError("gold", "the items of qrels with grade > 0 (give one of gold and qrels, or both "
+                                 "agreeing)", "gold that differs from qrels", "Dataset")
+
+    def grades(self, queries: Sequence[str] | None = None, items: Sequence[str] | None = None):
+        """Relevance grades as a sparse matrix: rows ``queries``, columns ``items`` (ids; default all, in row order).
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix of shape (len(queries), len(items)), int64
+            The grade of every judged pair whose item is among ``items`` (items outside them are dropped: a
+            subsample of the corpus cannot retrieve them); judged-not-relevant grades are stored as 0 entries only
+            implicitly (every measure here reads the positive grades).
+        """
+        import scipy.sparse as sp
+
+        queries = self.query_ids if queries is None else list(queries)
+        column = self.item_index if items is None else {item_id: j for j, item_id in enumerate(items)}
+        rows, cols, vals = [], [], []
+        for r, qid in enumerate(queries):
+            for item_id, grade in self.qrels.get(qid, {}).items():
+                j = column.get(item_id)
+                if j is not None and grade > 0:
+                    rows.append(r)
+                    cols.append(j)
+                    vals.append(int(grade))
+        n_items = len(self.items) if items is None else len(column)
+        return sp.csr_matrix((np.asarray(vals, np.int64), (rows, cols)), shape=(len(queries), n_items))
 
     def __repr__(self) -> str:
         # The generated repr would print the whole corpus in a notebook cell; sizes say enough.
@@ -193,7 +234,8 @@ class Dataset:
         for name, stop in zip(fractions, cuts):
             splits[name] = shuffled[start:stop]
             start = stop
-        return Dataset(self.name, list(self.items), list(self.queries), dict(self.gold), splits)
+        return Dataset(self.name, list(self.items), list(self.queries), dict(self.gold), splits,
+                       {qid: dict(judged) for qid, judged in self.qrels.items()})
 
     def subset(self, query_ids: Iterable[str] | None = None, item_ids: Iterable[str] | None = None) -> Dataset:
         """A copy restricted to some queries and/or items, with gold and splits kept consistent.
@@ -228,12 +270,14 @@ class Dataset:
             kept = [g for g in golds if keep_i is None or g in keep_i]
             if kept:
                 gold[qid] = kept
+        # A query keeps its judgements (not-relevant ones too) only while it keeps a relevant item.
+        qrels = {qid: {i: g for i, g in self.qrels[qid].items() if keep_i is None or i in keep_i} for qid in gold}
         # A query whose gold items were all dropped stays a query but leaves its splits: a split (a qrels file)
         # lists judged queries only, so save_beir can write the subset.
         lost = {qid for qid in self.gold if qid not in gold}
         splits = {name: [q for q in ids if (keep_q is None or q in keep_q) and q not in lost]
                   for name, ids in self.splits.items()}
-        return Dataset(self.name, items, queries, gold, splits)
+        return Dataset(self.name, items, queries, gold, splits, qrels)
 
     @staticmethod
     def _checked_ids(ids: Iterable[str] | None, index: Mapping[str, int], name: str) -> set[str] | None:

@@ -17,6 +17,7 @@ because several public BEIR-style dumps write numeric ids; any other JSON type (
 from __future__ import annotations
 
 import codecs
+import gzip
 import json
 import warnings
 from collections.abc import Iterator
@@ -46,26 +47,39 @@ def require_dir(path: Path) -> Path:
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line number, text)`` of a UTF-8 text file (a leading byte order mark is dropped).
+    """Yield ``(line number, text)`` of a UTF-8 text file (a leading byte order mark is dropped); a file whose name
+    ends in ``.gz`` is read through gzip (run files are often shipped so).
 
     A line that is not UTF-8, or longer than :data:`MAX_LINE_BYTES`, fails naming file and line; a line is never
     read whole before its length is known to be within the bound.
     """
     require_file(path)  # a FIFO would block, /dev/zero would never end
-    with open(path, "rb") as handle:
-        lineno = 0
-        while raw := handle.readline(MAX_LINE_BYTES + 1):
-            lineno += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise DataError(path, f"line longer than {MAX_LINE_BYTES:,} bytes (the most xenbench reads per line): "
-                                      "shorten or split this record", lineno)
-            if lineno == 1:
-                raw = raw.removeprefix(codecs.BOM_UTF8)
-            try:
-                yield lineno, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                                      "save the file as UTF-8", lineno) from None
+    gz = path.name.endswith(".gz")
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as handle:
+        try:
+            yield from _numbered(path, handle)
+        except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; a cut-off archive ends in EOFError
+            if not gz:
+                raise
+            raise DataError(path, f"not a readable gzip file ({exc}): re-compress it or pass the plain text file") \
+                from None
+
+
+def _numbered(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
+    """The numbered, decoded lines of an open binary ``handle`` of ``path`` (see :func:`iter_lines`)."""
+    lineno = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise DataError(path, f"line longer than {MAX_LINE_BYTES:,} bytes (the most xenbench reads per line): "
+                                  "shorten or split this record", lineno)
+        if lineno == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                                  "save the file as UTF-8", lineno) from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

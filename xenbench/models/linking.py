@@ -2,6 +2,11 @@
 
 (k-NN recall against the *exact CE* top-k lives in :mod:`xenbench.metrics`; this module measures how often
 the *gold* item is found, which is what makes a cross-encoder worth approximating.)
+
+:func:`accuracy_at_k` is **first-gold accuracy**: it looks for each query's *first* gold item only. With one gold
+item per query (ZESHEL, WordNet-EL: entity linking) it equals Success@k; on data with several relevant items per
+query it under-counts, so the notebooks report Success@k, nDCG@10, MRR@10 and R@100 of graded labels through
+:func:`xenbench.metrics.label_metrics` beside it.
 """
 from __future__ import annotations
 
@@ -22,7 +27,10 @@ def gold_rows(dataset: Dataset, queries: Sequence[Query] | None = None) -> np.nd
 
 
 def accuracy_at_k(I: np.ndarray, gold: np.ndarray, ks: Sequence[int] = (1, 64)) -> dict[int, float]:
-    """Fraction of queries whose gold row is among the first k of ``I``.
+    """Fraction of queries whose (first) gold row is among the first k of ``I``: first-gold accuracy@k.
+
+    Equal to Success@k (:func:`xenbench.metrics.label_metrics`) when every query has exactly one relevant item, as
+    in entity linking; with several, use Success@k, which counts any relevant item.
 
     Parameters
     ----------

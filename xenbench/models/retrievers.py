@@ -1,7 +1,11 @@
-"""First-stage retrievers: the dual encoder (DE) and TF-IDF baselines of ANNCUR §4.
+"""First-stage retrievers: the dual encoder (DE) and TF-IDF baselines of ANNCUR §4, BM25, and a TREC run file.
 
-Both follow one contract: ``fit(items)`` indexes offline, ``search(queries, k) -> (D, I)`` retrieves online,
-with ``D`` float32 of shape (nq, k) (scores, best first) and ``I`` int64 of shape (nq, k) (item rows).
+All follow one contract: ``fit(items)`` indexes offline, ``scores(queries)`` gives every item's score (nq, nb) and
+``search(queries, k) -> (D, I)`` retrieves online, with ``D`` float32 of shape (nq, k) (scores, best first) and
+``I`` int64 of shape (nq, k) (item rows; ``-1`` and ``-inf`` pad where a run file lists fewer than k items).
+
+A first stage is named by one string (:func:`make_retriever`, the ``first_stage`` parameter of the notebooks):
+``"de"``, ``"tfidf"``, ``"bm25"`` or ``"run:<path>"`` (a TREC run file, :class:`RunRetriever`).
 """
 from __future__ import annotations
 
@@ -174,6 +178,142 @@ class TfidfRetriever:
 
     def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
         return topk(self.scores(queries), k)
+
+
+class BM25Retriever:
+    """BM25 through ``bm25s`` (Lucene's variant by default): the first stage most re-ranking papers start from.
+
+    Items are indexed as ``"title: text"`` (:func:`item_text`), lower-cased, split into word tokens of two or more
+    characters, English stop words removed, no stemming (bm25s's tokenizer); a query term absent from the items
+    scores nothing.
+
+    Parameters
+    ----------
+    k1, b : float
+        BM25's term-frequency saturation and length normalization (bm25s's defaults, 1.5 and 0.75).
+    method : str
+        bm25s's variant: ``"lucene"`` (Lucene's since version 8: Σ_t idf(t) · tf / (tf + k1 · (1 − b + b · |d| /
+        avgdl)) with idf = ln(1 + (N − df + 0.5) / (df + 0.5)); the classic (k1 + 1) factor of the numerator scales
+        every score alike), ``"robertson"``, ``"atire"``, ``"bm25l"`` or ``"bm25+"``.
+    stopwords : str or list of str
+        bm25s's stop words (``"en"``; ``[]`` keeps every word).
+    """
+
+    def __init__(self, *, k1: float = 1.5, b: float = 0.75, method: str = "lucene", stopwords: str | list = "en") -> None:
+        self.k1, self.b, self.method, self.stopwords = k1, b, method, stopwords
+
+    def fit(self, items: Sequence[Item]) -> BM25Retriever:
+        import bm25s
+        from bm25s.tokenization import Tokenizer
+
+        if not items:
+            raise ParameterError("items", "a non-empty sequence", [], "BM25Retriever.fit")
+        self.tokenizer_ = Tokenizer(stopwords=self.stopwords)
+        tokens = self.tokenizer_.tokenize([item_text(it) for it in items], return_as="ids", show_progress=False)
+        self.index_ = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+        self.index_.index(tokens, show_progress=False)
+        self.n_items_ = len(items)
+        return self
+
+    def scores(self, queries: Sequence[Query]) -> np.ndarray:
+        """BM25 scores (nq, nb), float32."""
+        check_is_fitted(self, "index_", "fit(items)")
+        tokens = self.tokenizer_.tokenize([q.text for q in queries], update_vocab=False, return_as="ids",
+                                          show_progress=False)
+        out = np.zeros((len(queries), self.n_items_), dtype=np.float32)
+        for row, ids in enumerate(tokens):
+            if ids:  # a query of unknown words only is the empty token: it matches nothing
+                out[row] = self.index_.get_scores(list(ids))
+        return out
+
+    def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return topk(self.scores(queries), k)
+
+
+class RunRetriever:
+    """A TREC run file as a first stage: each query's list, in the run's order, over the items it is fitted on.
+
+    Items of a list that are not among the fitted items are skipped (a seeded subsample of the corpus); scores are
+    ``n − position`` for the n kept items of a list (the run's order, strictly decreasing) and ``-inf`` for the others,
+    so ``search`` pads a list shorter than k with ``I = -1`` and ``D = -inf``.
+
+    Parameters
+    ----------
+    run : Run or str or Path
+        A :class:`xenbench.data.trec.Run` or the path of a run file (:func:`xenbench.data.trec.read_trec_run`).
+    """
+
+    def __init__(self, run) -> None:
+        from xenbench.data.trec import Run, read_trec_run
+
+        self.run = run if isinstance(run, Run) else read_trec_run(run)
+
+    def fit(self, items: Sequence[Item]) -> RunRetriever:
+        self.item_index_ = {it.id: row for row, it in enumerate(items)}
+        return self
+
+    def scores(self, queries: Sequence[Query]) -> np.ndarray:
+        """Rank-based scores (nq, nb), float32; ``-inf`` for items the query's list does not hold.
+
+        Raises
+        ------
+        DataError
+            Naming the run file, when it has no list for a query.
+        """
+        check_is_fitted(self, "item_index_", "fit(items)")
+        out = np.full((len(queries), len(self.item_index_)), -np.inf, dtype=np.float32)
+        for row, q in enumerate(queries):
+            docs = self.run.lists.get(q.id)
+            if docs is None:
+                raise DataError(self.run.path, f"has no list for query {q.id!r}: a first stage must rank every query")
+            cols = [self.item_index_[d] for d in docs if d in self.item_index_]
+            out[row, cols] = np.arange(len(cols), 0, -1, dtype=np.float32)
+        return out
+
+    def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
+        D, I = topk(self.scores(queries), k)
+        I[np.isneginf(D)] = -1
+        return D, I
+
+
+#: The named first stages besides a run file, and how figures and tables name each.
+FIRST_STAGES: dict[str, str] = {"de": "DE", "tfidf": "TF-IDF", "bm25": "BM25"}
+_FIRST_STAGE_FORMS = "'de', 'tfidf', 'bm25' or 'run:<path of a TREC run file>'"
+
+
+def check_first_stage(spec: object, name: str = "first_stage", owner: str | None = None) -> str:
+    """``spec`` if it names a first stage (:data:`FIRST_STAGES` or ``"run:<path>"``), else a ParameterError naming
+    the parameter ``name``. The run file itself is read by :func:`make_retriever` (and checked before a notebook's
+    kernel starts, :func:`xenbench.data.trec.check_run`)."""
+    if isinstance(spec, str) and (spec in FIRST_STAGES or (spec.startswith("run:") and spec[4:].strip())):
+        return spec
+    raise ParameterError(name, _FIRST_STAGE_FORMS, spec, owner)
+
+
+def run_path(spec: str) -> Path | None:
+    """The file of a ``"run:<path>"`` first stage (``~`` expanded), or None for a named one."""
+    return Path(spec[4:]).expanduser() if spec.startswith("run:") else None
+
+
+def first_stage_label(spec: str) -> str:
+    """How tables name a first stage: ``"DE"``, ``"TF-IDF"``, ``"BM25"``, or ``"run <file name>"`` for a run file."""
+    path = run_path(check_first_stage(spec))
+    if path is None:
+        return FIRST_STAGES[spec]
+    name = path.name.removesuffix(".gz")
+    for suffix in (".trec", ".run", ".txt", ".tsv"):
+        name = name.removesuffix(suffix)
+    return f"run {name}"
+
+
+def make_retriever(spec: str, *, device: str | torch.device = "auto", owner: str | None = None):
+    """The unfitted retriever a first-stage ``spec`` names: :class:`DualEncoder` (on ``device``),
+    :class:`TfidfRetriever`, :class:`BM25Retriever` or :class:`RunRetriever` (the run file is read here)."""
+    spec = check_first_stage(spec, owner=owner)
+    path = run_path(spec)
+    if path is not None:
+        return RunRetriever(path)
+    return {"de": lambda: DualEncoder(device=device), "tfidf": TfidfRetriever, "bm25": BM25Retriever}[spec]()
 
 
 def _read_cache(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
