@@ -30,7 +30,7 @@ _SUBMODULES: dict[str, str] = {
     "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity", "provenance": "provenance",
     "harness": "harness", "sweep": "sweep", "cli": "cli",
     "datasets": "data.datasets", "readers": "data.readers", "beir": "data.beir", "zeshel": "data.zeshel",
-    "sources": "data.sources", "store": "data.store", "wordnet": "data.wordnet",
+    "sources": "data.sources", "store": "data.store", "wordnet": "data.wordnet", "trec": "data.trec",
     "crossencoder": "models.crossencoder", "pairs": "models.pairs", "loading": "models.loading",
     "scoring": "models.scoring", "packed": "models.packed", "jobs": "models.jobs", "distributed": "models.distributed",
     "cache": "models.cache", "fingerprint": "models.fingerprint", "probe": "models.probe",

@@ -1,10 +1,10 @@
 """Layer 1, data: datasets and what is stored on disk.
 
 ``datasets`` (the one :class:`Dataset` type), ``readers`` (bounded, validated JSONL/TSV reading), ``beir`` (BEIR
-folders, read and written), ``zeshel`` (ZESHEL worlds), ``sources`` (``load_dataset``'s one-string specs and the
+folders, read and written), ``trec`` (TREC run and qrels files, read and written), ``zeshel`` (ZESHEL worlds), ``sources`` (``load_dataset``'s one-string specs and the
 bundled WordNet-EL domains), ``wordnet`` (building the bundled WordNet-EL data), ``store`` (on-disk score matrices,
 :class:`~xenbench.data.store.ScoreStore`). The public names of ``datasets``, ``beir``, ``zeshel`` and ``sources`` are
-re-exported here, so ``xb.data.load_dataset`` works.
+re-exported here, so ``xb.data.load_dataset`` works; ``xb.trec`` is the TREC module.
 """
 from __future__ import annotations
 
@@ -19,4 +19,4 @@ from xenbench.data.zeshel import *  # noqa: F403
 from xenbench.data.zeshel import __all__ as _zeshel_all
 
 __all__ = [*_datasets_all, *_beir_all, *_zeshel_all, *_sources_all]
-__getattr__, __dir__ = submodules(__name__, {"store": "store", "wordnet": "wordnet"})
+__getattr__, __dir__ = submodules(__name__, {"store": "store", "wordnet": "wordnet", "trec": "trec"})
