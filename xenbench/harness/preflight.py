@@ -20,8 +20,9 @@ from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_d
 from xenbench.harness.spec import SIZES, NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
-__all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "MODEL_OVERRIDES", "ce_name",
-           "refuse_checkpoint", "check_ce_path", "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
+__all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "FIRST_STAGE_PARAMS", "MODEL_OVERRIDES",
+           "ce_name", "refuse_checkpoint", "check_ce_path", "check_first_stages", "check_store_name", "preflight",
+           "plan_scoring", "quiet_transformers"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ DATASET_PARAMS = ("dataset", "datasets", "eval_datasets")
 DEVICE_PARAMS = ("device",)
 FOLDER_PARAMS = ("scores_dir", "bundled_scores")
 CE_PARAMS = ("ces",)
+#: Parameters naming first stages (``de``, ``tfidf``, ``bm25`` or ``run:<path>``): a run file is read and checked
+#: against the dataset by :func:`check_first_stages`.
+FIRST_STAGE_PARAMS = ("first_stage", "first_stages")
 #: Parameters that a non-empty ``model`` replaces: its on-demand scores stand in for the store ``scores_dir``/``ce``.
 MODEL_OVERRIDES = ("scores_dir", "ce")
 _CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or a Hugging Face or "
@@ -156,10 +160,64 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
                     raise ParameterError(name, f"dataset specs that open (wordnet-el:<domain>, beir:<folder>, "
                                                f"zeshel:<root>:<world>); {text!r} does not: {err}", values[name],
                                          spec.owner) from None
+        check_first_stages(spec, values, loaded)
     sizes = check_sizes(spec, values, _loaded=loaded)
     if model:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded)
     return sizes
+
+
+def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any] | None = None) -> None:
+    """Every first stage a run names is one (:func:`xenbench.models.retrievers.check_first_stage`), and every run
+    file among them reads and fits the dataset (:func:`xenbench.data.trec.check_run`): its query and doc ids are the
+    dataset's, and it ranks every query the notebook ranks with it (00: the seeded sample of ``max_queries`` of
+    ``eval_datasets``, which must then be one dataset; 03, 04, 07: every query of ``dataset``, or with ``model`` the
+    seeded sample that is scored). Relative paths are read from the working directory (the notebook's folder under
+    :func:`preflight`).
+
+    Raises
+    ------
+    ParameterError
+        A value that names no first stage, or a run with several evaluation datasets.
+    DataError
+        One line naming the run file (and line): a malformed line, an id the dataset lacks, a query it misses.
+    """
+    from xenbench.data.trec import check_run, read_trec_run
+    from xenbench.models.retrievers import check_first_stage, run_path
+
+    loaded = {} if loaded is None else loaded
+    for name in FIRST_STAGE_PARAMS:
+        if name not in spec.params:
+            continue
+        given = values[name] if isinstance(values[name], list) else [values[name]]
+        runs = [run_path(check_first_stage(s, name, spec.owner)) for s in given]
+        runs = [r for r in runs if r is not None]
+        if not runs:
+            continue
+        param = "eval_datasets" if "eval_datasets" in spec.params else spec.data.get("dataset", "dataset")
+        texts = dataset_specs(spec, param, values[param])
+        if len(texts) != 1:
+            raise ParameterError(param, f"one dataset when {name} holds a run file (a run ranks one dataset's "
+                                        "queries)", values[param], spec.owner)
+        ds = load_dataset_once(texts[0], loaded)
+        evaluated = _ranked_queries(spec, values, ds)
+        for path in runs:
+            check_run(read_trec_run(path), query_ids=ds.query_ids, evaluated=evaluated, item_ids=ds.item_ids,
+                      dataset=ds.name, param=name)
+
+
+def _ranked_queries(spec: NotebookSpec, values: Mapping[str, Any], ds: Any) -> list[str]:
+    """The ids of the queries a notebook ranks with its first stage (see :func:`check_first_stages`)."""
+    from xenbench.sampling import sample_rows
+
+    seed = values.get(spec.data.get("seed", "seed"), 0)
+    if "eval_datasets" in spec.params:  # 00: a seeded sample of the queries with gold
+        from xenbench.data.datasets import sample_queries
+
+        return [q.id for q in sample_queries(ds, values.get("max_queries"), seed)]
+    if values.get("model"):  # 03, 04, 07 scoring on demand: the sample load_setup scores
+        return [ds.queries[r].id for r in sample_rows(len(ds.queries), values.get("max_queries"), seed, kind="queries")]
+    return ds.query_ids
 
 
 def check_store_name(scores_dir: str, ce: str, owner: str, param: str = "ce") -> None:

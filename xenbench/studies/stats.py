@@ -25,7 +25,9 @@ __all__ = [
     "mention_ambiguity",
     "query_examples",
     "sample_queries",
+    "DEFAULT_FIRST_STAGES",
     "baseline_accuracy",
+    "baseline_metrics",
 ]
 
 log = logging.getLogger(__name__)
@@ -174,10 +176,98 @@ def mention_ambiguity(dataset: Dataset, queries: Sequence[Query] | None = None) 
     return out
 
 
-def _default_retrievers(device: Any = "auto") -> dict[str, Callable[[], Any]]:
-    from xenbench.models.retrievers import DualEncoder, TfidfRetriever
+#: The first stages notebook 00 compares by default (:func:`xenbench.models.retrievers.make_retriever` specs).
+DEFAULT_FIRST_STAGES: tuple[str, ...] = ("de", "tfidf", "bm25")
+#: Depth every first stage retrieves for the label measures: R@100 reads 100 items.
+LABEL_DEPTH = 100
 
-    return {"DE": lambda: DualEncoder(device=device), "TF-IDF": TfidfRetriever}
+
+def _built(retrievers: Mapping[str, Any] | None, first_stages: Sequence[str], device: Any) -> dict[str, Any]:
+    from xenbench.models.retrievers import first_stage_label, make_retriever
+
+    if retrievers is None:
+        return {first_stage_label(spec): make_retriever(spec, device=device, owner="baseline_metrics")
+                for spec in first_stages}
+    # factories are called once and reused
+    return {name: (r() if isinstance(r, type) or not hasattr(r, "fit") else r) for name, r in retrievers.items()}
+
+
+def baseline_metrics(
+    datasets: Iterable[Dataset | str],
+    *,
+    first_stages: Sequence[str] = DEFAULT_FIRST_STAGES,
+    k: int = 64,
+    max_queries: int | None = None,
+    seed: int = 0,
+    retrievers: Mapping[str, Any] | None = None,
+    device: Any = "auto",
+    measures: Sequence[str] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """First-stage baselines on each dataset: accuracy@1 and accuracy@k, and the label measures of the graded qrels.
+
+    Each first stage indexes all the dataset's items and retrieves the top ``max(k, 100)`` for (a sample of) its
+    queries (:func:`sample_queries`), once: accuracy reads the first ``k``, the label measures the whole list.
+
+    Parameters
+    ----------
+    datasets : iterable of Dataset or str
+        Datasets, or specs for :func:`xenbench.data.sources.load_dataset` (``"wordnet-el:noun.food"``).
+    first_stages : sequence of str
+        :func:`xenbench.models.retrievers.make_retriever` specs: ``"de"``, ``"tfidf"``, ``"bm25"``,
+        ``"run:<path>"`` (a TREC run file holding every evaluated query; then one dataset only).
+    k : int
+        Candidates retrieved per query (the re-ranking budget of later notebooks).
+    max_queries : int, optional
+        Evaluate a seeded sample of this many queries per dataset (:func:`sample_queries`).
+    seed : int
+    retrievers : mapping of str to retriever or zero-argument factory, optional
+        Objects with ``fit(items)`` and ``search(queries, k) -> (D, I)`` under their table names; replaces
+        ``first_stages``.
+    device : str or torch.device
+        Where the DE encodes (``"auto"``: CUDA when available; see :class:`xenbench.models.retrievers.DualEncoder`).
+    measures : sequence of str, optional
+        ir-measures names (:func:`xenbench.metrics.label_metrics`); default :data:`xenbench.metrics.LABEL_MEASURES`
+        and ``Success@k``.
+
+    Returns
+    -------
+    accuracy : DataFrame
+        Long format, one row per (dataset, retriever, cutoff): ``dataset``, ``retriever``, ``n_queries``,
+        ``n_items``, ``k`` (1 and ``k``), ``accuracy`` (first-gold accuracy,
+        :func:`xenbench.models.linking.accuracy_at_k`: Success@k with one gold item per query), ``seconds``
+        (fit + search).
+    labels : DataFrame
+        One row per (dataset, retriever, measure): ``dataset``, ``retriever``, ``n_queries`` (those with a relevant
+        item), ``n_items``, ``measure``, ``value`` (mean over those queries).
+    """
+    from xenbench.data.sources import load_dataset
+    from xenbench.metrics import LABEL_MEASURES, label_metrics
+    from xenbench.models.linking import accuracy_at_k, gold_rows
+
+    check_int(k, "k", 1, None, "baseline_metrics", types=PY_INT)
+    if measures is None:
+        measures = list(dict.fromkeys([*LABEL_MEASURES, f"Success@{k}"]))
+    built = _built(retrievers, first_stages, device)
+    rows, label_rows = [], []
+    for dataset in datasets:
+        ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
+        queries = sample_queries(ds, max_queries, seed)
+        gold = gold_rows(ds, queries)
+        grades = ds.grades([q.id for q in queries])
+        for name, retriever in built.items():
+            start = time.perf_counter()
+            _, I = retriever.fit(ds.items).search(queries, max(k, LABEL_DEPTH))
+            seconds = time.perf_counter() - start
+            log.info("%s on %s: %d queries x %d items in %.1f s", name, ds.name, len(queries), len(ds.items), seconds)
+            for cutoff, acc in accuracy_at_k(I[:, :k], gold, sorted({1, k})).items():
+                rows.append({"dataset": ds.name, "retriever": name, "n_queries": len(queries),
+                             "n_items": len(ds.items), "k": cutoff, "accuracy": acc, "seconds": seconds})
+            counted, _ = label_metrics(I, grades, measures[:1], per_query=True)
+            for measure, value in label_metrics(I, grades, measures).items():
+                label_rows.append({"dataset": ds.name, "retriever": name, "n_queries": int(counted.size),
+                                   "n_items": len(ds.items), "measure": measure, "value": value})
+    return (pd.DataFrame(rows, columns=["dataset", "retriever", "n_queries", "n_items", "k", "accuracy", "seconds"]),
+            pd.DataFrame(label_rows, columns=["dataset", "retriever", "n_queries", "n_items", "measure", "value"]))
 
 
 def baseline_accuracy(
@@ -188,54 +278,16 @@ def baseline_accuracy(
     seed: int = 0,
     retrievers: Mapping[str, Any] | None = None,
     device: Any = "auto",
+    first_stages: Sequence[str] = DEFAULT_FIRST_STAGES,
 ) -> pd.DataFrame:
-    """Accuracy@1 and accuracy@k of first-stage retrievers on each dataset (ANNCUR's DE and TF-IDF).
+    """Accuracy@1 and accuracy@k of first-stage retrievers on each dataset (ANNCUR's DE and TF-IDF, and BM25).
 
-    Each retriever indexes all the dataset's items and retrieves the top ``k`` for (a sample of)
-    its queries; a query counts as a hit at ``k`` when its first gold item is among them.
-
-    Parameters
-    ----------
-    datasets : iterable of Dataset or str
-        Datasets, or specs for :func:`xenbench.data.sources.load_dataset` (``"wordnet-el:noun.food"``).
-    k : int
-        Candidates retrieved per query (the re-ranking budget of later notebooks).
-    max_queries : int, optional
-        Evaluate a seeded sample of this many queries per dataset (:func:`sample_queries`).
-    seed : int
-    retrievers : mapping of str to retriever or zero-argument factory, optional
-        Objects with ``fit(items)`` and ``search(queries, k) -> (D, I)``; default
-        ``{"DE": DualEncoder, "TF-IDF": TfidfRetriever}``. Factories are called once and reused.
-    device : str or torch.device
-        Where the default DE encodes (``"auto"``: CUDA when available; see
-        :class:`xenbench.models.retrievers.DualEncoder`); not used with ``retrievers``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Long format, one row per (dataset, retriever, cutoff): ``dataset``, ``retriever``,
-        ``n_queries``, ``n_items``, ``k`` (1 and ``k``), ``accuracy``, ``seconds`` (fit + search).
+    The ``accuracy`` table of :func:`baseline_metrics` (same parameters): a query counts as a hit at ``k`` when its
+    first gold item is among the top ``k``.
     """
-    from xenbench.data.sources import load_dataset
-    from xenbench.models.linking import accuracy_at_k, gold_rows
-
     check_int(k, "k", 1, None, "baseline_accuracy", types=PY_INT)
-    built = {name: (r() if isinstance(r, type) or not hasattr(r, "fit") else r)
-             for name, r in (retrievers or _default_retrievers(device)).items()}
-    rows = []
-    for dataset in datasets:
-        ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
-        queries = sample_queries(ds, max_queries, seed)
-        gold = gold_rows(ds, queries)
-        for name, retriever in built.items():
-            start = time.perf_counter()
-            _, I = retriever.fit(ds.items).search(queries, k)
-            seconds = time.perf_counter() - start
-            log.info("%s on %s: %d queries x %d items in %.1f s", name, ds.name, len(queries), len(ds.items), seconds)
-            for cutoff, acc in accuracy_at_k(I, gold, sorted({1, k})).items():
-                rows.append({"dataset": ds.name, "retriever": name, "n_queries": len(queries),
-                             "n_items": len(ds.items), "k": cutoff, "accuracy": acc, "seconds": seconds})
-    return pd.DataFrame(rows, columns=["dataset", "retriever", "n_queries", "n_items", "k", "accuracy", "seconds"])
+    return baseline_metrics(datasets, first_stages=first_stages, k=k, max_queries=max_queries, seed=seed,
+                            retrievers=retrievers, device=device, measures=["Success@1"])[0]
 
 
 def sample_pairs(dataset: Dataset, n_queries: int | None, n_items: int | None, seed: int = 0

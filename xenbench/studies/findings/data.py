@@ -15,9 +15,24 @@ def _se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else float("nan")
 
 
+def label_lines(results: Mapping[str, Any]) -> list[str]:
+    """The label measures of each first stage, mean over the evaluated datasets, best first by nDCG@10 (results
+    saved before notebook 00 reported them have none: no line)."""
+    labels = pd.DataFrame(results.get("label_metrics") or [])
+    if labels.empty:
+        return []
+    means = labels.groupby(["retriever", "measure"])["value"].mean().unstack()[list(dict.fromkeys(labels["measure"]))]
+    order = means.sort_values("nDCG@10", ascending=False).index if "nDCG@10" in means else means.index
+    n_sets = labels["dataset"].nunique()
+    return [f"Against the labels (ir-measures, mean over {n_sets} dataset(s)): " + "; ".join(
+        f"{r} " + ", ".join(f"{m.replace('RR@', 'MRR@')} {means.loc[r, m]:.3f}" for m in means.columns)
+        for r in order) + "."]
+
+
 @register("00_data")
 def findings(results: Mapping[str, Any]) -> list[str]:
-    """Mean accuracy@1/@k per retriever, DE vs TF-IDF per dataset (binomial SE), the inspected domain."""
+    """Mean accuracy@1/@k per retriever, DE vs TF-IDF per dataset (binomial SE), the label measures of each first
+    stage, the inspected domain."""
     acc = pd.DataFrame(results["baselines"])
     k = int(acc["k"].max())
     n_sets = acc["dataset"].nunique()
@@ -41,6 +56,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         best = means[k].max()
         out.append(f"No re-ranker of the best retriever's top {k} can exceed accuracy {best:.3f} on average: "
                    f"{1 - best:.1%} of queries have their gold item outside those candidates.")
+    out += label_lines(results)
     dom = results.get("domain")
     if dom:
         out.append(f"{dom['name']}: {dom['items']:,} items, {dom['queries']:,} queries; "
