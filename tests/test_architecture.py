@@ -186,8 +186,9 @@ DRIVERS: dict[str, str] = {
     "04_axn_lambda": "axn", "05_pefa_lambda": "pefa", "06_ccsa_balance": "ccsa", "07_compare_methods": "compare",
 }
 #: ``studies/`` modules a notebook may read its inputs from besides its driver (and ``records``, which packs the raw
-#: records its results file saves), and the conclusions every notebook shows.
-INPUTS = {"setup", "splits", "corpus", "records"}
+#: records its results file saves; ``labels``, which summarizes the label measures and writes the ranked lists out),
+#: and the conclusions every notebook shows.
+INPUTS = {"setup", "splits", "corpus", "records", "labels"}
 CONCLUSIONS = "findings"
 NOTEBOOKS = PACKAGE.parent / "notebooks"
 
@@ -224,7 +225,7 @@ def test_architecture_md_names_each_notebooks_driver():
 TIERS: dict[str, list[set[str]]] = {
     "models": [{"templates", "references", "pairs", "crossencoder", "loading", "packed", "scorers", "scoring"},
                {"jobs", "distributed", "cache", "fingerprint", "probe"}],
-    "data": [{"readers", "datasets"}, {"beir", "zeshel", "sources"}],
+    "data": [{"readers", "datasets"}, {"trec", "beir", "zeshel", "sources"}],
 }
 
 

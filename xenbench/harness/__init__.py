@@ -25,7 +25,7 @@ from xenbench.harness.preflight import (CE_PARAMS, DATASET_PARAMS, DEVICE_PARAMS
                                         ce_name, plan_scoring, preflight)
 from xenbench.harness.report import (FINDINGS_TAG, SUMMARY_TAG, final_progress, light_html, summarize_warnings,
                                      summary_first)
-from xenbench.harness.results import REPORTS_ENV, reports_dir, save_results
+from xenbench.harness.results import REPORTS_ENV, reports_dir, runs_dir, save_results
 from xenbench.harness.runner import IDENTITY_PARAMS, run_notebook, run_stem
 from xenbench.harness.sizes import check_sizes, data_sizes
 from xenbench.harness.spec import (BASE_PROFILE, FULL_PROFILE, NOTEBOOKS_DIR, Fit, NotebookSpec, list_notebooks,
@@ -40,7 +40,7 @@ __all__ = [
     "data_sizes", "check_sizes",
     "preflight", "plan_scoring", "ce_name",
     "check_namespace", "setup_plotly",
-    "reports_dir", "save_results",
+    "reports_dir", "runs_dir", "save_results",
     "final_progress", "summarize_warnings", "summary_first", "light_html",
     "run_notebook", "run_stem",
 ]

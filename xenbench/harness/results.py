@@ -19,12 +19,15 @@ from xenbench._io import REPO_ROOT, write_text_atomic
 from xenbench.errors import ParameterError
 from xenbench.harness.params import PROFILE_NAME
 
-__all__ = ["REPORTS_ENV", "reports_dir", "save_results", "remember_params"]
+__all__ = ["REPORTS_ENV", "RUN_STEM_ENV", "reports_dir", "runs_dir", "save_results", "remember_params"]
 
 #: Environment variable naming the folder :func:`save_results` writes to.
 #: :func:`~xenbench.harness.runner.run_notebook` sets it for the kernel it starts (a kernel inherits its parent's
 #: environment).
 REPORTS_ENV = "XENBENCH_REPORTS"
+#: Environment variable holding the stem of a run's outputs (:func:`xenbench.harness.runner.run_stem`), set by
+#: :func:`~xenbench.harness.runner.run_notebook` for its kernel: :func:`runs_dir` names the ranked lists' folder by it.
+RUN_STEM_ENV = "XENBENCH_RUN_STEM"
 _IMPORTED = time.monotonic()  # a notebook imports the harness in its first cell: the kernel's work starts here
 # The parameters check_namespace resolved in this kernel: the ``params`` of the provenance save_results records.
 _RUN_PARAMS: dict[str, Any] | None = None
@@ -49,6 +52,15 @@ def _results_name(name: str, profile: str) -> str:
     # overwrites the results of a `xenbench run`.
     lab = "" if os.environ.get(REPORTS_ENV) else ".lab"
     return f"{name}.{profile}{lab}.results.json"
+
+
+def runs_dir(name: str, profile: str, *, out_dir: Path | None = None) -> Path:
+    """The folder of a run's ranked lists (TREC run files, :func:`xenbench.studies.labels.export_runs`): beside its
+    results file and named like it, ``<out_dir>/<stem>.runs`` (``<name>.<profile>.runs``, with the dataset's tag when
+    :func:`~xenbench.harness.runner.run_notebook` gives the run another stem; ``.lab.runs`` in JupyterLab)."""
+    stem = os.environ.get(RUN_STEM_ENV) if os.environ.get(REPORTS_ENV) else None
+    stem = stem or _results_name(name, profile).removesuffix(".results.json")
+    return (Path(out_dir) if out_dir is not None else reports_dir()) / f"{stem}.runs"
 
 
 def _jsonable(obj: Any) -> Any:

@@ -30,7 +30,7 @@ from xenbench.harness.params import validate_params
 from xenbench.harness.preflight import preflight
 from xenbench.harness.report import (final_progress, light_html, summarize_warnings, summary_first, warning_key,
                                      without_plotly_bundle, without_widget_state)
-from xenbench.harness.results import REPORTS_ENV
+from xenbench.harness.results import REPORTS_ENV, RUN_STEM_ENV
 from xenbench.harness.spec import BASE_PROFILE, NotebookSpec, as_spec, load_spec, notebook_path, profile_values
 
 __all__ = ["IDENTITY_PARAMS", "run_notebook", "run_stem"]
@@ -54,7 +54,8 @@ def _environ(**values: str) -> Iterator[None]:
 
 
 #: Parameters that say *what* a notebook ran on; a run that changes one gets its own report names.
-IDENTITY_PARAMS = ("dataset", "datasets", "ce", "ces", "model", "scores_dir", "eval_datasets")
+IDENTITY_PARAMS = ("dataset", "datasets", "ce", "ces", "model", "scores_dir", "eval_datasets", "first_stage",
+                   "first_stages")
 
 
 def _slug(value: Any) -> str:
@@ -247,7 +248,8 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
     stage.mkdir()
     # The kernel's save_results names its file <name>.<profile>.results.json; it is renamed to the stem below.
     staged = {final: stage / final.name, report: stage / report.name,
-              results: stage / f"{spec.name}.{profile}.results.json"}
+              results: stage / f"{spec.name}.{profile}.results.json",
+              out / f"{stem}.runs": stage / f"{stem}.runs"}  # the ranked lists (xenbench.harness.results.runs_dir)
     if progress_bar is None:
         progress_bar = not _in_ci()
 
@@ -260,7 +262,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
         # Progress bars of Hugging Face loaders only clutter a report (they are frozen widgets in HTML). The kernel's
         # own bars are text (setup_plotly), redrawn at most every 2 s: its stderr is echoed here and saved.
         quiet = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        with _environ(**{REPORTS_ENV: str(stage), "HF_HUB_DISABLE_PROGRESS_BARS": quiet,
+        with _environ(**{REPORTS_ENV: str(stage), RUN_STEM_ENV: stem, "HF_HUB_DISABLE_PROGRESS_BARS": quiet,
                          "TQDM_MININTERVAL": os.environ.get("TQDM_MININTERVAL", "2")}):
             nb = pm.execute_notebook(
                 path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
@@ -295,8 +297,15 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
         echo_err.summary()
     # Success: every output is complete; replace the previous run's set (a name this run lacks is removed).
     for dest, src in staged.items():
-        if src.exists():
+        if src.is_dir():  # a folder cannot be renamed over a full one: the old one is moved aside first
+            old = stage / f"{dest.name}.previous"
+            if dest.exists():
+                os.replace(dest, old)
             os.replace(src, dest)
+        elif src.exists():
+            os.replace(src, dest)
+        elif dest.is_dir():
+            shutil.rmtree(dest)
         else:
             dest.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)

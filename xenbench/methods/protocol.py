@@ -8,7 +8,8 @@ module is the small set of pieces that replaces that by:
    R_anc), **dev** queries (where settings such as k_i, λ or a sampler are chosen) and **test** queries
    (where the chosen setting is reported). The three parts are disjoint.
 2. :func:`choose_on_dev` / :func:`at_chosen` — pick the best setting per group on dev rows only, then
-   read the rows of the test results at that setting.
+   read the rows of the test results at that setting. Against relevance labels, a method's setting is chosen on
+   dev by :data:`LABEL_CHOICE` and every label measure is read at it (:mod:`xenbench.studies.labels`).
 3. :func:`summarize` — mean over runs (seed × split) with a t-interval from the spread across runs, so the
    interval contains the variance of the anchor draw and of the query split; the mean per-query SE is
    reported beside it.
@@ -47,12 +48,15 @@ import pandas as pd
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 
-__all__ = ["ALPHA", "VERDICTS", "Split", "query_splits", "run_seed", "choose_on_dev", "at_chosen", "summarize",
+__all__ = ["ALPHA", "LABEL_CHOICE", "VERDICTS", "Split", "query_splits", "run_seed", "choose_on_dev", "at_chosen", "summarize",
            "paired_test", "pool_by_query", "holm", "t_interval", "pair_runs", "run_interval", "compare_runs", "verdict",
            "decide"]
 
 #: Family-wise significance level of the verdict rule (:func:`verdict`).
 ALPHA: float = 0.05
+#: The label measure a method's setting is chosen by on dev queries when it is scored against relevance labels (the
+#: measure IR papers are judged on); the other label measures are read at that same setting.
+LABEL_CHOICE: str = "nDCG@10"
 #: The three verdicts of :func:`verdict`: challenger better, no established difference, challenger worse.
 VERDICTS: tuple[str, str, str] = ("beats", "level", "loses")
 

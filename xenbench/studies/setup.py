@@ -1,8 +1,10 @@
-"""What notebooks 03, 04 and 07 work on: the exact score matrix of one CE on one dataset, with its texts.
+"""What notebooks 03, 04 and 07 work on: the exact score matrix of one CE on one dataset, with its texts and labels.
 
 :func:`load_setup` opens a score store (or scores a seeded sample with your own CE) and keeps a seeded sample of
 the items (:func:`subsample`); :func:`de_embeddings` and :func:`retriever_scores` add the bundled dual encoder's
-embeddings and the DE / TF-IDF scores of every query. The query rows are split by
+embeddings and the DE / TF-IDF scores of every query; :func:`first_stage_matrix` any first stage's scores
+(``de``, ``tfidf``, ``bm25`` or a TREC run file); :meth:`Setup.grades` the relevance labels of every query on the
+kept items. The query rows are split by
 :func:`xenbench.methods.protocol.query_splits` (anchor / dev / test rows), not here.
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ import torch
 from xenbench.errors import ParameterError
 from xenbench.sampling import sample_rows
 
-__all__ = ["Setup", "ce_seconds_per_call", "de_embeddings", "load_setup", "retriever_scores", "subsample"]
+__all__ = ["Setup", "ce_seconds_per_call", "de_embeddings", "first_stage_matrix", "load_setup", "retriever_scores",
+           "subsample"]
 
 
 def subsample(n: int, max_n: int | None, seed: int = 0) -> np.ndarray:
@@ -84,6 +87,16 @@ class Setup:
     @property
     def ce_seconds_per_call(self) -> float:
         return ce_seconds_per_call(self.attrs)
+
+    @property
+    def item_ids(self) -> list[str]:
+        """Ids of the kept items, in column order of M."""
+        return [self.dataset.items[i].id for i in self.items]
+
+    def grades(self):
+        """Relevance grades of every query row on the kept items: a sparse int matrix of M's shape
+        (:meth:`xenbench.data.datasets.Dataset.grades`; relevant items outside the kept sample are dropped)."""
+        return self.dataset.grades(items=self.item_ids)
 
     def describe(self) -> str:
         a = self.attrs
@@ -157,6 +170,22 @@ def de_embeddings(setup: Setup, *, device: str | torch.device = "auto") -> tuple
 
     de = DualEncoder(device=device).fit([setup.dataset.items[i] for i in setup.items])
     return de.item_embeddings_.astype(np.float64), de.embed_queries(setup.dataset.queries).astype(np.float64)
+
+
+def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | torch.device = "auto") -> np.ndarray:
+    """A first stage's scores of **every** query row on the kept items, shape (n_queries, n_items), float32.
+
+    ``first_stage`` is a :func:`xenbench.models.retrievers.make_retriever` spec: ``"de"`` (the bundled DE, on
+    ``device``), ``"tfidf"``, ``"bm25"`` or ``"run:<path>"`` (a TREC run file: its order, ``-inf`` for the items its
+    list does not hold, so a re-ranking past the run's depth takes the remaining items in column order). Passed as
+    ``de_scores`` it replaces the DE's ranking in the methods that start from one (DE re-rank, ANNCUR DE,
+    ADACUR DE+TopK, AXN DE's first round).
+    """
+    from xenbench.models.retrievers import make_retriever
+
+    items = [setup.dataset.items[i] for i in setup.items]
+    return np.asarray(make_retriever(first_stage, device=device, owner="first_stage_matrix").fit(items)
+                      .scores(list(setup.dataset.queries)), dtype=np.float32)
 
 
 def retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:

@@ -265,7 +265,7 @@ def recall_vs_budget(M: np.ndarray, split: Split, budgets: Sequence[int], method
                      tfidf_scores: np.ndarray | None = None, *, n_rounds: int = 5,
                      split_fractions: Sequence[float] = SPLIT_FRACTIONS, temperature: float = 1.0, seed: int = 0,
                      device: str | torch.device = "auto", all_splits: bool = False,
-                     per_query: bool = False) -> pd.DataFrame:
+                     per_query: bool = False, ranked: bool = False) -> pd.DataFrame:
     """Top-k-Recall of ANNCUR, ADACUR and retrieve-and-rerank at equal CE budgets ([ADACUR] Fig. 2).
 
     Parameters
@@ -303,6 +303,10 @@ def recall_vs_budget(M: np.ndarray, split: Split, budgets: Sequence[int], method
     per_query : bool
         Add a column ``per_query``: each row's per-query recalls (float array in the order of
         ``split.test``), for paired tests.
+    ranked : bool
+        Add a column ``ranked``: the variant's whole ranked list of every test row (int array (n_test, m), the
+        items it scored ranked by exact score, ``search(counter, B_CE)``; its first k are the top-k the recall
+        reads, so the recalls do not change), for the label measures (:mod:`xenbench.studies.labels`).
 
     Returns
     -------
@@ -341,14 +345,16 @@ def recall_vs_budget(M: np.ndarray, split: Split, budgets: Sequence[int], method
             candidates = []
             for variant in method.variants(state, budget):
                 counter = BudgetCounter(M_test, budget)
-                _, I = variant.search(counter, max(ks))
-                candidates.append(_rows(method.label, budget, ks, _recalls(M_test, I, counter.calls, budget, ks),
-                                        variant.n_anchor_items, variant.n_rounds, bool(per_query)))
+                _, I = variant.search(counter, budget if ranked else max(ks))
+                rows_v = _rows(method.label, budget, ks, _recalls(M_test, I[:, :max(ks)], counter.calls, budget, ks),
+                               variant.n_anchor_items, variant.n_rounds, bool(per_query))
+                candidates.append([r | {"ranked": I} for r in rows_v] if ranked else rows_v)
             if candidates:
                 rows += _all_or_best(candidates, all_splits)
             logger.info("%s at B_CE=%d: %.1f s", method.label, budget, time.perf_counter() - t0)
     return pd.DataFrame(rows, columns=["method", "budget", "k", "recall", "recall_se", "n_anchor_items",
-                                       "n_rounds", "n_test_queries"] + (["per_query"] if per_query else []))
+                                       "n_rounds", "n_test_queries"] + (["per_query"] if per_query else [])
+                        + (["ranked"] if ranked else []))
 
 
 def _check_methods(methods: Sequence[str] | None, given: set[str], owner: str) -> list[str]:

@@ -23,8 +23,9 @@ from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 from xenbench.methods.cur import AnnCur
 from xenbench.methods.protocol import ALPHA, Split, compare_runs, decide, run_seed
-from xenbench.metrics import mean_se, topk_indices
+from xenbench.metrics import LABEL_MEASURES, mean_se, topk_indices
 from xenbench.studies.adacur.budget import COMPARABLE, METHODS, SPLIT_FRACTIONS, Comparable, _split_grid, recall_vs_budget
+from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 
 __all__ = ["ADACUR_PAIRS", "PROTOCOL_METHODS", "adacur_paired_comparisons", "adacur_protocol_runs",
            "adacur_protocol_summary", "budget_rule_gap", "chosen_on_dev", "seed_spread"]
@@ -46,7 +47,8 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
                          methods: Sequence[str] = PROTOCOL_METHODS, k_values: Sequence[int] = (1, 10, 100),
                          de_scores: np.ndarray | None = None, tfidf_scores: np.ndarray | None = None, n_rounds: int = 5,
                          split_fractions: Sequence[float] = SPLIT_FRACTIONS,
-                         device: str | torch.device = "auto") -> pd.DataFrame:
+                         device: str | torch.device = "auto", labels: Any = None,
+                         measures: Sequence[str] = LABEL_MEASURES) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
 
     One run = one query split (:func:`xenbench.methods.protocol.query_splits`: anchor rows Q_anc, dev rows,
@@ -68,7 +70,15 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
     budgets, methods, k_values, n_rounds, split_fractions, device
         As in :func:`recall_vs_budget` (every grid point is kept: ``all_splits=True``).
     de_scores, tfidf_scores : ndarray of shape (n_queries, n_items), optional
-        Retriever scores of **every** row of M (:func:`xenbench.studies.setup.retriever_scores`).
+        Retriever scores of **every** row of M (:func:`xenbench.studies.setup.retriever_scores`); ``de_scores``
+        ranks the first round of the DE-start methods and DE re-rank, whatever first stage computed it
+        (:func:`xenbench.studies.setup.first_stage_matrix`).
+    labels : sparse matrix of shape (n_queries, n_items), optional
+        Relevance grades of every row of M on its items (:meth:`xenbench.studies.setup.Setup.grades`): each run
+        also scores every method's ranked lists against them (:func:`xenbench.studies.labels.choose_by_labels`: k_i
+        chosen on the dev rows by nDCG@10, every measure read on the test rows at it).
+    measures : sequence of str
+        The label measures (ir-measures names), with ``labels``.
 
     Returns
     -------
@@ -77,6 +87,9 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
         :func:`recall_vs_budget` for that part's rows (``recall`` is their mean), ``rows`` (the part's
         query rows) and ``per_query`` (their recalls, same order). Deterministic methods have rows for the
         first anchor seed only.
+    label_runs : DataFrame
+        With ``labels`` only (then a tuple): one row per (split_seed, anchor_seed, method, budget, measure) with the
+        columns of :data:`xenbench.studies.labels.LABEL_COLUMNS` (``setting`` = the k_i chosen by nDCG@10).
     """
     from tqdm.auto import tqdm
 
@@ -89,9 +102,12 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
     for name, sc in (("de_scores", de_scores), ("tfidf_scores", tfidf_scores)):
         if sc is not None and np.shape(sc) != M.shape:
             raise ParameterError(name, f"scores of every query row, shape {M.shape}", np.shape(sc), owner)
+    if labels is not None and np.shape(labels) != M.shape:
+        raise ParameterError("labels", f"grades of every query row on the items, shape {M.shape}", np.shape(labels),
+                             owner)
     device = search_device(device, owner)
     methods = list(methods)
-    frames = []
+    frames, label_rows = [], []
     runs = [(sp, seed) for sp in splits for seed in seeds]
     for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):
         if not isinstance(sp, Split):
@@ -110,7 +126,10 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
                                None if de_scores is None else np.asarray(de_scores)[rows],
                                None if tfidf_scores is None else np.asarray(tfidf_scores)[rows], n_rounds=n_rounds,
                                split_fractions=split_fractions, seed=run_seed(int(sp.seed), seed), device=device,
-                               all_splits=True, per_query=True)
+                               all_splits=True, per_query=True, ranked=labels is not None)
+        if labels is not None:
+            label_rows += _label_rows(res, rows, is_dev, labels, measures, {"split_seed": int(sp.seed), "anchor_seed": seed})
+            res = res.drop(columns="ranked")
         for part, mask in (("dev", is_dev), ("test", ~is_dev)):
             df = res.copy()
             df["per_query"] = [v[mask] for v in res["per_query"]]
@@ -122,7 +141,25 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
             df.insert(0, "anchor_seed", seed)
             df.insert(0, "split_seed", int(sp.seed))
             frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+    runs_df = pd.concat(frames, ignore_index=True)
+    if labels is None:
+        return runs_df
+    return runs_df, pd.DataFrame(label_rows, columns=[*_RUN, "method", "budget", *LABEL_COLUMNS])
+
+
+def _label_rows(res: pd.DataFrame, rows: np.ndarray, is_dev: np.ndarray, labels: Any, measures: Sequence[str],
+                run: dict[str, int]) -> list[dict[str, Any]]:
+    """The label records of one run: per (method, budget), k_i chosen on the dev rows by nDCG@10 over the variants
+    (the rows of one variant share its ranked lists; grid order, so ties go to the smaller k_i)."""
+    out = []
+    for (method, budget), g in res.groupby(["method", "budget"], sort=False):
+        variants = g.drop_duplicates("n_anchor_items")
+        lists = list(variants["ranked"])
+        for rec in choose_by_labels(variants["n_anchor_items"].astype(float).tolist(), [r[is_dev] for r in lists],
+                                    [r[~is_dev] for r in lists], dev_rows=rows[is_dev], test_rows=rows[~is_dev],
+                                    grades=labels, measures=measures):
+            out.append({**run, "method": method, "budget": int(budget), **rec})
+    return out
 
 
 _RUN = ["split_seed", "anchor_seed"]

@@ -1,0 +1,193 @@
+"""The label currency of notebooks 03, 04, 05 and 07: each method's ranked lists scored against the dataset's graded
+relevance, and those lists written out as TREC run files.
+
+A method at a budget B_CE returns a ranked list per test query: the items it scored with the CE, ranked by exact
+score (``search(counter, B_CE)``: its top-k for Top-k-Recall is that list's first k). The label measures of
+:func:`xenbench.metrics.label_metrics` (nDCG@10, MRR@10, R@100, Success@k; ir-measures underneath) score those
+lists against ``Dataset.qrels`` restricted to the kept items.
+
+Protocol, as for Top-k-Recall: a method's setting (ANNCUR's k_i, AXN's λ, PEFA's λ) is chosen on the **dev**
+queries, here by :data:`xenbench.methods.protocol.LABEL_CHOICE` (nDCG@10), and every label measure is read on the
+**test** queries at that one setting (:func:`choose_by_labels`), so each (run, method, budget) has one list per test
+query: the list :func:`export_runs` writes and ir-measures re-scores to the same numbers.
+
+==========================  ==================================================================================
+:func:`choose_by_labels`    one method's setting chosen on dev by nDCG@10; its test values of every measure
+:func:`label_summary`       per (method, budget, measure): the mean over runs with its interval across runs
+:func:`export_runs`         the lists as TREC run files (and the qrels that score them); the table of files
+==========================  ==================================================================================
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from xenbench.errors import ParameterError
+from xenbench.metrics import LABEL_MEASURES, label_metrics, mean_se
+
+__all__ = ["GZIP_LINES", "LABEL_COLUMNS", "QRELS_FILE", "choose_by_labels", "export_runs", "label_summary"]
+
+#: Columns of a label record besides the run's and method's keys.
+LABEL_COLUMNS = ["setting", "measure", "value", "value_se", "dev_value", "n_queries", "rows", "per_query",
+                 "list_rows", "ranked"]
+#: Run files of more lines than this are gzipped (``.trec.gz``: ir-measures, ranx and pyserini read them as they are).
+GZIP_LINES = 20_000
+#: The qrels file written beside the run files (TREC format).
+QRELS_FILE = "qrels.txt"
+
+
+def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray],
+                     test_ranked: Sequence[np.ndarray | Callable[[], np.ndarray]], *, dev_rows: np.ndarray,
+                     test_rows: np.ndarray, grades: Any, measures: Sequence[str] = LABEL_MEASURES,
+                     choose_by: str | None = None) -> list[dict[str, Any]]:
+    """One method's setting chosen on dev queries by a label measure, and every measure on its test queries.
+
+    Parameters
+    ----------
+    settings : sequence of float
+        The method's settings (NaN for a method without one), in the order ties go to (the first).
+    dev_ranked, test_ranked : sequences of int ndarray of shape (n_dev, m), (n_test, m)
+        Each setting's ranked lists of the dev and test rows (item columns of ``grades``, best first, ``-1`` pads);
+        a test entry may be a zero-argument callable that computes them (called for the chosen setting only).
+    dev_rows, test_rows : int ndarray
+        Rows of ``grades`` of the dev and test queries.
+    grades : sparse matrix of shape (n_queries, n_items)
+        :meth:`xenbench.data.datasets.Dataset.grades` of every query row and the kept items.
+    measures : sequence of str
+        ir-measures names; ``choose_by`` must be among them.
+    choose_by : str, optional
+        The measure the setting is chosen by; default :data:`xenbench.methods.protocol.LABEL_CHOICE`.
+
+    Returns
+    -------
+    list of dict
+        One per measure with :data:`LABEL_COLUMNS`: ``setting`` (chosen), ``value`` and ``value_se`` (mean and
+        standard error over the test queries with a relevant item), ``dev_value`` (the chosen setting's dev mean of
+        that measure), ``n_queries``, ``rows`` and ``per_query`` (those queries and their values), ``list_rows`` and
+        ``ranked`` (every test row and its list). Empty when no test query has a relevant item among the items.
+    """
+    from xenbench.methods.protocol import LABEL_CHOICE
+
+    choose_by = LABEL_CHOICE if choose_by is None else choose_by
+    measures = list(measures)
+    if choose_by not in measures:
+        raise ParameterError("choose_by", f"one of the measures {measures}", choose_by, "choose_by_labels")
+    if not len(settings) == len(dev_ranked) == len(test_ranked) or not len(settings):
+        raise ParameterError("settings", "one dev and one test list per setting, at least one", len(settings),
+                             "choose_by_labels")
+    dev_rows, test_rows = np.asarray(dev_rows), np.asarray(test_rows)
+    dev_grades, test_grades = grades[dev_rows], grades[test_rows]
+    dev = [label_metrics(r, dev_grades, measures) if dev_rows.size else dict.fromkeys(measures, np.nan)
+           for r in dev_ranked]
+    scores = np.array([d[choose_by] for d in dev], dtype=np.float64)
+    best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0  # first maximum: ties to the first setting
+    ranked = test_ranked[best]() if callable(test_ranked[best]) else test_ranked[best]
+    counted, values = label_metrics(ranked, test_grades, measures, per_query=True)
+    if not counted.size:
+        return []
+    out = []
+    for m in measures:
+        mean, se = mean_se(values[m])
+        out.append({"setting": float(settings[best]), "measure": m, "value": mean, "value_se": se,
+                    "dev_value": float(dev[best][m]), "n_queries": int(counted.size), "rows": test_rows[counted],
+                    "per_query": values[m], "list_rows": test_rows, "ranked": ranked})
+    return out
+
+
+def label_summary(label_runs: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+    """Test value per (method, budget, measure): mean over runs with its t-interval across runs
+    (:func:`xenbench.methods.protocol.summarize`), and how often each setting was chosen (value×runs)."""
+    from xenbench.methods.protocol import summarize
+
+    by = ["method", "budget", "measure"]
+    out = summarize(label_runs, by, value="value", se="value_se", confidence=confidence)
+    chosen = label_runs.groupby(by)["setting"].agg(
+        lambda s: ", ".join(f"{v:g}×{c}" for v, c in s.dropna().value_counts().sort_index().items()))
+    return out.merge(chosen.rename("setting").reset_index(), on=by, how="left")
+
+
+def _slug(value: Any) -> str:
+    text = re.sub(r"[^A-Za-z0-9.+_-]+", "-", str(value)).strip("-")
+    return text or "x"
+
+
+#: How a key column is written in a run file's name (``ANNCUR.B50.split0.seed1.trec``).
+_PREFIX = {"budget": "B", "split_seed": "split", "anchor_seed": "seed", "split": "split", "seed": "seed"}
+
+
+def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: Any, items: Sequence[int] | None = None,
+                *, keys: Sequence[str] = ("method", "budget", "split_seed", "anchor_seed"),
+                relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Write each (run, method, budget)'s test-query lists as a TREC run file, and the qrels that score them.
+
+    Parameters
+    ----------
+    folder : path
+        Created if missing (the notebooks pass :func:`xenbench.harness.runs_dir`: ``<results stem>.runs`` beside
+        the results file). Files of an earlier run there are replaced when they have the same name.
+    lists : DataFrame
+        One row per list set, with the columns ``keys``, ``list_rows`` (query rows of ``dataset``) and ``ranked``
+        (int array (n, m): item columns, best first, ``-1`` pads); label records (:func:`choose_by_labels`) repeat a
+        list once per measure, and each list set is written once.
+    dataset : Dataset
+        The query and item ids (rows of ``dataset.queries``; columns index ``items``), and the qrels.
+    items : sequence of int, optional
+        Dataset rows of the item columns (a seeded subsample of the corpus); default all items.
+    keys : sequence of str
+        Columns naming a list set: the file is ``<key values joined by '.'>.trec`` (``budget`` written ``B<n>``,
+        seeds ``split<n>``/``seed<n>``; other values with every character but letters, digits and ``.+_-`` as
+        ``-``), gzipped as ``.trec.gz`` past :data:`GZIP_LINES` lines; its tag (last column) is the same name.
+    relative_to : path, optional
+        Paths in the returned table are relative to it (the results file's folder); default ``folder``'s parent.
+
+    Returns
+    -------
+    dict
+        ``folder`` (relative), ``qrels`` (the TREC qrels file of every listed query with a relevant kept item: its
+        judgements of the kept items), ``files``: one record per file with the ``keys``, ``setting`` (when
+        ``lists`` has it), ``file`` (relative path), ``n_queries`` and ``depth`` (the longest list).
+    """
+    from xenbench.data.trec import write_trec_qrels, write_trec_run
+
+    folder = Path(folder)
+    base = Path(relative_to) if relative_to is not None else folder.parent
+    keys = list(keys)
+    if not isinstance(lists, pd.DataFrame) or not {*keys, "list_rows", "ranked"} <= set(lists.columns):
+        raise ParameterError("lists", f"a DataFrame with columns {[*keys, 'list_rows', 'ranked']}",
+                             sorted(lists.columns) if isinstance(lists, pd.DataFrame) else type(lists).__name__,
+                             "export_runs")
+    cols = np.arange(len(dataset.items)) if items is None else np.asarray(items)
+    item_ids = [dataset.items[int(i)].id for i in cols]
+    folder.mkdir(parents=True, exist_ok=True)
+    files, listed = [], set()
+    for key, g in lists.groupby(keys, sort=True, dropna=False):
+        first = g.iloc[0]
+        rows, ranked = np.asarray(first["list_rows"]), np.asarray(first["ranked"])
+        run = {dataset.queries[int(r)].id: [item_ids[j] for j in ranked[n] if j >= 0] for n, r in enumerate(rows)}
+        listed.update(run)
+        name = ".".join(f"{_PREFIX.get(k, '')}{_slug(v)}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,)))
+        lines = sum(len(v) for v in run.values())
+        path = folder / f"{name}.trec{'.gz' if lines > GZIP_LINES else ''}"
+        write_trec_run(path, run, tag=name)
+        record = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        if "setting" in g.columns:
+            record["setting"] = float(first["setting"])
+        files.append(record | {"file": path.relative_to(base).as_posix(), "n_queries": len(run),
+                               "depth": int(max((len(v) for v in run.values()), default=0))})
+    kept = set(item_ids)
+    qrels = {}
+    for q in dataset.queries:
+        judged = {i: g for i, g in dataset.qrels.get(q.id, {}).items() if i in kept}
+        if q.id in listed and any(g > 0 for g in judged.values()):
+            qrels[q.id] = judged
+    qrels_path = folder / QRELS_FILE
+    if qrels:
+        write_trec_qrels(qrels_path, qrels)
+    return {"folder": folder.relative_to(base).as_posix(),
+            "qrels": qrels_path.relative_to(base).as_posix() if qrels else None, "files": files}
