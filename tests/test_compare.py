@@ -94,8 +94,8 @@ def test_pefa_at_lambda_one_is_the_de_and_its_rerank_equals_de_rerank(small):
     for name in ("PEFA-XS", "PEFA-XL"):
         top = np.argsort(-scores[name][1.0], axis=1, kind="stable")[:, :20]
         np.testing.assert_array_equal(top, de_top)
-    a = compare._rerank_runs(setup.M, splits[0], scores["PEFA-XS"], "PEFA-XS re-rank", [10], [1, 5])
-    b = compare._rerank_runs(setup.M, splits[0], {float("nan"): U @ V.T}, "DE re-rank", [10], [1, 5])
+    a, _ = compare._rerank_runs(setup.M, splits[0], scores["PEFA-XS"], "PEFA-XS re-rank", [10], [1, 5])
+    b, _ = compare._rerank_runs(setup.M, splits[0], {float("nan"): U @ V.T}, "DE re-rank", [10], [1, 5])
     for (_, x), (_, y) in zip(a.iterrows(), b.iterrows()):
         np.testing.assert_array_equal(x["per_query"], y["per_query"])
 
@@ -290,3 +290,46 @@ def test_de_query_time_is_measured_without_the_embedding_cache(small, monkeypatc
     np.testing.assert_allclose(np.linalg.norm(U, axis=1), 1.0, rtol=1e-5)
     assert [n for _, n in seen] == [80, 60, 1, 8]  # items, every query, then the warm-up and the timed pass
     assert seen[1][0] is not None and seen[2][0] is None and seen[3][0] is None  # only the timing skips the cache
+
+
+# ----------------------------------------------------------------------------------------------
+# the second currency and the first-stage axis
+# ----------------------------------------------------------------------------------------------
+def test_the_second_currency_and_more_first_stages(small, ran, tmp_path):
+    from xenbench.data.trec import write_trec_run
+
+    setup, splits, V, U = small
+    # a run file ranking every query by its exact scores: its re-rank finds the CE's top-k at every budget
+    order = np.argsort(-setup.M, axis=1, kind="stable")
+    path = write_trec_run(tmp_path / "oracle.trec", {q.id: [f"i{j}" for j in order[r]]
+                                                      for r, q in enumerate(setup.dataset.queries)}, tag="oracle")
+    runs, info = compare.compare_protocol_runs(setup, splits, [0, 1], [10, 20], V=V, U=U, k_values=(1, 5), n_rounds=2,
+                                               axn_lambdas=(0.0, 1.0), mf_items_per_query=10, mf_epochs=1,
+                                               pefa_lambdas=(0.5, 1.0), pefa_neighbors=4, pq_bytes=2, device="cpu",
+                                               progress=False, first_stages=["bm25", f"run:{path}"],
+                                               labels=setup.grades())
+    plain, _ = ran
+    same = runs[runs["method"].isin(set(plain["method"]))].reset_index(drop=True)
+    pd.testing.assert_frame_equal(plain.drop(columns=["rows", "per_query"]), same.drop(columns=["rows", "per_query"]))
+    assert info["first_stages"] == ["BM25 re-rank", "PEFA-XL re-rank", "PEFA-XS re-rank", "PQ codes re-rank",
+                                    "run oracle re-rank"]
+    assert (runs.loc[runs["method"] == "run oracle re-rank", "recall"] == 1.0).all()
+    labels = info["label_runs"]
+    assert set(labels["method"]) == set(runs["method"])
+    # the labels are each query's CE top-1 (the fixture's gold): the oracle's lists have it first
+    oracle = labels[(labels["method"] == "run oracle re-rank") & (labels["measure"] == "Success@1")]
+    assert (oracle["value"] == 1.0).all() and (oracle["anchor_seed"] == 0).all()
+    seconds = pd.DataFrame([{"method": m, "budget": b, "search_s": 0.001} for m in set(runs["method"])
+                            for b in (10, 20)])
+    summary = compare.compare_summary(labels, seconds, 0.01, cell="measure", value="value")
+    assert {"measure", "value", "value_se"} <= set(summary.columns) and "k" not in summary.columns
+    assert set(summary.loc[summary["method"] == "BM25 re-rank", "stage"]) == {"first stage: BM25"}
+    front = compare.pareto_front(summary, cost="calls", by=("measure",))
+    nd = summary[front & (summary["measure"] == "nDCG@10")]
+    assert "run oracle re-rank" in set(nd["method"])  # nothing beats the CE's own ranking against these labels
+    best, comp = compare.best_per_budget(labels[labels["measure"] == "nDCG@10"], cell="measure", value="value")
+    assert list(best["budget"]) == [10, 20] and set(best["measure"]) == {"nDCG@10"}
+    assert set(comp["measure"]) == {"nDCG@10"} and len(comp) == 2 * (labels["method"].nunique() - 1)
+    fig = recall_vs_cost(summary[summary["measure"] == "nDCG@10"], cost="calls", front=None, facet="measure",
+                         value_name="nDCG@10")
+    assert fig.layout.yaxis.title.text == "nDCG@10 (test)"

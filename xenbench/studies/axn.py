@@ -24,9 +24,10 @@ from xenbench.errors import ParameterError
 from xenbench.methods.adacur import AdaCur, SearchOptions, TopK
 from xenbench.methods.axn import Axn, prior_scale
 from xenbench.methods.trace import RoundTrace, trace_from_result
-from xenbench.metrics import mean_se, recall_under_budget
+from xenbench.metrics import LABEL_MEASURES, mean_se, recall_under_budget
+from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 
-__all__ = ["AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
+__all__ = ["AXN_LABEL_MEASURES", "AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
            "axn_protocol_summary", "axn_round_trace"]
 
 
@@ -37,7 +38,7 @@ def axn_lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lam
                      budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100), *, n_rounds: int = 5,
                      candidates: np.ndarray | None = None, method: str = "AXN", seed: int = 0,
                      query_ids: np.ndarray | None = None, per_query: bool = False,
-                     device: str | torch.device = "auto") -> pd.DataFrame:
+                     device: str | torch.device = "auto", ranked: bool = False) -> pd.DataFrame:
     """Top-k-Recall of AXN for every λ and budget B_CE: one run of all queries per (λ, B_CE).
 
     Parameters
@@ -69,12 +70,15 @@ def axn_lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lam
         Also return one row per (λ, B_CE, k, query) in a second frame (for paired tests).
     device : str or torch.device, default "auto"
         Torch device of the searches: CUDA when available, else CPU (see :class:`Axn`).
+    ranked : bool, default False
+        Add a column ``ranked``: each (λ, B_CE)'s ranked lists (int array (nq, B_CE), the scored items by exact score),
+        for the label measures (:mod:`xenbench.studies.labels`).
 
     Returns
     -------
     DataFrame
         Columns ``method``, ``lam``, ``budget``, ``k``, ``recall`` (mean over queries), ``recall_se``
-        (its standard error) and ``n_test_queries``. With ``per_query=True``, a tuple of it and a
+        (its standard error) and ``n_test_queries`` (and ``ranked``). With ``per_query=True``, a tuple of it and a
         frame with columns ``method``, ``lam``, ``budget``, ``k``, ``query``, ``recall``.
     """
     options = SearchOptions(device=search_device(device, "axn_lambda_sweep"))
@@ -88,7 +92,7 @@ def axn_lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lam
                 r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
                 recall, se = mean_se(r)
                 rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k), "recall": recall,
-                             "recall_se": se, "n_test_queries": int(r.size)})
+                             "recall_se": se, "n_test_queries": int(r.size)} | ({"ranked": result.I} if ranked else {}))
                 if per_query:
                     per_rows.append(pd.DataFrame({"method": method, "lam": float(lam), "budget": int(budget),
                                                   "k": int(k), "query": qids.astype(np.int64), "recall": r}))
@@ -139,6 +143,10 @@ AXN_PAIRS: tuple[tuple[str, str], ...] = (
     ("AXN DE, MF-IND, tuned λ", "ADACUR TopK No-Split"),        # AXN MF-IND vs ADACUR TopK No-Split
     ("AXN DE, MF-IND, tuned λ", "AXN DE, tuned λ"),             # does fitting V to the CE help?
 )
+#: The label measures on which the pairs of :data:`AXN_PAIRS` are also compared (a family of their own): Success@1,
+#: entity linking's accuracy (the AXN paper's downstream metric on ZESHEL, Fig. 3 and 7), and nDCG@10 (its metric on
+#: BEIR).
+AXN_LABEL_MEASURES: tuple[str, ...] = ("Success@1", "nDCG@10")
 #: Pairs of :data:`AXN_PAIRS` that are sanity checks, not claims: λ = 0 is one end of the grid that the tuned λ was
 #: chosen from on dev, so tuned AXN is expected to be at least as good; the comparison checks the protocol, and its
 #: size says how far the regression of Eq. 4 alone is from usable. It stays in the declared family.
@@ -154,7 +162,8 @@ def _per_query_recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, bud
 def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray, *, seeds: Sequence[int],
                       lambdas: Sequence[float], budgets: Sequence[int], k_values: Sequence[int] = (1, 10, 100),
                       n_rounds: int = 5, mf_items_per_query: int = 100, mf_epochs: int = 0, mf_lr: float = 0.005,
-                      progress: bool = True, device: str | torch.device = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
+                      progress: bool = True, device: str | torch.device = "auto", de_scores: np.ndarray | None = None,
+                      labels=None, measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, ...]:
     """Notebook 04's protocol: every split × seed is one run; λ is chosen on dev rows, reported on test rows.
 
     Per split (:class:`xenbench.methods.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
@@ -192,6 +201,15 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
         (:class:`xenbench.methods.mf.MatrixFactorization`); 0 epochs: no MF-IND.
     device : str or torch.device, default "auto"
         Torch device of every AXN and ADACUR search and of MF-IND's training: CUDA when available, else CPU.
+    de_scores : ndarray of shape (n_queries, n_items), optional
+        The ranking AXN DE's first round and DE re-rank start from (default the DE's, U · Vᵀ): another first stage's
+        scores (:func:`xenbench.studies.setup.first_stage_matrix`). u_param stays the DE's.
+    labels : sparse matrix of shape (n_queries, n_items), optional
+        Relevance grades of every row on the items (:meth:`xenbench.studies.setup.Setup.grades`): every run also
+        scores each method's ranked lists against them, λ chosen on the dev rows by nDCG@10
+        (:func:`xenbench.studies.labels.choose_by_labels`).
+    measures : sequence of str
+        The label measures (ir-measures names), with ``labels``.
 
     Returns
     -------
@@ -202,6 +220,9 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     dev : DataFrame
         The dev λ sweeps, one per split and method (and per seed for MF-IND): :func:`axn_lambda_sweep` frames with
         ``split`` and ``seed`` columns.
+    label_runs : DataFrame
+        With ``labels`` only: one row per (split, seed, method, budget, measure) with the columns of
+        :data:`xenbench.studies.labels.LABEL_COLUMNS` (``setting`` = the λ chosen by nDCG@10; NaN for the baselines).
     """
     from tqdm.auto import tqdm
 
@@ -220,9 +241,14 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     options = SearchOptions(device=device)
     M = np.asarray(M)
     de = U @ V.T
-    de_order = np.argsort(-de, axis=1, kind="stable")
+    if de_scores is not None and np.shape(de_scores) != M.shape:
+        raise ParameterError("de_scores", f"scores of every query row, shape {M.shape}", np.shape(de_scores), owner)
+    if labels is not None and np.shape(labels) != M.shape:
+        raise ParameterError("labels", f"grades of every query row on the items, shape {M.shape}", np.shape(labels),
+                             owner)
+    de_order = np.argsort(-(de if de_scores is None else np.asarray(de_scores)), axis=1, kind="stable")
     k_values = [int(k) for k in k_values]
-    runs, dev_frames = [], []
+    runs, dev_frames, label_rows = [], [], []
     n_steps = len(splits) * (len(seeds) * (2 if mf_epochs else 1) + 2)
     bar = tqdm(total=n_steps, desc="04 protocol (split × method × seed)", disable=not progress)
 
@@ -233,38 +259,67 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                          "k": int(k), "lam": float(lam), "recall": recall, "recall_se": se,
                          "n_test_queries": int(r.size), "rows": test, "per_query": r})
 
+    def add_labels(split, seed, method, budget, settings, dev_lists, test_lists, dev_rows):
+        """The label records of one (run, method, budget): the setting chosen on dev by nDCG@10."""
+        for rec in choose_by_labels(settings, dev_lists, test_lists, dev_rows=dev_rows, test_rows=split.test,
+                                    grades=labels, measures=measures):
+            label_rows.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
+                               **rec})
+
     for split in splits:
         anchor, dev, test = split.anchor, split.dev, split.test
         M_test = M[test]
         u_de = prior_scale(M[anchor], de[anchor]) * U
 
         def tune(name, V_m, u_m, cand, seed):
-            """λ per (budget, k) with the best recall on the split's dev rows (run seed of ``seed``)."""
+            """λ per (budget, k) with the best recall on the split's dev rows (run seed of ``seed``), and each
+            (budget, λ)'s dev lists (with labels)."""
             sweep = axn_lambda_sweep(M[dev], V_m, u_m[dev], lambdas, budgets, k_values, n_rounds=n_rounds,
                                      candidates=None if cand is None else cand[dev], method=name,
-                                     seed=run_seed(int(split.seed), seed), query_ids=dev, device=device)
+                                     seed=run_seed(int(split.seed), seed), query_ids=dev, device=device,
+                                     ranked=labels is not None)
+            lists = {}
+            if labels is not None:
+                lists = {(int(b), float(lam)): r for b, lam, r in zip(sweep["budget"], sweep["lam"], sweep["ranked"])}
+                sweep = sweep.drop(columns="ranked")
             dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
-            return choose_on_dev(sweep, ["budget", "k"], "lam")
+            return choose_on_dev(sweep, ["budget", "k"], "lam"), lists
 
-        def report(name, V_m, u_m, cand, seed, chosen):
-            """The run's test rows at the chosen λ per (budget, k), and at λ = 0."""
+        def report(name, V_m, u_m, cand, seed, tuned):
+            """The run's test rows at the chosen λ per (budget, k), and at λ = 0; with labels, every measure at the λ
+            chosen on dev by nDCG@10 (AXN's random first round: chosen on the first seed's dev lists, as λ)."""
+            chosen, dev_lists = tuned
+
+            def run_at(budget, lam):
+                axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=run_seed(int(split.seed), seed),
+                          options=options).fit(V_m)
+                return axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
+                               candidates=None if cand is None else cand[test], query_ids=test)
+
             for budget in budgets:
                 at_b = chosen[chosen["budget"] == budget]
+                test_lists = {}
                 for lam in sorted(set(at_b["lam"]) | {0.0}):
-                    axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=run_seed(int(split.seed), seed),
-                              options=options).fit(V_m)
-                    res = axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
-                                  candidates=None if cand is None else cand[test], query_ids=test)
+                    res = run_at(budget, lam)
+                    test_lists[lam] = res.I
                     rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
-                    tuned = set(at_b.loc[at_b["lam"] == lam, "k"])
-                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned})
+                    tuned_k = set(at_b.loc[at_b["lam"] == lam, "k"])
+                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned_k})
                     if lam == 0.0:
                         add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
+                if labels is not None and dev_lists:
+                    grid = [float(lam) for lam in lambdas if (int(budget), float(lam)) in dev_lists]
+                    add_labels(split, seed, f"{name}, tuned λ", budget, grid, [dev_lists[budget, lam] for lam in grid],
+                               [test_lists[lam] if lam in test_lists else (lambda b=budget, x=lam: run_at(b, x).I)
+                                for lam in grid], dev)
+                    if (int(budget), 0.0) in dev_lists:
+                        add_labels(split, seed, f"{name}, λ = 0", budget, [0.0], [dev_lists[budget, 0.0]],
+                                   [test_lists[0.0]], dev)
             bar.update(1)
 
-        chosen = tune("AXN", V, u_de, None, seeds[0])  # random first round: chosen once per split, on seed 0's draws
+        axn_tuned = tune("AXN", V, u_de, None, seeds[0])  # random first round: chosen once per split, on seed 0's draws
         for seed in seeds:
-            report("AXN", V, u_de, None, seed, chosen)
+            report("AXN", V, u_de, None, seed, axn_tuned)
         report("AXN DE", V, u_de, de_order, seeds[0], tune("AXN DE", V, u_de, de_order, seeds[0]))  # deterministic
         if mf_epochs:
             for seed in seeds:  # MF-IND is trained per run: G's items, initialization and pair order follow its seed
@@ -274,6 +329,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                                          device=device).fit(U[anchor], V, rows_g, cols_g, M[anchor][rows_g, cols_g])
                 V_mf, u_mf = mf.item_embeddings_, mf.transform_queries(U)
                 report("AXN DE, MF-IND", V_mf, u_mf, de_order, seed, tune("AXN DE, MF-IND", V_mf, u_mf, de_order, seed))
+        no_dev = np.empty(0, np.int64)
         for seed in seeds:
             for budget in budgets:
                 ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler=TopK(),
@@ -281,14 +337,21 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                 res = ada.fit(M[anchor]).run(M_test, query_ids=test)
                 add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
                     _per_query_recalls(M_test, res.I, res.calls, budget, k_values))
+                if labels is not None:
+                    add_labels(split, seed, "ADACUR TopK No-Split", budget, [np.nan], [res.I[:0]], [res.I], no_dev)
         for budget in budgets:
             counter = BudgetCounter(M_test, budget)
             _, I = rerank_baseline(counter, de_order[test], budget)
             add(split, seeds[0], "DE re-rank", budget, np.nan, test,
                 _per_query_recalls(M_test, I, counter.calls, budget, k_values))
+            if labels is not None:
+                add_labels(split, seeds[0], "DE re-rank", budget, [np.nan], [I[:0]], [I], no_dev)
         bar.update(1)
     bar.close()
-    return pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)
+    out = pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)
+    if labels is None:
+        return out
+    return (*out, pd.DataFrame(label_rows, columns=["split", "seed", "method", "budget", *LABEL_COLUMNS]))
 
 
 def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -306,8 +369,11 @@ def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.Dat
 
 
 def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] = AXN_PAIRS, *,
-                           confidence: float = 0.95) -> pd.DataFrame:
+                           confidence: float = 0.95, cell: str = "k") -> pd.DataFrame:
     """The pre-declared ``pairs`` (challenger a, baseline b) per (budget, k), under the one verdict rule.
+
+    ``cell="measure"`` compares label records instead (:func:`axn_protocol_runs` with ``labels``: per (budget,
+    measure), the per-query values of one label measure); the family is then those cells.
 
     Per cell, :func:`xenbench.methods.protocol.compare_runs` over the runs (a deterministic method's one run per
     split pairs with every run of the other): the per-query paired test on each query's difference averaged
@@ -321,12 +387,12 @@ def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] 
 
     out = []
     for a, b in pairs:
-        for (budget, k), g in runs[runs["method"].isin([a, b])].groupby(["budget", "k"], sort=True):
+        for (budget, key), g in runs[runs["method"].isin([a, b])].groupby(["budget", cell], sort=True):
             ga, gb = g[g["method"] == a], g[g["method"] == b]
             if ga.empty or gb.empty:
                 continue
             c = compare_runs(ga, gb, split="split", seed="seed", confidence=confidence)
-            out.append({"challenger": a, "baseline": b, "budget": int(budget), "k": int(k),
+            out.append({"challenger": a, "baseline": b, "budget": int(budget), cell: key if cell != "k" else int(key),
                         "sanity_check": (a, b) in SANITY_CHECKS, **c})
     if not out:
         return pd.DataFrame(out)

@@ -52,7 +52,7 @@ import torch
 
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
-from xenbench.metrics import BudgetCounter, topk_indices
+from xenbench.metrics import LABEL_MEASURES, BudgetCounter, topk_indices
 from xenbench.studies.adacur import (
     COMPARABLE,
     SPLIT_FRACTIONS,
@@ -62,11 +62,12 @@ from xenbench.studies.adacur import (
     chosen_on_dev,
 )
 from xenbench.studies.axn import axn_protocol_runs
+from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 from xenbench.studies.setup import Setup
 
 __all__ = ["CE_STAGE", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair",
-           "compare_protocol_runs", "compare_summary", "first_stage_scores", "pareto_front", "pq_codes",
-           "query_embedding_seconds", "search_seconds"]
+           "compare_protocol_runs", "compare_summary", "first_stage_scores", "named_first_stages", "pareto_front",
+           "pq_codes", "query_embedding_seconds", "search_seconds"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,8 @@ def pq_codes(V: np.ndarray, n_bytes: int, *, seed: int = 0) -> tuple[Any, dict[s
 
 def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *, depth: int,
                        pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32,
-                       pq: Any = None) -> tuple[dict[str, dict[float, np.ndarray]], dict[str, float]]:
+                       pq: Any = None, named: Mapping[str, tuple[np.ndarray, float]] | None = None
+                       ) -> tuple[dict[str, dict[float, np.ndarray]], dict[str, float]]:
     """The first stages' scores of **every** query row on the items, for one split, and their search seconds.
 
     Parameters
@@ -175,6 +177,9 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
         k of PEFA-XL's NN(q̂, Q; k) (capped at the number of training queries).
     pq : faiss.Index, optional
         :func:`pq_codes` of V: its first stage is a search of the codes (asymmetric inner products).
+    named : mapping, optional
+        :func:`named_first_stages`: label -> (scores of every query, seconds per query), added as they are (no
+        setting; the same for every split).
 
     Returns
     -------
@@ -211,6 +216,8 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
         D, I = pq.search(Uf, depth)
         seconds["PQ"] = (time.perf_counter() - t0) / len(U)
         scores["PQ"] = {float("nan"): _dense(D.astype(np.float64), I.astype(np.int64), V.shape[0])}
+    for name, (sc, spent_s) in (named or {}).items():
+        scores[name], seconds[name] = {float("nan"): sc}, spent_s
     return scores, seconds
 
 
@@ -239,35 +246,87 @@ def ce_seconds_per_pair(model: Any, setup: Setup, *, n_pairs: int = 512, device:
 # the runs
 # ==============================================================================================
 def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], label: str, budgets: Sequence[int],
-                 k_values: Sequence[int]) -> pd.DataFrame:
+                 k_values: Sequence[int], labels: Any = None,
+                 measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.baselines.rerank_baseline`, the DE
     re-rank of 03 on other scores) on the split's dev and test rows; its setting (PEFA's λ) is chosen per
-    (budget, k) on the dev rows (:func:`xenbench.methods.protocol.choose_on_dev`), the test rows are read at it."""
+    (budget, k) on the dev rows (:func:`xenbench.methods.protocol.choose_on_dev`), the test rows are read at it.
+    With ``labels``, also the label records per budget (setting chosen on dev by nDCG@10,
+    :func:`xenbench.studies.labels.choose_by_labels`)."""
     from xenbench.methods.baselines import rerank_baseline
     from xenbench.methods.protocol import at_chosen, choose_on_dev
     from xenbench.metrics import mean_se, recall_under_budget
 
     rows_of = {"dev": np.asarray(split.dev), "test": np.asarray(split.test)}
-    out = []
+    out, lists = [], {}
     for lam, sc in scores.items():
         for part, rows in rows_of.items():
             order = topk_indices(sc[rows], max(budgets))
             for budget in budgets:
                 counter = BudgetCounter(M[rows], budget)
                 _, I = rerank_baseline(counter, order, budget)
+                lists[lam, part, budget] = I
                 for k in (k for k in k_values if k <= budget):
                     r = recall_under_budget(M[rows], I, k, calls=counter.calls, budget=budget, per_query=True)
                     out.append({"split_seed": int(split.seed), "anchor_seed": 0, "part": part, "method": label,
                                 "budget": int(budget), "k": int(k), "recall": float(r.mean()),
                                 "recall_se": mean_se(r)[1], "setting": lam, "rows": rows, "per_query": r})
+    label_rows = []
+    if labels is not None:
+        settings = list(scores)
+        for budget in budgets:
+            for rec in choose_by_labels(settings, [lists[s, "dev", budget] for s in settings],
+                                        [lists[s, "test", budget] for s in settings], dev_rows=rows_of["dev"],
+                                        test_rows=rows_of["test"], grades=labels, measures=measures):
+                label_rows.append({"split_seed": int(split.seed), "anchor_seed": 0, "method": label,
+                                   "budget": int(budget), **rec})
     runs = pd.DataFrame(out)
     by = _RUN + _GROUP
     dev, test = runs[runs["part"] == "dev"], runs[runs["part"] == "test"]
     if runs["setting"].isna().all():  # nothing to choose
-        return test.merge(dev[by + ["recall"]].rename(columns={"recall": "dev_recall"}), on=by, how="left")
+        return test.merge(dev[by + ["recall"]].rename(columns={"recall": "dev_recall"}), on=by, how="left"), label_rows
     chosen = choose_on_dev(dev, by=by, setting="setting")
     test = at_chosen(test, chosen, by=by, setting="setting")
-    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["setting"], how="left")
+    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["setting"], how="left"), label_rows
+
+
+def named_first_stages(setup: Setup, first_stages: Sequence[str], *, depth: int,
+                       device: str | torch.device = "auto") -> dict[str, tuple[np.ndarray, float]]:
+    """First stages named by :func:`xenbench.models.retrievers.make_retriever` specs (``"tfidf"``, ``"bm25"``,
+    ``"run:<path>"``; ``"de"``, always compared, is skipped), for the first-stage axis of notebook 07.
+
+    Returns
+    -------
+    dict
+        Label (``"TF-IDF"``, ``"BM25"``, ``"run <name>"``) -> (scores of every query row on the kept items, shape
+        (n_queries, n_items), and the measured search seconds per query: scoring every item and its top ``depth``,
+        batched over all queries; 0 for a run file, whose search was done elsewhere).
+    """
+    from xenbench.models.retrievers import first_stage_label, make_retriever, run_path
+
+    items = [setup.dataset.items[i] for i in setup.items]
+    queries = list(setup.dataset.queries)
+    out = {}
+    for spec in first_stages:
+        if spec == "de":
+            continue
+        retriever = make_retriever(spec, device=device, owner="named_first_stages").fit(items)
+        t0 = time.perf_counter()
+        scores = np.asarray(retriever.scores(queries), dtype=np.float64)
+        topk_indices(scores, min(depth, scores.shape[1]))
+        seconds = 0.0 if run_path(spec) is not None else (time.perf_counter() - t0) / len(queries)
+        out[first_stage_label(spec)] = (scores, seconds)
+    return out
+
+
+def _rerank_label(name: str) -> str:
+    """The method that re-ranks first stage ``name``: ``"PEFA-XS re-rank"``, ``"BM25 re-rank"``, ..."""
+    return FIRST_STAGE_RERANK.get(name, f"{name} re-rank")
+
+
+def _is_deterministic(methods: pd.Series) -> pd.Series:
+    """Methods without anchor-seed randomness: the DE-started ones and every first stage's re-rank."""
+    return methods.isin(list(_DETERMINISTIC)) | methods.str.endswith(" re-rank")
 
 
 def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
@@ -275,7 +334,8 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                           axn_lambdas: Sequence[float] = (0.0, 0.4, 0.8, 0.9, 1.0), mf_items_per_query: int = 100,
                           mf_epochs: int = 3, mf_lr: float = 0.005, pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75),
                           pefa_neighbors: int = 32, pq_bytes: int | None = 12, device: str | torch.device = "auto",
-                          progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
+                          progress: bool = True, first_stages: Sequence[str] = (), labels: Any = None,
+                          measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-query test recall of every method at its dev-chosen setting, per run (query split × anchor seed).
 
     Parameters
@@ -298,6 +358,15 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
         PEFA's λ grid (chosen on dev by the re-ranking's Top-k-Recall) and k of PEFA-XL.
     pq_bytes : int, optional
         Bytes per item of the compressed first stage (:func:`pq_codes`); None: none.
+    first_stages : sequence of str
+        More first stages on the first-stage axis (:func:`named_first_stages`: ``"tfidf"``, ``"bm25"``,
+        ``"run:<path>"``), each re-ranked by the CE (``"BM25 re-rank"``, ...).
+    labels : sparse matrix of shape (n_queries, n_items), optional
+        Relevance grades of every row on the kept items (:meth:`xenbench.studies.setup.Setup.grades`): every method's
+        ranked lists are also scored against them (the second currency: settings chosen on dev by nDCG@10,
+        :mod:`xenbench.studies.labels`), in ``info["label_runs"]``.
+    measures : sequence of str
+        The label measures, with ``labels``.
 
     Returns
     -------
@@ -308,7 +377,8 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
         ``per_query`` (arrays, for paired tests).
     info : dict
         What was run: ``first_stages`` (names), ``pq`` (its description) and ``first_stage_seconds`` (per query, of
-        the first split).
+        the first split); with ``labels``, ``label_runs``: one row per (split_seed, anchor_seed, method, budget,
+        measure) with the columns of :data:`xenbench.studies.labels.LABEL_COLUMNS`.
     """
     from tqdm.auto import tqdm
 
@@ -320,15 +390,25 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
     bar = tqdm(total=3 + len(splits), desc="07 protocol (stage × split)", disable=not progress)
     # a method without anchor-seed randomness runs with the first anchor seed only: one run per split
     seed_free = [key for key in CE_STAGE if COMPARABLE[key].label in _DETERMINISTIC]
-    ce_stage = chosen_on_dev(pd.concat([adacur_protocol_runs(
-        M, splits, run_seeds, budgets, methods=keys, k_values=k_values, de_scores=de, n_rounds=n_rounds,
-        device=device) for keys, run_seeds in (([k for k in CE_STAGE if k not in seed_free], seeds),
-                                               (seed_free, seeds[:1]))], ignore_index=True)
-                                           ).rename(columns={"n_anchor_items": "setting"})
+    label_parts = []
+    ce_runs = []
+    for keys, run_seeds in (([k for k in CE_STAGE if k not in seed_free], seeds), (seed_free, seeds[:1])):
+        part = adacur_protocol_runs(M, splits, run_seeds, budgets, methods=keys, k_values=k_values, de_scores=de,
+                                    n_rounds=n_rounds, device=device, labels=labels, measures=measures)
+        if labels is not None:
+            part, label_part = part
+            label_parts.append(label_part)
+        ce_runs.append(part)
+    ce_stage = chosen_on_dev(pd.concat(ce_runs, ignore_index=True)).rename(columns={"n_anchor_items": "setting"})
     bar.update(1)
-    axn_runs, axn_dev = axn_protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets,
-                                          k_values=k_values, n_rounds=n_rounds, mf_items_per_query=mf_items_per_query,
-                                          mf_epochs=mf_epochs, mf_lr=mf_lr, progress=False, device=device)
+    axn = axn_protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets, k_values=k_values,
+                            n_rounds=n_rounds, mf_items_per_query=mf_items_per_query, mf_epochs=mf_epochs, mf_lr=mf_lr,
+                            progress=False, device=device, labels=labels, measures=measures)
+    axn_runs, axn_dev = axn[:2]
+    if labels is not None:
+        axn_labels = axn[2][axn[2]["method"].isin(list(_AXN))]
+        label_parts.append(axn_labels.rename(columns={"split": "split_seed", "seed": "anchor_seed"})
+                           .assign(method=lambda d: d["method"].map(_AXN)))
     axn_runs = axn_runs[axn_runs["method"].isin(list(_AXN))]
     dev_best = (axn_dev.groupby(["split", "method", "budget", "k"])["recall"].max().rename("dev_recall")
                 .reset_index().assign(method=lambda d: d["method"] + ", tuned λ"))
@@ -337,22 +417,34 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                 .assign(method=lambda d: d["method"].map(_AXN)))
     bar.update(1)
     pq, pq_info = (None, None) if pq_bytes is None else pq_codes(V, int(pq_bytes), seed=int(splits[0].seed))
+    named = named_first_stages(setup, first_stages, depth=depth, device=device)
     bar.update(1)
     first, seconds = [], None
     for sp in splits:
         scores, spent = first_stage_scores(setup, sp, V, U, depth=depth, pefa_lambdas=pefa_lambdas,
-                                           pefa_neighbors=pefa_neighbors, pq=pq)
+                                           pefa_neighbors=pefa_neighbors, pq=pq, named=named)
         seconds = seconds or spent
         for name, sc in scores.items():
-            first.append(_rerank_runs(M, sp, sc, FIRST_STAGE_RERANK[name], budgets, k_values))
+            runs_fs, label_fs = _rerank_runs(M, sp, sc, _rerank_label(name), budgets, k_values, labels, measures)
+            first.append(runs_fs)
+            if label_fs:
+                label_parts.append(pd.DataFrame(label_fs))
         bar.update(1)
     bar.close()
     frames = [ce_stage] + [f.assign(anchor_seed=seeds[0]) for f in (*first, axn_runs)]
     columns = _RUN + _GROUP + ["recall", "recall_se", "dev_recall", "setting", "rows", "per_query"]
     runs = pd.concat([f[columns] for f in frames], ignore_index=True)
     runs["setting"] = runs["setting"].astype(float)
-    info = {"first_stages": sorted({m for m in runs["method"] if m in FIRST_STAGE_RERANK.values()}),
+    reranks = {_rerank_label(name) for name in seconds or {}} - {"DE re-rank"}
+    info = {"first_stages": sorted({m for m in runs["method"] if m in reranks}),
             "pq": pq_info, "first_stage_seconds": seconds}
+    if labels is not None:
+        label_columns = [*_RUN, "method", "budget", *LABEL_COLUMNS]
+        label_runs = pd.concat([f[label_columns] for f in label_parts if not f.empty], ignore_index=True)
+        # every seed-free method's one run per split under the first anchor seed, as its recall runs
+        label_runs.loc[_is_deterministic(label_runs["method"]), "anchor_seed"] = seeds[0]
+        label_runs["setting"] = label_runs["setting"].astype(float)
+        info["label_runs"] = label_runs
     return runs, info
 
 
@@ -368,7 +460,8 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
     M and their share is negligible): its time divided by the number of queries, averaged over its k_i grid (ANNCUR).
     AXN is timed at λ = ``lam`` on the DE's embeddings; MF-IND's AXN is charged the same (its query MLP costs
     microseconds). A method that reads the DE adds ``embed_seconds`` (embedding the query) and the DE's exact search
-    (``first_stage_seconds["DE"]``); a first-stage re-ranking adds that first stage's search instead.
+    (``first_stage_seconds["DE"]``); a first-stage re-ranking adds that first stage's search instead (and the query
+    embedding when it reads the DE: PEFA, PQ codes).
 
     Returns
     -------
@@ -413,10 +506,11 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
         t0 = time.perf_counter()
         rerank_baseline(BudgetCounter(M_test, budget), order, budget)
         rerank_s = (time.perf_counter() - t0) / test.size
-        for name, label in FIRST_STAGE_RERANK.items():
-            if name in first_stage_seconds:
-                out.append({"method": label, "budget": budget,
-                            "search_s": embed_seconds + first_stage_seconds[name] + rerank_s})
+        for name, spent in first_stage_seconds.items():
+            label = _rerank_label(name)
+            if name != "DE":  # a first stage that reads the DE (PEFA, PQ codes) pays its query embedding
+                pays = embed_seconds if STAGES.get(label, {}).get("uses_de", False) else 0.0
+                out.append({"method": label, "budget": budget, "search_s": pays + spent + rerank_s})
     return pd.DataFrame(out, columns=["method", "budget", "search_s"])
 
 
@@ -424,37 +518,47 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
 # summaries
 # ==============================================================================================
 def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *,
-                    confidence: float = 0.95) -> pd.DataFrame:
+                    confidence: float = 0.95, cell: str = "k", value: str = "recall") -> pd.DataFrame:
     """Test recall per (method, budget, k) with its interval across runs, and the two costs.
 
     :func:`xenbench.methods.protocol.summarize` over runs; a deterministic method is summarized over its splits only
     (one run per split). ``calls`` = B_CE; ``search_ms`` from :func:`search_seconds`;
-    ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000.
+    ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000. ``cell="measure", value="value"`` summarizes the
+    label records (``info["label_runs"]`` of :func:`compare_protocol_runs`) the same way: the second currency.
 
     Returns
     -------
     DataFrame
-        Columns ``method``, ``stage``, ``budget``, ``k``, ``mean``, ``lo``, ``hi``, ``n_runs``, ``setting`` (the dev
-        choices, value×runs), ``calls``, ``search_ms``, ``wall_ms``, ``recall`` (= mean) and ``recall_se``.
+        Columns ``method``, ``stage``, ``budget``, ``k`` (``cell``), ``mean``, ``lo``, ``hi``, ``n_runs``,
+        ``setting`` (the dev choices, value×runs), ``calls``, ``search_ms``, ``wall_ms``, ``recall`` (``value``;
+        = mean) and ``recall_se`` (``<value>_se``).
     """
     from xenbench.methods.protocol import summarize
 
     if not (isinstance(ce_seconds, (int, float)) and np.isfinite(ce_seconds) and ce_seconds >= 0):
         raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare_summary")
+    group = ["method", "budget", cell]
     first_seed = runs["anchor_seed"].min()  # a seed-free method counts one run per split, whatever the input repeats
-    distinct = runs[~runs["method"].isin(list(_DETERMINISTIC)) | (runs["anchor_seed"] == first_seed)]
-    out = summarize(distinct, _GROUP, confidence=confidence)
-    settings = distinct.groupby(_GROUP)["setting"].agg(
+    distinct = runs[~_is_deterministic(runs["method"]) | (runs["anchor_seed"] == first_seed)]
+    out = summarize(distinct, group, value=value, se=f"{value}_se", confidence=confidence)
+    settings = distinct.groupby(group)["setting"].agg(
         lambda s: ", ".join(f"{v:g}×{c}" for v, c in s.dropna().value_counts().sort_index().items()))
-    out = out.merge(settings.rename("setting").reset_index(), on=_GROUP, how="left")
+    out = out.merge(settings.rename("setting").reset_index(), on=group, how="left")
     out = out.merge(seconds, on=["method", "budget"], how="left")
-    out.insert(1, "stage", out["method"].map(lambda m: STAGES.get(m, {}).get("stage", "")))
+    out.insert(1, "stage", out["method"].map(_stage))
     out["calls"] = out["budget"].astype(int)
     out["search_ms"] = 1e3 * out.pop("search_s")
     out["wall_ms"] = out["search_ms"] + 1e3 * out["calls"] * float(ce_seconds)
-    out["recall"], out["recall_se"] = out["mean"], out["sd_runs"] / np.sqrt(out["n_runs"])
-    return out[["method", "stage", "budget", "k", "mean", "lo", "hi", "n_runs", "setting", "calls", "search_ms",
-                "wall_ms", "recall", "recall_se"]]
+    out[value], out[f"{value}_se"] = out["mean"], out["sd_runs"] / np.sqrt(out["n_runs"])
+    return out[["method", "stage", "budget", cell, "mean", "lo", "hi", "n_runs", "setting", "calls", "search_ms",
+                "wall_ms", value, f"{value}_se"]]
+
+
+def _stage(method: str) -> str:
+    """Where a method sits in the pipeline (:data:`STAGES`; a named first stage's re-rank: ``first stage: BM25``)."""
+    if method in STAGES:
+        return STAGES[method]["stage"]
+    return f"first stage: {method.removesuffix(' re-rank')}" if method.endswith(" re-rank") else ""
 
 
 def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean", by: Sequence[str] = ("k",), *,
@@ -483,13 +587,16 @@ def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean
     return on
 
 
-def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str = "k",
+                    value: str = "recall") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (budget, k): the method with the best **dev** recall (mean over runs), then paired tests on the **test**
     queries of that method against every other (:func:`xenbench.studies.adacur.adacur_paired_comparisons`: per-query
     paired tests over the pooled test queries, Holm-adjusted over the comparisons of that cell, the run interval).
 
     Choosing the best on dev keeps the test comparisons honest: the best is named before its test numbers are read.
     (A tuned method's dev recall is read at the setting chosen on those dev queries, a small edge when choosing.)
+    ``cell="measure", value="value"`` does the same per (budget, label measure) on the label records (a method's dev
+    value at its setting chosen by nDCG@10).
 
     Returns
     -------
@@ -504,21 +611,21 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95) -> tuple[pd
 
     first_seed = runs["anchor_seed"].min()
     table, comps = [], []
-    for (budget, k), g in runs.groupby(["budget", "k"], sort=True):
-        dev = g.groupby("method")["dev_recall"].mean().sort_index()
+    for (budget, key), g in runs.groupby(["budget", cell], sort=True):
+        dev = g.groupby("method")[f"dev_{value}"].mean().sort_index()
         best = str(dev.idxmax())
         others = [m for m in dev.index if m != best]
-        distinct = g[(g["method"] == best) & (~g["method"].isin(list(_DETERMINISTIC)) | (g["anchor_seed"] == first_seed))]
-        s = summarize(distinct, ["method"], confidence=confidence).iloc[0]
-        row = {"budget": int(budget), "k": int(k), "best": best, "best_dev": float(dev[best]),
+        distinct = g[(g["method"] == best) & (~_is_deterministic(g["method"]) | (g["anchor_seed"] == first_seed))]
+        s = summarize(distinct, ["method"], value=value, se=f"{value}_se", confidence=confidence).iloc[0]
+        row = {"budget": int(budget), cell: int(key) if cell == "k" else key, "best": best, "best_dev": float(dev[best]),
                "best_mean": float(s["mean"]), "best_lo": float(s["lo"]), "best_hi": float(s["hi"]),
                "within_noise": [], "below": [], "above": [], "n_methods": int(len(dev))}
         if others:
-            c = adacur_paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence)
+            c = adacur_paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence, cell=cell)
             comps.append(c)
             for _, r in c.iterrows():
-                key = "below" if r["verdict"] == "beats" else "above" if r["verdict"] in _LOSES else "within_noise"
-                row[key].append(str(r["baseline"]))
+                key_ = "below" if r["verdict"] == "beats" else "above" if r["verdict"] in _LOSES else "within_noise"
+                row[key_].append(str(r["baseline"]))
         table.append(row)
     comparisons = pd.concat(comps, ignore_index=True) if comps else pd.DataFrame()
     return pd.DataFrame(table), comparisons

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,13 @@ import pandas as pd
 from xenbench.errors import ParameterError
 from xenbench.metrics import LABEL_MEASURES, label_metrics, mean_se
 
-__all__ = ["GZIP_LINES", "LABEL_COLUMNS", "QRELS_FILE", "choose_by_labels", "export_runs", "label_summary"]
+__all__ = ["GZIP_LINES", "LABEL_COLUMNS", "choose_by_labels", "export_runs", "label_summary"]
 
 #: Columns of a label record besides the run's and method's keys.
 LABEL_COLUMNS = ["setting", "measure", "value", "value_se", "dev_value", "n_queries", "rows", "per_query",
                  "list_rows", "ranked"]
 #: Run files of more lines than this are gzipped (``.trec.gz``: ir-measures, ranx and pyserini read them as they are).
-GZIP_LINES = 20_000
-#: The qrels file written beside the run files (TREC format).
-QRELS_FILE = "qrels.txt"
+GZIP_LINES = 10_000
 
 
 def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray],
@@ -123,6 +121,7 @@ _PREFIX = {"budget": "B", "split_seed": "split", "anchor_seed": "seed", "split":
 
 def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: Any, items: Sequence[int] | None = None,
                 *, keys: Sequence[str] = ("method", "budget", "split_seed", "anchor_seed"),
+                qrels_by: Sequence[str] = ("split_seed",),
                 relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Write each (run, method, budget)'s test-query lists as a TREC run file, and the qrels that score them.
 
@@ -143,51 +142,68 @@ def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: An
         Columns naming a list set: the file is ``<key values joined by '.'>.trec`` (``budget`` written ``B<n>``,
         seeds ``split<n>``/``seed<n>``; other values with every character but letters, digits and ``.+_-`` as
         ``-``), gzipped as ``.trec.gz`` past :data:`GZIP_LINES` lines; its tag (last column) is the same name.
+    qrels_by : sequence of str
+        The columns of ``keys`` that fix which queries a file lists (the split): the files of one value list the same
+        test queries and share one qrels file, ``qrels.<values>.txt``.
     relative_to : path, optional
         Paths in the returned table are relative to it (the results file's folder); default ``folder``'s parent.
 
     Returns
     -------
     dict
-        ``folder`` (relative), ``qrels`` (the TREC qrels file of every listed query with a relevant kept item: its
-        judgements of the kept items), ``files``: one record per file with the ``keys``, ``setting`` (when
-        ``lists`` has it), ``file`` (relative path), ``n_queries`` and ``depth`` (the longest list).
+        ``folder`` (relative) and ``files``: one record per run file with the ``keys``, ``setting`` (when ``lists``
+        has it), ``file`` (relative path), ``qrels`` (its qrels file: the judgements, on the kept items, of its
+        queries that have a relevant kept item, so that trec_eval, pytrec_eval and ir-measures, which differ on a
+        judged query missing from a run, all score the same queries xenbench scored), ``n_queries`` and ``depth``
+        (the longest list).
+
+    Raises
+    ------
+    ParameterError
+        When ``lists`` lacks a column, or two list sets of one ``qrels_by`` value list different queries.
     """
     from xenbench.data.trec import write_trec_qrels, write_trec_run
 
     folder = Path(folder)
     base = Path(relative_to) if relative_to is not None else folder.parent
-    keys = list(keys)
-    if not isinstance(lists, pd.DataFrame) or not {*keys, "list_rows", "ranked"} <= set(lists.columns):
-        raise ParameterError("lists", f"a DataFrame with columns {[*keys, 'list_rows', 'ranked']}",
+    keys, qrels_by = list(keys), list(qrels_by)
+    needed = [*keys, "list_rows", "ranked"]
+    if not isinstance(lists, pd.DataFrame) or not set(needed) <= set(lists.columns) or not set(qrels_by) <= set(keys):
+        raise ParameterError("lists", f"a DataFrame with columns {needed} (qrels_by among the keys)",
                              sorted(lists.columns) if isinstance(lists, pd.DataFrame) else type(lists).__name__,
                              "export_runs")
     cols = np.arange(len(dataset.items)) if items is None else np.asarray(items)
     item_ids = [dataset.items[int(i)].id for i in cols]
+    kept = set(item_ids)
     folder.mkdir(parents=True, exist_ok=True)
-    files, listed = [], set()
+
+    def name_of(names: Sequence[str], values: Sequence[Any]) -> str:
+        return ".".join(f"{_PREFIX.get(k, '')}{_slug(v)}" for k, v in zip(names, values))
+
+    files, qrels_of = [], {}
     for key, g in lists.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        record = dict(zip(keys, key))
         first = g.iloc[0]
         rows, ranked = np.asarray(first["list_rows"]), np.asarray(first["ranked"])
         run = {dataset.queries[int(r)].id: [item_ids[j] for j in ranked[n] if j >= 0] for n, r in enumerate(rows)}
-        listed.update(run)
-        name = ".".join(f"{_PREFIX.get(k, '')}{_slug(v)}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,)))
+        group = name_of(qrels_by, [record[k] for k in qrels_by])
+        if group not in qrels_of:
+            judged = {q: {i: grade for i, grade in dataset.qrels.get(q, {}).items() if i in kept} for q in run}
+            qrels_path = folder / f"qrels.{group}.txt"
+            qrels = {q: j for q, j in judged.items() if any(grade > 0 for grade in j.values())}
+            if qrels:
+                write_trec_qrels(qrels_path, qrels)
+            qrels_of[group] = (set(run), qrels_path.relative_to(base).as_posix() if qrels else None)
+        elif qrels_of[group][0] != set(run):
+            raise ParameterError("lists", f"the same queries in every list set of {dict(zip(qrels_by, key))}",
+                                 f"{record} lists other queries", "export_runs")
+        name = name_of(keys, key)
         lines = sum(len(v) for v in run.values())
         path = folder / f"{name}.trec{'.gz' if lines > GZIP_LINES else ''}"
         write_trec_run(path, run, tag=name)
-        record = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         if "setting" in g.columns:
             record["setting"] = float(first["setting"])
-        files.append(record | {"file": path.relative_to(base).as_posix(), "n_queries": len(run),
-                               "depth": int(max((len(v) for v in run.values()), default=0))})
-    kept = set(item_ids)
-    qrels = {}
-    for q in dataset.queries:
-        judged = {i: g for i, g in dataset.qrels.get(q.id, {}).items() if i in kept}
-        if q.id in listed and any(g > 0 for g in judged.values()):
-            qrels[q.id] = judged
-    qrels_path = folder / QRELS_FILE
-    if qrels:
-        write_trec_qrels(qrels_path, qrels)
-    return {"folder": folder.relative_to(base).as_posix(),
-            "qrels": qrels_path.relative_to(base).as_posix() if qrels else None, "files": files}
+        files.append(record | {"file": path.relative_to(base).as_posix(), "qrels": qrels_of[group][1],
+                               "n_queries": len(run), "depth": int(max((len(v) for v in run.values()), default=0))})
+    return {"folder": folder.relative_to(base).as_posix(), "files": files}

@@ -196,7 +196,7 @@ def adacur_protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.
 
 
 def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tuple[str, str]] = ADACUR_PAIRS, *,
-                              alpha: float = ALPHA, confidence: float = 0.95) -> pd.DataFrame:
+                              alpha: float = ALPHA, confidence: float = 0.95, cell: str = "k") -> pd.DataFrame:
     """Pre-declared paired comparisons on the test rows, at the dev-chosen settings, with the one verdict rule.
 
     For each pair (challenger, baseline) and (budget, k), :func:`xenbench.methods.protocol.compare_runs` over the
@@ -211,6 +211,8 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
     Every (pair, budget, k) cell was declared in advance, so the table is the family:
     :func:`xenbench.methods.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` (Holm over its rows) and
     ``verdict`` (``"beats"``, ``"level"``, ``"loses"``: :func:`xenbench.methods.protocol.verdict`).
+
+    ``cell`` names the column that, with ``budget``, makes a cell (``"k"``; ``"measure"`` for label records).
     """
     out = []
     for challenger, baseline in pairs:
@@ -218,17 +220,18 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
         b = test_at_chosen[test_at_chosen["method"] == baseline]
         if a.empty or b.empty:
             continue
-        for (budget, k), ga in a.groupby(["budget", "k"]):
-            gb = b[(b["budget"] == budget) & (b["k"] == k)]
+        for (budget, key), ga in a.groupby(["budget", cell]):
+            gb = b[(b["budget"] == budget) & (b[cell] == key)]
             if gb.empty:
                 continue
             c = compare_runs(ga, gb, split="split_seed", seed="anchor_seed", confidence=confidence)
-            out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget), "k": int(k),
+            out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget),
+                        cell: int(key) if cell == "k" else key,
                         "mean": c["mean"], "lo": c["lo"], "hi": c["hi"], "p": c["p"], "p_wilcoxon": c["p_wilcoxon"],
                         "n_queries": c["n"], "n_better": c["n_a_better"], "n_worse": c["n_b_better"],
                         "run_mean": c["run_mean"], "run_lo": c["run_lo"], "run_hi": c["run_hi"],
                         "n_runs": c["n_runs"]})
-    df = pd.DataFrame(out, columns=["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon",
+    df = pd.DataFrame(out, columns=["challenger", "baseline", "budget", cell, "mean", "lo", "hi", "p", "p_wilcoxon",
                                     "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs"])
     return decide(df, alpha=alpha)
 

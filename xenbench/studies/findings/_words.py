@@ -28,3 +28,31 @@ def verdict_rule(n_cells: int, family: str, alpha: float, randomness: str) -> st
             f"independent runs of the mean difference lies above (below) 0; elsewhere the two are *level* (no "
             f"difference established). The paired p-values cover the test queries only; {randomness} is in the "
             f"interval across runs, not in the p-values.")
+
+
+def label_summary_lines(summary, how: str, measures: tuple[str, ...] = ("nDCG@10", "Success@1")) -> list[str]:
+    """One line per budget of a label summary (:func:`xenbench.studies.labels.label_summary` or 07's
+    ``compare_summary(..., cell="measure")``): each method's mean test value of ``measures``, best nDCG@10 first, with
+    the 95% interval across runs of the first measure. ``how`` says how the settings were chosen. MRR is written as
+    such (ir-measures calls it ``RR@k``)."""
+    import pandas as pd
+
+    summary = pd.DataFrame(summary)
+    if summary.empty or "measure" not in summary:
+        return []
+    out = []
+    first = measures[0]
+    for budget, g in summary.groupby("budget", sort=True):
+        wide = g.pivot_table(index="method", columns="measure", values="mean")
+        if first not in wide:
+            continue
+        lo = g[g["measure"] == first].set_index("method")["lo"]
+        hi = g[g["measure"] == first].set_index("method")["hi"]
+        cells = []
+        for method, row in wide.sort_values(first, ascending=False).iterrows():
+            interval = f" [{lo[method]:.3f}, {hi[method]:.3f}]" if math.isfinite(lo.get(method, math.nan)) else ""
+            rest = ", ".join(f"{m.replace('RR@', 'MRR@')} {row[m]:.3f}" for m in measures[1:] if m in row)
+            cells.append(f"{method} {first} {row[first]:.3f}{interval}" + (f", {rest}" if rest else ""))
+        out.append(f"Against the labels at B_CE = {int(budget)} ({how}; means over runs, 95% interval across runs): "
+                   + "; ".join(cells) + ".")
+    return out

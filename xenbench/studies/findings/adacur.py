@@ -10,7 +10,9 @@ Every statement is computed from the notebook's saved results:
   Holm-adjusted over every declared cell, < α, and the interval across independent runs, recomputed from the
   per-run recalls with a deterministic method counted once per split, excludes 0), else they are "level";
 * ``summary``: test recall per (method, budget, k), mean over runs with its interval across runs;
-* ``seed_spread``: the range of a method's test recall over anchor seeds within one split.
+* ``seed_spread``: the range of a method's test recall over anchor seeds within one split;
+* ``label_summary`` (results saved since 03 scored ranked lists against the labels): nDCG@10 and Success@1 per method
+  and budget, mean over runs with its interval across runs.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from xenbench.errors import ParameterError
 from xenbench.methods.protocol import ALPHA, decide, run_interval
 from xenbench.studies.adacur import COMPARABLE
 from xenbench.studies.findings import register
-from xenbench.studies.findings._words import verdict_rule
+from xenbench.studies.findings._words import label_summary_lines, verdict_rule
 
 
 def _frame(results: Mapping[str, Any], key: str, columns: list[str]) -> pd.DataFrame:
@@ -129,4 +131,8 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     for r in ann.itertuples():
         lines.append(f"ANNCUR (dev-chosen k_i) Top-{int(r.k)}-Recall at B_CE = {int(r.budget)}: {r.mean:.3f} "
                      f"(95% interval across {int(r.n_runs)} runs {r.lo:.3f} to {r.hi:.3f}).")
+    # results saved before 03 scored the ranked lists against the labels have no label_summary: no line
+    first = proto.get("first_stage", "de")
+    lines += label_summary_lines(results.get("label_summary") or [], "k_i chosen on dev by "
+                                 f"{proto.get('label_choice', 'nDCG@10')}; the DE methods start from {first}")
     return lines

@@ -17,7 +17,7 @@ import pandas as pd
 from xenbench.studies.axn import SANITY_CHECKS
 from xenbench.methods.protocol import ALPHA, decide, run_interval
 from xenbench.studies.findings import register
-from xenbench.studies.findings._words import points, verdict_rule
+from xenbench.studies.findings._words import label_summary_lines, points, verdict_rule
 
 #: MF-IND's training budget in the AXN paper (§A.2.2, Table 2): 20 epochs on G with k_d = 100 items per training
 #: query (10 epochs only with k_d = 1000 on 10K–50K queries), AdamW lr 0.005 (SciDocs) or 0.001 (Hotpot-QA).
@@ -32,11 +32,12 @@ def _names(methods: list[str]) -> str:
 
 
 def _cell(row: pd.Series) -> str:
-    return (f"B_CE = {int(row['budget'])}, k = {int(row['k'])}: {points(row['mean'])} points "
+    where = f"k = {int(row['k'])}" if "k" in row else str(row["measure"])
+    return (f"B_CE = {int(row['budget'])}, {where}: {points(row['mean'])} points "
             f"[{points(row['lo'])}, {points(row['hi'])}], across runs [{points(row['run_lo'])}, {points(row['run_hi'])}]")
 
 
-def _comparison_line(a: str, b: str, g: pd.DataFrame) -> str:
+def _comparison_line(a: str, b: str, g: pd.DataFrame, cells: str = "(budget, k)") -> str:
     n = len(g)
     counts = {w: int((g["verdict"] == w).sum()) for w in ("beats", "loses", "level")}
     label = "sanity check, not a claim: " if (a, b) in SANITY_CHECKS else ""
@@ -44,10 +45,10 @@ def _comparison_line(a: str, b: str, g: pd.DataFrame) -> str:
             f"runs): ")
     whole = [w for w, c in counts.items() if c == n]
     if whole:
-        head += f"{a} {_WORDS[whole[0]]} {b} in all {n} (budget, k) cells"
+        head += f"{a} {_WORDS[whole[0]]} {b} in all {n} {cells} cells"
     else:
         head += (f"{a} beats {b} in {counts['beats']}, loses to it in {counts['loses']} and is level with it in "
-                 f"{counts['level']} of {n} (budget, k) cells")
+                 f"{counts['level']} of {n} {cells} cells")
     best, worst = g.loc[g["mean"].idxmax()], g.loc[g["mean"].idxmin()]
     head += f"; largest difference {_cell(best)}"
     if worst.name != best.name:
@@ -64,6 +65,23 @@ def _family(results: Mapping[str, Any]) -> pd.DataFrame:
     for r in comp[keep].to_dict("records"):
         cell = runs[(runs["budget"] == r["budget"]) & (runs["k"] == r["k"])]
         rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]]))
+    return decide(pd.DataFrame(rows), alpha=ALPHA)
+
+
+def label_family(results: Mapping[str, Any]) -> pd.DataFrame:
+    """The saved label comparisons (the pairs on Success@1 and nDCG@10, results saved since 04 scored the ranked lists
+    against the labels) with the interval across runs recomputed from ``label_runs`` and the verdict by the rule; empty
+    for results without them."""
+    comp = pd.DataFrame(results.get("label_comparisons") or [])
+    runs = pd.DataFrame(results.get("label_runs") or [])
+    if comp.empty or runs.empty:
+        return pd.DataFrame()
+    keep = ["challenger", "baseline", "budget", "measure", "mean", "lo", "hi", "p", "p_wilcoxon", "n"]
+    rows = []
+    for r in comp[keep].to_dict("records"):
+        cell = runs[(runs["budget"] == r["budget"]) & (runs["measure"] == r["measure"])]
+        rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
+                                     value="value"))
     return decide(pd.DataFrame(rows), alpha=ALPHA)
 
 
@@ -109,6 +127,17 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     if not comp.empty:
         for (a, b), g in comp.groupby(["challenger", "baseline"], sort=False):
             out.append(_comparison_line(a, b, g.reset_index(drop=True)))
+    first = proto.get("first_stage", "de")
+    out += label_summary_lines(results.get("label_summary") or [], f"λ chosen on dev by {proto.get('label_choice', 'nDCG@10')}; "
+                               f"AXN DE and DE re-rank start from {first}")
+    labels = label_family(results)
+    if not labels.empty:
+        measures = ", ".join(dict.fromkeys(labels["measure"]))
+        out.append(f"Against the labels, the declared pairs are compared on {measures} under the same verdict rule, "
+                   f"Holm-adjusted over their own family of {len(labels)} (pair, budget, measure) cells (differences "
+                   "in points of the measure).")
+        for (a, b), g in labels.groupby(["challenger", "baseline"], sort=False):
+            out.append(_comparison_line(a, b, g.reset_index(drop=True), "(budget, measure)"))
     summary = pd.DataFrame(results["summary"])
     tuned = summary[summary["method"].str.endswith("tuned λ")]
     for method, g in tuned.groupby("method", sort=True):

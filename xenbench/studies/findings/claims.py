@@ -65,14 +65,16 @@ class Claim:
 # ----------------------------------------------------------------------------------------------
 # shared verdict shapes
 # ----------------------------------------------------------------------------------------------
-def _cells(cells: pd.DataFrame) -> Judgement | None:
+def _cells(cells: pd.DataFrame, cell: str = "k") -> Judgement | None:
     """Per-(budget, k) verdicts ``beats``/``trails``/other of one declared pair -> the claim "the challenger beats the
-    baseline". The number: the weakest winning cell when it holds everywhere, else the most favourable cell."""
+    baseline". The number: the weakest winning cell when it holds everywhere, else the most favourable cell.
+    ``cell="measure"``: per (budget, label measure) instead."""
     if cells.empty:
         return None
-    cells = cells.sort_values(["budget", "k"])
+    name = (lambda v: f"k = {int(v)}") if cell == "k" else str
+    cells = cells.sort_values(["budget", cell])
     wins = cells[cells["verdict"] == "beats"]
-    where = ", ".join(f"B_CE = {int(b)}/k = {int(k)}" for b, k in zip(wins["budget"], wins["k"]))
+    where = ", ".join(f"B_CE = {int(b)}/{name(k)}" for b, k in zip(wins["budget"], wins[cell]))
     n_trails = int(cells["verdict"].isin(list(_LOSES)).sum())
     trails = f"; trails at {n_trails}" if n_trails else ""
     if len(wins) == len(cells):
@@ -84,7 +86,7 @@ def _cells(cells: pd.DataFrame) -> Judgement | None:
         verdict = f"holds only at {where} (of {len(cells)} cells{trails})"
         row, which = cells.loc[cells["mean"].idxmax()], "the largest"
     number = (f"{points(row['mean'])} points [{points(row['lo'])}, {points(row['hi'])}] at B_CE = {int(row['budget'])}, "
-              f"k = {int(row['k'])}, {which}")
+              f"{name(row[cell])}, {which}")
     return verdict, number
 
 
@@ -291,6 +293,24 @@ def _judge_04(challenger: str, baseline: str) -> Callable[[Docs], Judgement | No
     return judge
 
 
+def _judge_04_labels(challenger: str, baseline: str, measure: str) -> Callable[[Docs], Judgement | None]:
+    def judge(docs: Docs) -> Judgement | None:
+        """The one verdict rule over 04's saved family of label comparisons (results saved since 04 scored its ranked
+        lists against the labels; "not tested" before), on one measure: as 04's findings apply it."""
+        from xenbench.studies.findings.axn import label_family
+
+        results = docs.get("04_axn_lambda.full")
+        if not results:
+            return None
+        family = label_family(results)
+        cells = _family_cells(family, challenger, baseline)
+        if cells is None or cells[cells["measure"] == measure].empty:
+            return None
+        return _cells(cells[cells["measure"] == measure], cell="measure")
+
+    return judge
+
+
 def _judge_pefa(docs: Docs) -> Judgement | None:
     """The one verdict rule over 05's declared family (as 05's findings apply it): the claim holds in a split regime
     where PEFA beats the DE overall at some k."""
@@ -466,6 +486,9 @@ CLAIMS: tuple[Claim, ...] = (
           "04_axn_lambda", _judge_04("AXN, tuned λ", "AXN, λ = 0")),
     Claim("AXN", "AXN (on MF-IND embeddings) beats ADACUR at equal budget", "04_axn_lambda",
           _judge_04("AXN DE, MF-IND, tuned λ", "ADACUR TopK No-Split")),
+    Claim("AXN", "AXN (on MF-IND embeddings) beats ADACUR at equal budget in the downstream metric: entity-linking "
+                 "accuracy, Success@1 against the labels (Fig. 3, 7: \"mixed trends\")", "04_axn_lambda",
+          _judge_04_labels("AXN DE, MF-IND, tuned λ", "ADACUR TopK No-Split", "Success@1")),
     Claim("PEFA", "PEFA raises the DE's Recall@k without training (Table 4)", "05_pefa_lambda", _judge_pefa),
     Claim("CCSA", "the uniformity regularizer balances the inverted index as λ grows (Fig. 2/3)", "06_ccsa_balance",
           _judge_balance),

@@ -1,6 +1,7 @@
 """Findings of notebook 07 (every method side by side): the best method per budget and who is within noise of it, what
 a better first stage and a better CE stage each buy over DE re-ranking, and the Pareto front on wall time; all computed
-from the saved ``summary``, ``best``, ``protocol`` and ``ce_cost``."""
+from the saved ``summary``, ``best``, ``protocol`` and ``ce_cost``; and the same in the second currency (nDCG@10
+against the labels: ``label_best``, ``label_summary``) where a results file has it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,8 @@ def best_line(row: Mapping[str, Any]) -> str:
     """One cell of the best-per-budget table in words."""
     interval = (f" (95% interval across runs {row['best_lo']:.3f} to {row['best_hi']:.3f})"
                 if pd.notna(row["best_lo"]) else "")
-    text = (f"**B_CE = {int(row['budget'])}, k = {int(row['k'])}**: best on dev **{row['best']}**, test recall "
+    cell, value = (f"k = {int(row['k'])}", "recall") if "k" in row else (str(row["measure"]), str(row["measure"]))
+    text = (f"**B_CE = {int(row['budget'])}, {cell}**: best on dev **{row['best']}**, test {value} "
             f"{row['best_mean']:.3f}{interval}; within noise of it: {_names(row['within_noise'])}; "
             f"below it: {len(row['below'])} of {int(row['n_methods']) - 1}")
     if row["above"]:
@@ -58,12 +60,13 @@ def _stage_line(g: pd.Series) -> str:
             f"({g['ce_method']}) {points(g['ce_gain'])} points")
 
 
-def front_line(summary: pd.DataFrame, k: int, column: str = "pareto_wall") -> str:
-    """The Pareto front on wall time at one k, cheapest first."""
-    f = summary[(summary["k"] == k) & summary[column].astype(bool)].sort_values("wall_ms")
+def front_line(summary: pd.DataFrame, k: int | str, column: str = "pareto_wall", cell: str = "k") -> str:
+    """The Pareto front on wall time at one k (or one label measure, ``cell="measure"``), cheapest first."""
+    f = summary[(summary[cell] == k) & summary[column].astype(bool)].sort_values("wall_ms")
     cells = [f"{m} at B_CE = {int(b)} ({w:.0f} ms, {r:.3f})" for m, b, w, r in
              zip(f["method"], f["budget"], f["wall_ms"], f["mean"])]
-    return f"Pareto front on wall time per query, k = {k} (cheapest first): " + "; ".join(cells) + "."
+    where = f"k = {k}" if cell == "k" else f"{k} against the labels"
+    return f"Pareto front on wall time per query, {where} (cheapest first): " + "; ".join(cells) + "."
 
 
 @register("07_compare_methods")
@@ -88,4 +91,21 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                    + "; ".join(_stage_line(g) for _, g in gains.iterrows()) + ".")
     if "pareto_wall" in summary:
         out += [front_line(summary, int(k)) for k in sorted(summary["k"].unique())]
+    out += label_lines(results)
+    return out
+
+
+def label_lines(results: Mapping[str, Any]) -> list[str]:
+    """The second currency (results saved since 07 scored the ranked lists against the labels; none before): the best
+    method per budget on nDCG@10 and the Pareto front of nDCG@10 on wall time."""
+    best = pd.DataFrame(results.get("label_best") or [])
+    summary = pd.DataFrame(results.get("label_summary") or [])
+    if best.empty or summary.empty:
+        return []
+    choice = (results.get("protocol") or {}).get("label_choice", "nDCG@10")
+    out = [f"Second currency, against the relevance labels (ir-measures; every setting and the best method chosen on "
+           f"dev by {choice}):"]
+    out += [best_line(row) for row in best.to_dict("records")]
+    if "pareto_wall" in summary:
+        out.append(front_line(summary, choice, cell="measure"))
     return out
