@@ -25,9 +25,14 @@ def _row(docs, paper: str, word: str) -> dict:
 
 def test_one_row_per_claim_and_every_committed_claim_is_judged():
     rows = claims.judge_all(DOCS)
-    assert [r["paper"] for r in rows] == ["ANNCUR", "ANNCUR", "ANNCUR", "ADACUR", "ADACUR", "AXN", "AXN", "PEFA", "CCSA",
-                                          "CCSA", "CCSA"]
-    assert all(r["verdict"] != claims.NOT_TESTED for r in rows)  # every notebook behind a claim has a committed run
+    assert [r["paper"] for r in rows] == ["ANNCUR", "ANNCUR", "ANNCUR", "ADACUR", "ADACUR", "AXN", "AXN", "AXN", "PEFA",
+                                          "CCSA", "CCSA", "CCSA"]
+    # every notebook behind a claim has a committed run; the downstream (label) row waits for a 04 run that saved
+    # label_comparisons, and is judged as soon as the committed one does
+    awaiting = set() if DOCS["04_axn_lambda.full"].get("label_comparisons") else {
+        r["claim"] for r in rows if "Success@1" in r["claim"]}
+    assert len(awaiting) <= 1
+    assert all((r["verdict"] == claims.NOT_TESTED) == (r["claim"] in awaiting) for r in rows)
     table = claims.claims_table(findings.RESULTS_DIR)
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert f"{claims.BEGIN}\n{table}\n{claims.END}" in readme, (

@@ -16,6 +16,32 @@ from xenbench.harness import FINDINGS_TAG, NOTEBOOKS_DIR, SUMMARY_TAG, list_note
 NOTEBOOKS = list_notebooks()
 
 
+def _check_exported_runs(reports_dir, results) -> None:
+    """Every ranked list the run exported is a TREC run file beside its results; ir-measures scores each, with the
+    qrels named beside it, to the label values the run reported (``label_runs``; 05 reports none: it reads back)."""
+    import ir_measures
+    import pandas as pd
+
+    from xenbench.data.trec import read_trec_run
+
+    exported = results["runs_exported"]
+    assert (reports_dir / exported["folder"]).is_dir() and exported["files"]
+    labels = pd.DataFrame(results.get("label_runs") or [])
+    for record in exported["files"]:
+        run = read_trec_run(reports_dir / record["file"])
+        assert len(run.lists) == record["n_queries"] and max(map(len, run.lists.values())) == record["depth"]
+        if labels.empty or record["qrels"] is None:
+            continue
+        keys = {k: v for k, v in record.items() if k not in ("file", "qrels", "n_queries", "depth", "setting")}
+        mine = labels[(labels[list(keys)] == pd.Series(keys)).all(axis=1)]
+        assert len(mine) == mine["measure"].nunique() > 0, record
+        measures = [ir_measures.parse_measure(m) for m in mine["measure"]]
+        got = ir_measures.calc_aggregate(measures, ir_measures.read_trec_qrels(str(reports_dir / record["qrels"])),
+                                         ir_measures.read_trec_run(str(reports_dir / record["file"])))
+        assert {str(m): v for m, v in got.items()} == pytest.approx(dict(zip(mine["measure"], mine["value"])),
+                                                                     abs=1e-12), record
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_with_quick_profile(name, reports_dir, notebook_kwargs):
@@ -32,6 +58,8 @@ def test_notebook_runs_with_quick_profile(name, reports_dir, notebook_kwargs):
     assert results["notebook"] == name
     assert results["profile"] == "quick"
     assert results["results"]
+    if results["results"].get("runs_exported"):
+        _check_exported_runs(reports_dir, results["results"])
 
     html = (reports_dir / f"{name}.quick.html").read_text(encoding="utf-8")
     assert 'class="plotly-graph-div"' in html  # at least one figure survived the export

@@ -4,7 +4,8 @@ Drivers (a notebook calls its own as ``xb.studies.<name>``): ``stats`` (00, 01: 
 ``rank`` (02: [CLS]-CE vs [EMB]-CE rank), ``adacur`` (03: ANNCUR and ADACUR at equal budget), ``axn`` (04: AXN's
 λ), ``pefa`` (05: PEFA's λ and its gain over the DE), ``ccsa`` (06: CCSA's balance and retrieval), ``compare`` (07:
 every method side by side). Their inputs: ``setup`` (03, 04, 07: the exact score matrix of one CE), ``splits``
-(05: pooled labelled queries and their split regimes), ``corpus`` (06: a DE-embedded corpus). ``findings`` (each
+(05: pooled labelled queries and their split regimes), ``corpus`` (06: a DE-embedded corpus); ``labels`` (03, 04,
+05, 07: ranked lists scored against the relevance labels and written out as TREC run files). ``findings`` (each
 notebook's conclusions, generated from its results JSON), ``witnesses`` (cells of each committed result, re-derived
 with today's code) and ``records`` (the raw per-run and per-query records of a results file, and every summary
 re-derived from them).
@@ -14,5 +15,5 @@ from __future__ import annotations
 from xenbench._lazy import submodules
 
 __getattr__, __dir__ = submodules(
-    __name__, {m: m for m in ("adacur", "axn", "ccsa", "compare", "corpus", "findings", "pefa", "rank", "records",
-                              "setup", "splits", "stats", "witnesses")})
+    __name__, {m: m for m in ("adacur", "axn", "ccsa", "compare", "corpus", "findings", "labels", "pefa", "rank",
+                              "records", "setup", "splits", "stats", "witnesses")})

@@ -116,7 +116,7 @@ def _slug(value: Any) -> str:
 
 
 #: How a key column is written in a run file's name (``ANNCUR.B50.split0.seed1.trec``).
-_PREFIX = {"budget": "B", "split_seed": "split", "anchor_seed": "seed", "split": "split", "seed": "seed"}
+_PREFIX = {"budget": "B", "k": "k", "split_seed": "split", "anchor_seed": "seed", "split": "split", "seed": "seed"}
 
 
 def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: Any, items: Sequence[int] | None = None,

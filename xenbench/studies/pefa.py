@@ -25,7 +25,7 @@ from xenbench.errors import ParameterError
 from xenbench.methods.pefa import PefaXL, PefaXS, label_coverage, relevance_matrix, seen_golds
 from xenbench.metrics import label_recall, mean_se
 
-__all__ = ["SUBSETS", "across_seeds", "evaluate_per_query", "pefa_choose_on_dev", "pefa_lambda_sweep",
+__all__ = ["SUBSETS", "across_seeds", "evaluate_per_query", "pefa_choose_on_dev", "pefa_lambda_sweep", "pefa_lists",
            "pefa_paired_comparisons", "subset_gains", "tune_and_test"]
 
 
@@ -119,6 +119,31 @@ def evaluate_per_query(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix,
             "query": np.arange(r.size)} | ({} if rows is None else {"row": rows}) | {
             "seen": seen, "recall": r, "de_recall": label_recall(I_de, Y_eval, k, per_query=True)}))
     return pd.concat(frames, ignore_index=True)
+
+
+def pefa_lists(P: np.ndarray, Q_train: np.ndarray, Y_train: sp.spmatrix, Q_eval: np.ndarray, chosen: pd.DataFrame,
+               eval_rows: np.ndarray, *, index: str = "flat") -> pd.DataFrame:
+    """The ranked lists of every ``chosen`` setting and of the DE (λ = 1) on the eval queries, for export as TREC run
+    files (:func:`xenbench.studies.labels.export_runs`).
+
+    Returns
+    -------
+    DataFrame
+        One row per (method, k) of ``chosen`` and one for ``"DE"`` (at the largest k): ``method``, ``k``, ``lam``,
+        ``n_neighbors``, ``list_rows`` (``eval_rows``) and ``ranked`` (int array (n_eval, max k): item rows, best
+        first), the lists :func:`evaluate_per_query` reads.
+    """
+    k_max = int(chosen["k"].max())
+    searched: dict[tuple[str, float, int], np.ndarray] = {}
+    rows = []
+    de = [{"method": "DE", "k": k_max, "lam": 1.0, "n_neighbors": 0}]  # one list: the DE has no setting to choose
+    for row in [*chosen[["method", "k", "lam", "n_neighbors"]].to_dict("records"), *de]:
+        key = ("PEFA-XS" if row["method"] == "DE" else row["method"], float(row["lam"]), int(row["n_neighbors"]))
+        if key not in searched:  # the DE is PEFA-XS at λ = 1 (Eq. 2)
+            searched[key] = _model(*key, index).fit(P, Q_train, Y_train).search(Q_eval, k_max)[1]
+        rows.append({"method": row["method"], "k": int(row["k"]), "lam": key[1], "n_neighbors": key[2],
+                     "list_rows": np.asarray(eval_rows, dtype=np.int64), "ranked": searched[key]})
+    return pd.DataFrame(rows)
 
 
 def subset_gains(per_query: pd.DataFrame) -> pd.DataFrame:
@@ -256,7 +281,7 @@ def tune_and_test(dataset, P: np.ndarray, U: np.ndarray, split, lambdas: Sequenc
     dict
         ``sweep_dev`` (:func:`pefa_lambda_sweep` on dev), ``chosen``, ``per_query`` (:func:`evaluate_per_query` on
         test, with each query's dataset ``row``), ``gains`` (:func:`subset_gains`) and ``coverage`` (one row: seen
-        shares of dev and test).
+        shares of dev and test), ``lists`` (:func:`pefa_lists` of the test queries, to export).
     """
     Y_train, Y_dev, Y_test = (relevance_matrix(dataset, rows) for rows in (split.anchor, split.dev, split.test))
     Q_train = U[split.anchor]
@@ -268,4 +293,5 @@ def tune_and_test(dataset, P: np.ndarray, U: np.ndarray, split, lambdas: Sequenc
     coverage = pd.DataFrame([{"train": int(split.anchor.size), "dev": int(split.dev.size), "test": int(split.test.size),
                               "seen_dev": label_coverage(Y_train, Y_dev), "seen_test": label_coverage(Y_train, Y_test)}])
     return {"sweep_dev": sweep_dev, "chosen": chosen, "per_query": per_query, "gains": subset_gains(per_query),
-            "coverage": coverage}
+            "coverage": coverage, "lists": pefa_lists(P, Q_train, Y_train, U[split.test], chosen, split.test,
+                                                      index=index)}

@@ -91,11 +91,11 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                    + "; ".join(_stage_line(g) for _, g in gains.iterrows()) + ".")
     if "pareto_wall" in summary:
         out += [front_line(summary, int(k)) for k in sorted(summary["k"].unique())]
-    out += label_lines(results)
+    out += second_currency_lines(results)
     return out
 
 
-def label_lines(results: Mapping[str, Any]) -> list[str]:
+def second_currency_lines(results: Mapping[str, Any]) -> list[str]:
     """The second currency (results saved since 07 scored the ranked lists against the labels; none before): the best
     method per budget on nDCG@10 and the Pareto front of nDCG@10 on wall time."""
     best = pd.DataFrame(results.get("label_best") or [])

@@ -15,7 +15,7 @@ def _se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else float("nan")
 
 
-def label_lines(results: Mapping[str, Any]) -> list[str]:
+def first_stage_label_lines(results: Mapping[str, Any]) -> list[str]:
     """The label measures of each first stage, mean over the evaluated datasets, best first by nDCG@10 (results
     saved before notebook 00 reported them have none: no line)."""
     labels = pd.DataFrame(results.get("label_metrics") or [])
@@ -56,7 +56,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
         best = means[k].max()
         out.append(f"No re-ranker of the best retriever's top {k} can exceed accuracy {best:.3f} on average: "
                    f"{1 - best:.1%} of queries have their gold item outside those candidates.")
-    out += label_lines(results)
+    out += first_stage_label_lines(results)
     dom = results.get("domain")
     if dom:
         out.append(f"{dom['name']}: {dom['items']:,} items, {dom['queries']:,} queries; "
