@@ -33,7 +33,7 @@ import pandas as pd
 from xenbench.errors import DataError, ParameterError
 from xenbench.studies.witnesses import Witness
 
-__all__ = ["PACKED", "PEFA_ARRAYS", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
+__all__ = ["PACKED", "PEFA_ARRAYS", "label_summary_rows", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
            "register", "registered", "rederive", "refuse_inconsistent", "unwitnessed", "NOT_RECOMPUTED",
            "UNWITNESSED_PROFILES"]
 
@@ -217,6 +217,17 @@ def _frame_rows(nb: str, what: str, saved: pd.DataFrame, today: pd.DataFrame, ke
             if v in row.index and v in other.index:
                 out.append(_w(nb, f"{what} [{label}] {v}", row[v], other[v], source))
     return out
+
+
+def label_summary_rows(nb: str, results: Mapping[str, Any], today: Callable[[pd.DataFrame], pd.DataFrame]
+                       ) -> list[Witness]:
+    """``label_summary`` re-derived from the per-run label values (``label_runs``) by ``today`` (the function the
+    notebook called); nothing for results saved before the notebook scored its lists against the labels."""
+    saved, runs = pd.DataFrame(results.get("label_summary") or []), pd.DataFrame(results.get("label_runs") or [])
+    if saved.empty or runs.empty:
+        return []
+    return _frame_rows(nb, "label_summary", saved, today(runs), ["method", "budget", "measure"],
+                       ["mean", "lo", "hi", "n_runs", "setting"])
 
 
 def t_row(nb: str, what: str, row: Mapping[str, Any], n: int, *, mean: str = "mean", lo: str = "lo", hi: str = "hi",
@@ -461,11 +472,13 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
     them, each paired test's own arithmetic; the Holm adjustment and the verdicts over the family."""
     from xenbench.methods.protocol import decide
     from xenbench.studies.adacur import COMPARABLE, adacur_paired_comparisons, adacur_protocol_summary, seed_spread
+    from xenbench.studies.labels import label_summary
 
     nb = "03_adacur_rounds"
     per_run = _per_run_03(results)
     out = _summary_rows(nb, "summary", pd.DataFrame(results["summary"]), adacur_protocol_summary(per_run),
                         ["method", "budget", "k"])
+    out += label_summary_rows(nb, results, label_summary)
     out += _frame_rows(nb, "seed_spread", pd.DataFrame(results["seed_spread"]), seed_spread(per_run),
                        ["method", "budget", "k", "split_seed"], ["min", "max", "mean"])
     comp = pd.DataFrame(results["comparisons"])
@@ -499,11 +512,13 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     on the first run's dev sweep; the Holm adjustment and the verdicts over the family."""
     from xenbench.methods.protocol import choose_on_dev, decide
     from xenbench.studies.axn import axn_paired_comparisons, axn_protocol_summary
+    from xenbench.studies.labels import label_summary
 
     nb = "04_axn_lambda"
     runs = unpack_records(results["runs"]) if has_per_query(results["runs"]) else pd.DataFrame(results["runs"])
     out = _summary_rows(nb, "summary", pd.DataFrame(results["summary"]), axn_protocol_summary(runs),
                         ["method", "budget", "k"])
+    out += label_summary_rows(nb, results, label_summary)
     comp = pd.DataFrame(results["comparisons"])
     if has_per_query(results["runs"]):
         runs = _rows_of_splits(results, runs, "split")
@@ -617,6 +632,12 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
         out.append(_w(nb, f"{label} wall_ms = search_ms + calls · CE ms", r["wall_ms"], r["search_ms"] + r["calls"] * ms,
                       "summary", rel=1e-9))
         out.append(_w(nb, f"{label} recall (= mean)", r["recall"], r["mean"], "summary"))
+    labels = pd.DataFrame(results.get("label_summary") or [])
+    if not labels.empty:  # the second currency, from its per-run values, at the saved search times
+        label_seconds = labels[["method", "budget", "search_ms"]].drop_duplicates(["method", "budget"]).assign(
+            search_s=lambda d: d["search_ms"] / 1e3).drop(columns="search_ms")
+        out += label_summary_rows(nb, results, lambda runs: compare.compare_summary(
+            runs, label_seconds, float(results["ce_cost"]["seconds_per_pair"]), cell="measure", value="value"))
     runs = results.get("runs")
     if has_per_query(runs):
         runs = _rows_of_splits(results, unpack_records(runs), "split_seed")
