@@ -85,6 +85,10 @@ def test_label_metrics_perfect_disjoint_and_bad_inputs():
     disjoint = label_metrics(np.array([[1, -1, -1], [0, 2, -1]]), grades)
     assert all(v == 0.0 for v in disjoint.values())
     assert all(math.isnan(v) for v in label_metrics(np.array([[0]]), np.array([[0]])).values())
+    negative = np.array([[-1, 0, 2], [0, -1, 0]])  # row 1: judged, nothing relevant: not counted (nor exported)
+    rows, values = label_metrics(np.array([[0, 2, 1], [1, 0, 2]]), negative, ["nDCG@10"], per_query=True)
+    assert rows.tolist() == [0] and values["nDCG@10"][0] == pytest.approx(1 / math.log2(3))
+    assert negative.tolist() == [[-1, 0, 2], [0, -1, 0]]  # the caller's grades are not touched
     with pytest.raises(ParameterError, match="The 'measures' parameter of label_metrics"):
         label_metrics(np.array([[0]]), np.array([[1]]), ["nDCG at ten"])
     with pytest.raises(ParameterError, match="The 'ranked' parameter of label_metrics must be an int array with 2 rows"):

@@ -284,7 +284,7 @@ def label_metrics(ranked: np.ndarray, relevance, measures=LABEL_MEASURES, *,
     import scipy.sparse as sp
 
     owner = "label_metrics"
-    rel = sp.csr_matrix(relevance)
+    rel = sp.csr_matrix(relevance, copy=True)  # a copy: the judged-not-relevant grades are dropped below
     ranked = np.asarray(ranked)
     if ranked.ndim != 2 or ranked.shape[0] != rel.shape[0] or not np.issubdtype(ranked.dtype, np.integer):
         raise ParameterError("ranked", f"an int array with {rel.shape[0]} rows (one per row of relevance)",
@@ -300,6 +300,7 @@ def label_metrics(ranked: np.ndarray, relevance, measures=LABEL_MEASURES, *,
     except (ValueError, NameError, SyntaxError, TypeError):
         raise ParameterError("measures", "ir-measures names such as 'nDCG@10', 'RR@10', 'R@100', 'Success@1'",
                              names, owner) from None
+    rel.data[rel.data < 0] = 0  # judged not relevant, as 0: no gain, and no query counts for it
     rel.eliminate_zeros()
     rows = np.flatnonzero(np.diff(rel.indptr) > 0)
     qrels = {str(r): {str(j): int(g) for j, g in zip(rel.indices[rel.indptr[r]:rel.indptr[r + 1]],
