@@ -206,6 +206,9 @@ class BM25Retriever:
         import bm25s
         from bm25s.tokenization import Tokenizer
 
+        # bm25s sets its own logger to DEBUG on import, so every fit would print "Building index ..." wherever
+        # logging is configured (a notebook, the CLI): its warnings are all a user needs
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         if not items:
             raise ParameterError("items", "a non-empty sequence", [], "BM25Retriever.fit")
         self.tokenizer_ = Tokenizer(stopwords=self.stopwords)
