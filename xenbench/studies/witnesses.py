@@ -7,7 +7,7 @@ notebook) and recomputes them from the inputs the run read (the score stores, da
 the README's claims table rests on witnessed records: 02's whole (k_q × k_i) grid and every rank; 03's and 04's
 first run (split, seed) of every method of their declared pairs at every budget and k (MF-IND excepted: its training
 is 04's slowest cell); 05's first seed of every split regime; 06's CCSA at λ = 0 and 1 and its faiss baselines on the
-first seed; 00's every baseline accuracy; 01's score statistics and fresh scores of a few pairs; 07's ANNCUR and DE
+first seed; 00's every baseline accuracy (and label measure, once saved); 01's score statistics and fresh scores of a few pairs; 07's ANNCUR and DE
 re-rank over every run. :func:`verify` runs them, with the two cheap checks: each recorded input digest against the
 checkout (:func:`input_witnesses`) and every summary re-derived from the records in the same file
 (:mod:`xenbench.studies.records`). A cell whose value today differs from the committed one by more than its stated
@@ -265,10 +265,11 @@ def describe(found: list[Witness]) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 @register("00_data")
 def _data(results: Mapping[str, Any]) -> list[Witness]:
-    """The inspected domain's statistics, and the DE's and TF-IDF's accuracy on every evaluated dataset
-    (:func:`xenbench.studies.stats.baseline_accuracy`; the DE's embeddings come from its cache when present)."""
+    """The inspected domain's statistics, and each first stage's accuracy on every evaluated dataset, and its label
+    measures where the results have them (:func:`xenbench.studies.stats.baseline_metrics`; the DE's embeddings come
+    from its cache when present; a run file's rows are not re-derived)."""
     from xenbench.data.sources import load_dataset
-    from xenbench.studies.stats import baseline_accuracy, dataset_lengths, mention_ambiguity
+    from xenbench.studies.stats import DEFAULT_FIRST_STAGES, baseline_metrics, dataset_lengths, mention_ambiguity
 
     p, committed = results["params"], results["domain"]
     ds = load_dataset(p["dataset"])
@@ -280,14 +281,26 @@ def _data(results: Mapping[str, Any]) -> list[Witness]:
     out = [Witness("00_data", f"domain {committed['name']} {key}", float(committed[key]), float(value), abs_tol=0.0,
                    rel_tol=1e-12) for key, value in today.items()]
     saved = pd.DataFrame(results.get("baselines") or [])
+    labels = pd.DataFrame(results.get("label_metrics") or [])
     if not saved.empty:
-        acc = baseline_accuracy(list(dict.fromkeys(saved["dataset"])), k=int(p["n_candidates"]),
-                                max_queries=p["max_queries"], seed=p["seed"], device="cpu")
+        # a run file named in the parameters may not be in this checkout: the named first stages are re-derived
+        stages = [s for s in p.get("first_stages", DEFAULT_FIRST_STAGES) if not str(s).startswith("run:")]
+        acc, lab = baseline_metrics(list(dict.fromkeys(saved["dataset"])), first_stages=stages,
+                                    k=int(p["n_candidates"]), max_queries=p["max_queries"], seed=p["seed"], device="cpu")
         acc = acc.set_index(["dataset", "retriever", "k"])
         for _, row in saved.iterrows():
             key = (row["dataset"], row["retriever"], row["k"])
+            if key[1].startswith("run "):
+                continue
             out.append(Witness("00_data", f"baselines {key[0]} {key[1]} accuracy@{key[2]}", float(row["accuracy"]),
                                float(acc.loc[key, "accuracy"]) if key in acc.index else float("nan")))
+        lab = lab.set_index(["dataset", "retriever", "measure"])
+        for _, row in labels.iterrows():  # results saved since 00 reported the label measures
+            key = (row["dataset"], row["retriever"], row["measure"])
+            if key[1].startswith("run "):
+                continue
+            out.append(Witness("00_data", f"label_metrics {key[0]} {key[1]} {key[2]}", float(row["value"]),
+                               float(lab.loc[key, "value"]) if key in lab.index else float("nan")))
     return out
 
 
