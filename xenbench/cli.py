@@ -260,7 +260,7 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
         return
     name = ce_name(args.model)
     with quiet_transformers():  # the scorer's own load, next, shows its bar
-        ce = load_cross_encoder(args.model)
+        ce = load_cross_encoder(args.model, base=args.base, max_length=args.max_length)
     probe = probe_rate(ce, queries, items, seed=args.seed, device=args.device, precision=args.precision,
                        batch_size=args.batch_size)
     del ce  # the scorer loads its own
