@@ -71,7 +71,7 @@ def test_graded_beir_and_a_bm25_run_through_00_03_04_07(tmp_path, monkeypatch):
         "03_adacur_rounds": [*common, "-p", "first_stage", f"run:{run}", "-p", "n_anchor_queries", "14",
                              "-p", "n_dev_queries", "8", "-p", "focus_budgets", "[10, 20]", "-p", "anchor_seeds",
                              "[0, 1]", "-p", "rounds_grid", "[1, 2]", "-p", "latency_queries", "2"],
-        "04_axn_lambda": [*common, "-p", "first_stage", "bm25", "-p", "n_anchor_queries", "14", "-p", "dev_queries",
+        "04_axn_lambda": [*common, "-p", "first_stage", "bm25", "-p", "n_anchor_queries", "14", "-p", "n_dev_queries",
                           "8", "-p", "first_round_seeds", "[0, 1]", "-p", "mf_items_per_query", "10",
                           "-p", "mf_epochs", "1"],
         "07_compare_methods": [*common, "-p", "first_stages", f"[tfidf, bm25, 'run:{run}']", "-p", "n_anchor_queries",
