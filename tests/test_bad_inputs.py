@@ -158,6 +158,23 @@ def _fifo(path: Path) -> Path:
     return path
 
 
+def _loop(tmp: Path) -> Path:
+    """``loop/a`` and ``loop/b``: two symbolic links to each other."""
+    (tmp / "loop").mkdir()
+    (tmp / "loop" / "a").symlink_to(tmp / "loop" / "b")
+    (tmp / "loop" / "b").symlink_to(tmp / "loop" / "a")
+    return tmp / "loop"
+
+
+def _foreign_zarr(folder: Path) -> Path:
+    """A zarr group of the user's own, with a file of theirs in it."""
+    import zarr
+
+    zarr.open_group(str(folder), mode="w", attributes={"project": "mine"}).create_array("x", shape=(2,), dtype="i4")
+    (folder / "notes.txt").write_text("mine", encoding="utf-8")
+    return folder
+
+
 def _planted_state(folder: Path) -> Path:
     """A ``train_state.pt`` whose unpickling would create ``PWNED`` beside it (``builtins.open(..., "w")``)."""
     import torch
@@ -204,6 +221,14 @@ HARDENING = [
                                                           and t / "notes")],
          r"notes: is a non-empty folder that is not a score store", BEFORE_WORK),
     Case("resume-without-store", score_args("--resume"), r"out: no score store to resume \(--resume\)", BEFORE_WORK),
+    Case("out-symlink-loop", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(_loop(t) / "a")],
+         r"loop/a: is a symbolic link loop: --out expects a path that can be followed", BEFORE_WORK),
+    Case("out-below-symlink-loop", lambda t: ["score", "de", f"beir:{beir(t)}", "--out", str(_loop(t) / "a" / "s")],
+         r"loop/a: is a symbolic link loop: --out expects a path that can be followed", BEFORE_WORK),
+    Case("overwrite-foreign-zarr-group", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--overwrite",
+                                                    "--out", str(_foreign_zarr(t / "mine"))],
+         r"mine: is not a score store xenbench wrote: it holds a zarr group that xenbench did not write",
+         BEFORE_WORK),
     # --- score --device: checked for every model kind before anything loads
     Case("device-malformed-de", score_args("--device", "gpu0;rm"),
          r"'--device' parameter of xenbench score must be 'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'\. Got 'gpu0;rm'",

@@ -1,9 +1,13 @@
-"""Files: the repository root (bundled data, notebooks, reports), atomic text writes (a reader, or a killed
-run, never sees half a file) and generated blocks of text files (the README's claims table, docs/FINDINGS.md,
-docs/MODELS.md)."""
+"""Files: the repository root (bundled data, notebooks, reports), bounded reads of a user's file (a regular file of
+at most a stated size: a FIFO would block, a device never end), atomic text writes (a reader, or a killed run, never
+sees half a file) and generated blocks of text files (the README's claims table, docs/FINDINGS.md, docs/MODELS.md)."""
 from __future__ import annotations
 
+import errno
+import json
 import os
+import re
+import stat
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +27,57 @@ def repo_relative(path: str | os.PathLike[str]) -> str:
         return resolved.relative_to(REPO_ROOT).as_posix()
     except ValueError:
         return str(resolved)
+
+
+def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``, of at most ``max_bytes``.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO (which would block the read),
+    a device such as ``/dev/zero`` (which never ends; a symbolic link to one counts as one), a folder or a file larger
+    than ``max_bytes`` is refused before anything is read, and a file that grows meanwhile is read no further.
+
+    Raises
+    ------
+    DataError
+        Naming ``path``, what was expected (``what``, e.g. "a results JSON") and what it is.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise DataError(path, f"no such file: expected {what}") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise DataError(path, f"a symbolic link loop: expected {what}") from None
+        if err.errno == errno.EISDIR:
+            raise DataError(path, f"a folder: expected {what}") from None
+        raise DataError(path, f"cannot be opened ({err.strerror}): expected {what}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO, socket or device"
+            raise DataError(path, f"not a regular file ({kind}): expected {what}")
+        if info.st_size > max_bytes:
+            raise DataError(path, f"{info.st_size:,} bytes, more than the {max_bytes:,} read for {what}")
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise DataError(path, f"more than the {max_bytes:,} bytes read for {what} (it grew while being read)")
+    return data
+
+
+def read_json_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) -> object:
+    """:func:`read_bytes_bounded`, parsed as UTF-8 JSON; every way it can fail (not UTF-8, not JSON, nested deeper
+    than the parser's recursion limit) is one :class:`DataError` naming ``path``."""
+    data = read_bytes_bounded(path, max_bytes, what)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise DataError(path, f"not valid UTF-8 ({err.reason} at byte {err.start}): expected {what}") from None
+    except json.JSONDecodeError as err:
+        raise DataError(path, f"not valid JSON ({err.msg}, line {err.lineno} column {err.colno}): expected {what}",
+                        ) from None
+    except RecursionError:
+        raise DataError(path, f"nested too deeply to parse: expected {what}") from None
 
 
 def _temp_beside(path: Path) -> Path:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -178,9 +180,25 @@ def _check_score_args(args: argparse.Namespace) -> None:
             _check_ids_file(Path(path), flag)
 
 
+def _check_path(path: Path, flag: str) -> None:
+    """A path given by ``flag`` and every folder above it: none may be a symbolic link loop or unreadable (each later
+    check would otherwise fail far from its cause, or read it as absent)."""
+    for p in reversed((path, *path.parents)):  # from the root down: the first bad component is named
+        try:
+            os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):  # absent, or below a file: the caller's checks say which
+            continue
+        except OSError as err:
+            why = "a symbolic link loop" if err.errno == errno.ELOOP else f"not usable ({err.strerror})"
+            raise DataError(p, f"is {why}: {flag} expects a path that can be followed") from None
+
+
 def _check_store_out(out: Path, *, resume: bool, overwrite: bool) -> None:
-    """``--out`` of ``xenbench score``: a new or empty folder, or a score store (resumed, or replaced with
-    ``--overwrite``); never a file or an unrelated folder (nothing is ever deleted there)."""
+    """``--out`` of ``xenbench score``: a new or empty folder, or a score store xenbench wrote (resumed, or replaced
+    with ``--overwrite``); never a file, a symbolic link loop or another folder (nothing is ever deleted there)."""
+    from xenbench.data.store import foreign_content
+
+    _check_path(out, "--out")
     parent = next((p for p in (out, *out.parents) if p.exists()), None)
     if parent is not None and parent != out and not parent.is_dir():
         raise DataError(parent, f"is a file, so --out {out} cannot be created below it: choose a store folder")
@@ -190,12 +208,17 @@ def _check_store_out(out: Path, *, resume: bool, overwrite: bool) -> None:
         return
     if not out.is_dir():
         raise DataError(out, "is a file: --out expects a store folder (new, or a store to resume)")
-    is_store = (out / "zarr.json").is_file()
-    if not is_store and any(out.iterdir()):
+    if not any(out.iterdir()):
+        if resume:
+            raise DataError(out, "holds no score store to resume (--resume): leave --resume out to start one")
+        return
+    if not (out / "zarr.json").exists():
         raise DataError(out, "is a non-empty folder that is not a score store: --out expects a new folder or a store "
                              "to resume (nothing there was changed)")
-    if resume and not is_store:
-        raise DataError(out, "holds no score store to resume (--resume): leave --resume out to start one")
+    problem = foreign_content(out)
+    if problem is not None:
+        raise DataError(out, f"is not a score store xenbench wrote: it {problem}; --out expects a new folder, or a "
+                             "store of xenbench to resume or replace (nothing there was changed)")
 
 
 def _check_ids_file(path: Path, flag: str) -> None:

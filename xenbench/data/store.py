@@ -31,33 +31,45 @@ check that the id lists match the array's shape and that hash, so an edited mani
 
 One writer at a time: :func:`writer_lock` holds ``.<name>.lock`` beside the store (pid, host, start time)
 for the duration of a write; a second writer is refused with one line naming the holder, and a lock left by
-a dead process on this host is taken over.
+a dead process on this host is taken over. The lock appears with its whole content or not at all (written to a
+temporary file, then hard-linked into place), so a write error (a full disk) never leaves an empty lock that
+would block the retry.
+
+Creation is atomic too: :meth:`ScoreStore.create` builds the store in a temporary folder beside ``path`` and
+renames it into place, so ``path`` never holds half a store. Only a store of this module's format is ever
+deleted (``overwrite``): :func:`foreign_content` names anything else a folder holds (another zarr group, a
+user's file), and such a folder is refused before anything is touched.
 
 zarr is imported lazily, so ``import xenbench.data.store`` works without it (the GPU machines lack it).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import math
 import os
+import re
 import shutil
 import socket
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from xenbench._io import pid_alive, write_text_atomic
+from xenbench._io import pid_alive, read_json_bounded, write_text_atomic
 from xenbench._validation import check_int, is_int
 from xenbench.errors import DataError, ParameterError
 from xenbench.provenance import record_input
 
-__all__ = ["ScoreStore", "STORE_FORMAT", "ids_fingerprint", "writer_lock"]
+__all__ = ["ScoreStore", "STORE_FORMAT", "MAX_MANIFEST_BYTES", "ids_fingerprint", "writer_lock", "foreign_content",
+           "check_store_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +80,51 @@ _DONE = "_done"
 # An item chunk of at most this many bytes per zarr chunk file when the caller does not choose one: whole
 # rows are simplest, but a (q_chunk, 10^6) block would otherwise be one 64 MB object.
 _MAX_CHUNK_BYTES = 32 * 2**20
+#: Largest ``zarr.json`` read as a store's manifest (it lists every query and item id: 10^6 ids of 20 characters
+#: are about 24 MB) and largest block marker.
+MAX_MANIFEST_BYTES = 512 * 2**20
+_MAX_MARKER_BYTES = 2**20
+# What a store's folder holds: its group, its array, and zarr's temporary files of a killed write.
+_STORE_ENTRIES = {"zarr.json", _ARRAY}
+_ARRAY_ENTRIES = {"zarr.json", "c", _DONE}
+_PARTIAL = re.compile(r"zarr\.[0-9a-f]{32}\.partial")
+
+
+def _read_attrs(path: Path) -> dict[str, Any]:
+    """The attributes of the zarr group at ``path`` (its ``zarr.json``, read bounded)."""
+    meta = read_json_bounded(path / "zarr.json", MAX_MANIFEST_BYTES, "a score store's zarr.json")
+    attrs = meta.get("attributes") if isinstance(meta, dict) else None
+    if not isinstance(attrs, dict):
+        raise DataError(path / "zarr.json", "not a zarr group's metadata (no 'attributes' object)")
+    return attrs
+
+
+def foreign_content(path: str | os.PathLike[str]) -> str | None:
+    """Why the existing folder ``path`` is not (only) a score store this module wrote, or None if it is one.
+
+    A store's folder holds ``zarr.json`` (a group whose ``format`` is :data:`STORE_FORMAT`) and ``scores/``
+    (``zarr.json``, ``c/``, ``_done/``), besides zarr's ``*.partial`` files of a killed write. Anything else (another
+    zarr group, a user's file beside the store) makes the folder foreign: it is never deleted or written.
+    """
+    path = Path(path)
+    if not (path / "zarr.json").is_file():
+        return "holds no zarr.json"
+    try:
+        attrs = _read_attrs(path)
+    except DataError as err:
+        return f"its zarr.json cannot be read as a score store's ({err})"
+    if attrs.get("format") != STORE_FORMAT:
+        fmt = "no 'format' attribute" if "format" not in attrs else f"format {str(attrs['format'])[:40]!r}"
+        return f"holds a zarr group that xenbench did not write ({fmt}, not {STORE_FORMAT!r})"
+    for folder, allowed in ((path, _STORE_ENTRIES), (path / _ARRAY, _ARRAY_ENTRIES)):
+        if not folder.is_dir():
+            return f"has no {folder.name}/ folder"
+        others = sorted(p.name for p in folder.iterdir() if p.name not in allowed and not _PARTIAL.fullmatch(p.name))
+        if others:
+            where = "" if folder == path else f"{folder.name}/"
+            return (f"holds {len(others)} file(s) or folder(s) that are not part of a score store (first: "
+                    f"{where}{others[0][:80]!r})")
+    return None
 
 
 def _zarr():
@@ -103,34 +160,73 @@ def writer_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     path = Path(path)
     lock = _lock_path(path)
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    with _naming(lock):
+        lock.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for _ in range(3):
+        if _link_lock(lock, me):
+            break
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                owner = json.loads(lock.read_text(encoding="utf-8"))
-                pid, host = int(owner["pid"]), str(owner["host"])
-            except FileNotFoundError:
-                continue  # released meanwhile
-            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
-                raise DataError(lock, "unreadable writer lock: delete it if no job is writing this store") from None
-            if host == me["host"] and not pid_alive(pid):
-                logger.warning("taking over the stale lock %s of process %d, which is gone", lock, pid)
-                lock.unlink(missing_ok=True)
-                continue
-            raise DataError(path, f"is being written by process {pid} on {host} since {owner.get('started')} "
-                                  f"(lock {lock.name}): wait for that job, or delete the lock if it is gone") from None
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(me, handle)
-        break
+            owner = json.loads(lock.read_text(encoding="utf-8"))
+            pid, host = int(owner["pid"]), str(owner["host"])
+        except FileNotFoundError:
+            continue  # released meanwhile
+        except (OSError, ValueError, KeyError, TypeError):
+            raise DataError(lock, "unreadable writer lock (not written by this xenbench, which writes a lock whole "
+                                  "or not at all): delete it if no job is writing this store") from None
+        if host == me["host"] and not pid_alive(pid):
+            logger.warning("taking over the stale lock %s of process %d, which is gone", lock, pid)
+            lock.unlink(missing_ok=True)
+            continue
+        raise DataError(path, f"is being written by process {pid} on {host} since {owner.get('started')} "
+                              f"(lock {lock.name}): wait for that job, or delete the lock if it is gone") from None
     else:  # pragma: no cover - three races in a row
         raise DataError(path, f"could not take the writer lock {lock.name}")
     try:
         yield lock
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _link_lock(lock: Path, owner: Mapping[str, Any]) -> bool:
+    """Create ``lock`` holding ``owner`` as JSON, whole or not at all; False if it exists already.
+
+    The content goes to a temporary file first, which is then hard-linked to the lock's name (``link`` fails if the
+    name exists: the same exclusivity as ``O_EXCL``), so a write error (a full disk) leaves no lock behind and raises
+    an :class:`OSError` naming the lock.
+    """
+    text = json.dumps(dict(owner))
+    tmp = lock.with_name(f"{lock.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with _naming(lock, tmp):
+            write_text_atomic(tmp, text, fsync=True)
+            try:
+                os.link(tmp, lock)
+            except FileExistsError:
+                return False
+            except OSError as err:  # a file system without hard links: exclusive create, removed if the write fails
+                if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                    raise
+                return _create_lock(lock, text)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _create_lock(lock: Path, text: str) -> bool:
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def _block_digest(values: np.ndarray) -> str:
@@ -153,13 +249,13 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _naming(path: Path) -> Iterator[None]:
-    """Give a write error without a file name (``write``/``fsync`` on a full disk: "No space left on device")
-    the store's path, so the one-line message says where."""
+def _naming(path: Path, *temporary: Path) -> Iterator[None]:
+    """Give a write error without a file name (``write``/``fsync`` on a full disk: "No space left on device"), or one
+    naming a ``temporary`` file of ours, the user's ``path``, so the one-line message says where."""
     try:
         yield
     except OSError as err:
-        if err.filename is None and err.errno is not None:
+        if err.errno is not None and (err.filename is None or str(err.filename) in map(str, temporary)):
             raise OSError(err.errno, err.strerror or str(err), str(path)) from err
         raise
 
@@ -176,6 +272,61 @@ def _non_finite(values: np.ndarray) -> tuple[int, tuple[int, int]] | None:
 def _write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
     """Write ``obj`` so that ``path`` holds either the old content or all of the new one, durably."""
     write_text_atomic(path, json.dumps(obj, sort_keys=True), fsync=True)
+
+
+def check_store_folder(path: str | os.PathLike[str]) -> None:
+    """Refuse, before any work, an output folder that is neither absent, empty, nor a score store this module wrote
+    (:func:`foreign_content`): a scoring job may resume or replace only its own kind of store.
+
+    Raises
+    ------
+    DataError
+        Naming ``path`` and what it holds; nothing there is changed.
+    """
+    path = Path(path)
+    try:
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return
+    except OSError as err:
+        raise DataError(path, f"cannot be used as a store folder ({err.strerror or err})") from None
+    problem = "is a file" if not path.is_dir() else foreign_content(path)
+    if problem is not None:
+        raise DataError(path, f"is not a score store xenbench wrote: it {problem}; nothing there was changed "
+                              "(xenbench resumes or replaces only its own stores): choose another path")
+
+
+def _check_new_store_path(path: Path, overwrite: bool) -> tuple[Path, bool]:
+    """Where :meth:`ScoreStore.create` builds the store at ``path`` (a symbolic link's target) and whether it must
+    delete a store of ours there first; raises if ``path`` is a file, a folder that is not (only) such a store
+    (:func:`foreign_content`), or a store and not ``overwrite``."""
+    try:
+        if path.is_symlink():
+            path = path.resolve(strict=True)  # the store goes where the link points, not in place of the link
+        if not path.exists():
+            return path, False
+        if not path.is_dir():
+            raise DataError(path, "is a file: expected a new (or empty) store folder; choose another path")
+        if not any(path.iterdir()):
+            return path, False
+    except OSError as err:  # a symbolic link loop, a link to nothing, a folder that cannot be listed
+        raise DataError(path, f"cannot be used as a store folder ({err.strerror or err})") from None
+    problem = foreign_content(path)
+    if problem is not None:
+        raise DataError(path, f"is a folder that is not a score store xenbench wrote: it {problem}; nothing there was "
+                              "changed (xenbench deletes only its own stores): choose another path")
+    if not overwrite:
+        raise DataError(path, "already exists: open it with ScoreStore.open to resume, or pass overwrite=True "
+                              "(xenbench score --overwrite) to replace it")
+    return path, True
+
+
+def _remove_stale_builds(path: Path) -> None:
+    # A store built by a process killed before its rename: ".<name>.new-<pid>-<hex>" beside `path`.
+    for old in path.parent.glob(f".{glob_escape(path.name)}.new-*"):
+        pid = old.name.rsplit(".new-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            logger.info("removing %s, a store left half-built by process %s", old, pid)
+            shutil.rmtree(old, ignore_errors=True)
 
 
 class ScoreStore:
@@ -221,7 +372,8 @@ class ScoreStore:
         Parameters
         ----------
         path
-            Folder to create. It must not exist unless ``overwrite``.
+            Folder to create: new or empty, or (with ``overwrite``) a store this module wrote. A symbolic link
+            is followed (the store is built where it points).
         n_queries, n_items
             Matrix shape, both >= 1.
         chunks
@@ -231,12 +383,21 @@ class ScoreStore:
             JSON-serializable manifest stored in the group attributes (``format`` and ``dtype`` are
             added).
         overwrite
-            Delete an existing store at ``path`` first.
+            Delete an existing store at ``path`` first. Only a store of :data:`STORE_FORMAT` whose folder holds
+            nothing else is deleted (:func:`foreign_content`); anything else is refused and left as it was.
 
         Returns
         -------
         ScoreStore
             Open for writing.
+
+        Raises
+        ------
+        DataError
+            ``path`` is a file, a symbolic link loop, a folder that is not (only) a score store of this module, or a
+            store and not ``overwrite``.
+        OSError
+            A write fails (e.g. a full disk); its file name is ``path``, and nothing is left at ``path``.
         """
         owner = "ScoreStore.create"
         for name, n in (("n_queries", n_queries), ("n_items", n_items)):
@@ -251,19 +412,6 @@ class ScoreStore:
         elif not is_int(i_chunk, 1):
             raise ParameterError("chunks", "a pair whose i_chunk is an int >= 1 or None", chunks, owner)
         path = Path(path)
-        if path.exists():
-            is_store = (path / "zarr.json").is_file()
-            if not path.is_dir() or (not is_store and any(path.iterdir())):
-                what = "a file" if not path.is_dir() else "a non-empty folder that is not a score store"
-                raise DataError(path, f"is {what}: expected a new (or empty) store folder; choose another path")
-            if is_store and not overwrite:
-                raise DataError(path, "already exists: open it with ScoreStore.open to resume, or pass overwrite=True "
-                                      "(xenbench score --overwrite) to replace it")
-            if is_store:
-                shutil.rmtree(path)
-        zarr = _zarr()
-        from zarr.storage import LocalStore
-
         meta = {**dict(attrs or {}), "format": STORE_FORMAT, "dtype": "float32"}
         if "query_ids" in meta or "item_ids" in meta:
             q_ids, i_ids = list(meta.get("query_ids") or []), list(meta.get("item_ids") or [])
@@ -275,19 +423,34 @@ class ScoreStore:
             json.dumps(meta)
         except TypeError as err:
             raise ParameterError("attrs", "a JSON-serializable mapping", type(err).__name__, owner) from err
-        with _naming(path):
-            group = zarr.open_group(store=LocalStore(path), mode="w", attributes=meta)
-            array = group.create_array(
-                _ARRAY,
-                shape=(int(n_queries), int(n_items)),
-                chunks=(min(int(q_chunk), int(n_queries)), min(int(i_chunk), int(n_items))),
-                dtype="float32",
-                fill_value=float("nan"),
-                compressors=None,
-                chunk_key_encoding={"name": "default", "separator": "/"},
-            )
-            (path / _ARRAY / _DONE).mkdir()
-        return cls(path, group, array, writable=True)
+        path, replace = _check_new_store_path(path, overwrite)
+        zarr = _zarr()
+        from zarr.storage import LocalStore
+
+        _remove_stale_builds(path)
+        # Built beside `path` and renamed into place: `path` never holds half a store (a full disk, a kill).
+        tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            with _naming(path, tmp):
+                group = zarr.open_group(store=LocalStore(tmp), mode="w", attributes=meta)
+                group.create_array(
+                    _ARRAY,
+                    shape=(int(n_queries), int(n_items)),
+                    chunks=(min(int(q_chunk), int(n_queries)), min(int(i_chunk), int(n_items))),
+                    dtype="float32",
+                    fill_value=float("nan"),
+                    compressors=None,
+                    chunk_key_encoding={"name": "default", "separator": "/"},
+                )
+                (tmp / _ARRAY / _DONE).mkdir()
+                if replace:
+                    shutil.rmtree(path)
+                os.replace(tmp, path)  # onto nothing, or an empty folder
+                _fsync_dir(path.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls.open(path, mode="r+")
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> ScoreStore:
@@ -303,12 +466,13 @@ class ScoreStore:
         path = Path(path)
         if not (path / "zarr.json").is_file() or not (path / _ARRAY / "zarr.json").is_file():
             raise DataError(path, "not a score store: expected zarr.json and scores/zarr.json (ScoreStore.create)")
+        fmt = _read_attrs(path).get("format")  # bounded, before zarr reads it whole
+        if fmt != STORE_FORMAT:
+            raise DataError(path, f"attrs['format'] is {str(fmt)[:40]!r}, expected {STORE_FORMAT!r}")
         zarr = _zarr()
         from zarr.storage import LocalStore
 
         group = zarr.open_group(store=LocalStore(path, read_only=mode == "r"), mode=mode)
-        if group.attrs.get("format") != STORE_FORMAT:
-            raise DataError(path, f"attrs['format'] is {group.attrs.get('format')!r}, expected {STORE_FORMAT!r}")
         array = group[_ARRAY]
         store = cls(path, group, array, writable=mode == "r+")
         store.check_manifest()
@@ -326,10 +490,7 @@ class ScoreStore:
         DataError
             Naming the store and the field that disagrees.
         """
-        try:  # from disk, not the open handle's cached copy: verify() must see an edit made after open()
-            attrs = json.loads((self.path / "zarr.json").read_text(encoding="utf-8")).get("attributes", {})
-        except (OSError, ValueError) as err:
-            raise DataError(self.path / "zarr.json", f"unreadable manifest ({err})") from None
+        attrs = _read_attrs(self.path)  # from disk, not the open handle's copy: verify() must see a later edit
         if attrs.get("dtype", "float32") != "float32" or str(self._array.dtype) != "float32":
             raise DataError(self.path, f"dtype is {attrs.get('dtype')!r} / {self._array.dtype}, expected float32")
         if "query_ids" not in attrs and "item_ids" not in attrs:
@@ -414,12 +575,15 @@ class ScoreStore:
     def chunk_info(self, k: int) -> dict[str, Any] | None:
         """The marker of block ``k`` (rows, sha256, wall_s, ... as written), or None if not done."""
         self.chunk_rows(k)
-        try:
-            return json.loads(self._marker(k).read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not self._marker(k).exists():
             return None
-        except json.JSONDecodeError as err:  # only possible if someone edited it: never trust it
-            raise DataError(self._marker(k), f"unreadable completion marker ({err}); delete it to recompute") from err
+        try:
+            info = read_json_bounded(self._marker(k), _MAX_MARKER_BYTES, "a block's completion marker")
+        except DataError as err:  # only possible if someone edited or replaced it: never trust it
+            raise DataError(self._marker(k), f"unreadable completion marker ({err}); delete it to recompute") from None
+        if not isinstance(info, dict):
+            raise DataError(self._marker(k), "unreadable completion marker (not a JSON object); delete it to recompute")
+        return info
 
     @property
     def wall_s(self) -> float:

@@ -28,7 +28,7 @@ from xenbench._device import resolve_device
 from xenbench._io import repo_relative
 from xenbench._validation import check_int
 from xenbench.data.datasets import Dataset, Item, Query
-from xenbench.data.store import ScoreStore, writer_lock
+from xenbench.data.store import ScoreStore, check_store_folder, writer_lock
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.crossencoder import CEConfig
 from xenbench.models.distributed import score_blocks_ray
@@ -173,7 +173,9 @@ def score_to_store(
         ``address`` (a running cluster, e.g. ``"auto"``; default a local Ray started here), ``workers`` (actors;
         default one per GPU, or per CPU), ``gpus_per_worker`` (default 1 on CUDA, else 0).
     overwrite
-        Replace a store already at ``out`` (of this job or another) instead of resuming it.
+        Replace a store already at ``out`` (of this job or another) instead of resuming it. Only a store of xenbench
+        is ever replaced: a folder holding anything else is refused before any work
+        (:func:`~xenbench.data.store.check_store_folder`).
 
     Returns
     -------
@@ -193,6 +195,7 @@ def score_to_store(
     owner = "score_to_store"
     if out is None:
         raise ParameterError("out", "a store folder (score_matrix scores in memory)", out, owner)
+    check_store_folder(out)  # only a store of xenbench is ever resumed or replaced
     ce = check_scoring_args(ce, queries, items, batch_size, precision, owner)
     check_int(query_chunk, "query_chunk", 1, None, owner, allow_none=True, expected="an int >= 1 or None")
     dev = resolve_device(device)
@@ -334,6 +337,7 @@ def run_score_job(
         From resolving or loading the CE or the dataset, or ``out`` holding another job's store.
     """
     owner = "run_score_job"
+    check_store_folder(out)  # before the dataset and the model load
     if isinstance(dataset, str):
         from xenbench.data.sources import load_dataset
 
