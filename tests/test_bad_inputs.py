@@ -229,6 +229,10 @@ HARDENING = [
                                                     "--out", str(_foreign_zarr(t / "mine"))],
          r"mine: is not a score store xenbench wrote: it holds a zarr group that xenbench did not write",
          BEFORE_WORK),
+    Case("ray-address-refused", lambda t: ["score", "untrained-cls", f"beir:{beir(t)}", "--out", str(t / "out"),
+                                           "--backend", "ray", "--address", "127.0.0.1:1"],
+         r"The 'address' parameter of Ray must be the address of a running Ray cluster that answers within 60 s \(a "
+         r"TCP connection to it failed: Connection refused", BEFORE_WORK),
     # --- score --device: checked for every model kind before anything loads
     Case("device-malformed-de", score_args("--device", "gpu0;rm"),
          r"'--device' parameter of xenbench score must be 'auto', 'cpu', 'cuda', 'cuda:<k>' or 'mps'\. Got 'gpu0;rm'",

@@ -171,6 +171,10 @@ def _check_score_args(args: argparse.Namespace) -> None:
         from xenbench.models.references import resolve_model
 
         resolve_model(args.model, base=args.base, owner=command)  # a hub id not cached while offline: one line, now
+    if args.backend == "ray" and args.address is not None:  # before any model loads: an address that never answers
+        from xenbench._ray import check_address
+
+        check_address(args.address)
     check_int(args.seed, "--seed", 0, None, command, expected="a non-negative int")
     for what, n, path in (("queries", args.n_queries, args.query_ids), ("items", args.n_items, args.item_ids)):
         flag = {"queries": "--query-ids", "items": "--item-ids"}[what]

@@ -1,0 +1,218 @@
+"""Faults and hostile inputs of issue 39: nothing of the user's deleted, nothing unbounded, nothing hangs, and no
+write error leaves a state that blocks the retry.
+
+Each test is one case of the audit, run as the user runs it: the command line (in-process ``xenbench.cli.main``,
+or a child process where the case needs one: a file-size limit, a hanging peer) on tiny inputs. The one-line
+refusals that leave nothing behind are rows of ``tests/test_bad_inputs.py`` (``out-*``, ``overwrite-*``, ``ray-*``,
+``findings-*``, ``train-state-*``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xenbench.cli import main
+from xenbench.data.store import ScoreStore
+from xenbench.errors import DataError, ParameterError
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = [{"_id": f"d{k}", "title": f"title {k}", "text": f"text of item {k}"} for k in range(4)]
+QUERIES = [{"_id": f"q{k}", "text": f"query number {k}"} for k in range(3)]
+QRELS = "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k}\t1\n" for k in range(3))
+
+
+def _beir(root: Path) -> Path:
+    folder = root / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CORPUS), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in QUERIES), encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text(QRELS, encoding="utf-8")
+    return folder
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("xenbench: error: ")]
+    assert len(errors) == 1 and not any("Traceback" in line for line in err), err
+    return errors[0]
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# -- 1. --overwrite replaces only a store xenbench wrote -----------------------------------------------------
+
+
+def _foreign_group(folder: Path) -> Path:
+    """A zarr v3 group of the user's own (another array, its own attributes) with a file of theirs beside it."""
+    import zarr
+
+    group = zarr.open_group(str(folder), mode="w", attributes={"project": "mine"})
+    group.create_array("embeddings", shape=(2, 3), dtype="float32")[:] = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (folder / "notes.txt").write_text("a week of notes", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.filterwarnings("ignore:untrained-cls:UserWarning")
+@pytest.mark.parametrize("model", ["tfidf", "de", "untrained-cls"])
+def test_overwrite_never_deletes_a_foreign_zarr_group(tmp_path, capsys, model):
+    out = _foreign_group(tmp_path / "mine")
+    before = _contents(out)
+    args = ["score", model, f"beir:{_beir(tmp_path)}", "--out", str(out), "--device", "cpu"]
+    assert main([*args, "--overwrite"]) == 2
+    line = _one_error(capsys)
+    assert f"{out}: is not a score store xenbench wrote: it holds a zarr group that xenbench did not write (no " \
+           "'format' attribute, not 'xenbench-scores/1')" in line and "nothing there was changed" in line, line
+    assert _contents(out) == before
+    assert main(args) == 2 and main([*args, "--resume"]) == 2  # nor resumed into
+    assert _contents(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["beir", "mine"]
+
+
+def test_overwrite_refuses_a_store_holding_a_file_of_the_user(tmp_path, capsys):
+    out, folder = tmp_path / "out", _beir(tmp_path)
+    args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
+    assert main(args) == 0
+    (out / "results-draft.md").write_text("mine", encoding="utf-8")
+    assert main([*args, "--overwrite", "--n-items", "2"]) == 2
+    assert "holds 1 file(s) or folder(s) that are not part of a score store (first: 'results-draft.md')" in \
+        _one_error(capsys)
+    assert (out / "results-draft.md").read_text() == "mine" and ScoreStore.open(out).shape == (3, 4)
+    (out / "results-draft.md").unlink()
+    assert main([*args, "--overwrite", "--n-items", "2"]) == 0  # a store of its own is replaced
+    assert ScoreStore.open(out).shape == (3, 2)
+
+
+def test_the_library_refuses_a_foreign_folder_too(tmp_path):
+    from xenbench.data.datasets import Item, Query
+    from xenbench.models.jobs import score_to_store
+
+    out = _foreign_group(tmp_path / "mine")
+    before = _contents(out)
+    with pytest.raises(DataError, match=r"mine: is a folder that is not a score store xenbench wrote: it holds a zarr "
+                                        r"group that xenbench did not write"):
+        ScoreStore.create(out, 2, 2, overwrite=True)
+    with pytest.raises(DataError, match=r"mine: is not a score store xenbench wrote"):
+        score_to_store(object(), [Query("q", "x")], [Item("i", "t", "x")], out, overwrite=True)  # before the CE
+    assert _contents(out) == before
+
+
+def test_create_is_atomic_and_follows_a_link(tmp_path, monkeypatch):
+    """A failure while a store is built leaves nothing at its path (it is built beside it and renamed); a store
+    created through a symbolic link is built where the link points, the link kept."""
+    def full(src, dst):  # zarr writes each metadata file to a temporary file, then renames it
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError) as err:
+        ScoreStore.create(tmp_path / "s", 3, 2)
+    assert err.value.filename == str(tmp_path / "s") and err.value.errno == 28
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    store = ScoreStore.create(tmp_path / "link", 3, 2)
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "target" / "zarr.json").is_file()
+    assert store.shape == (3, 2)
+
+
+# -- 5. a write error leaves no lock that blocks the retry ---------------------------------------------------
+
+_LIMITED = """
+import resource, signal, sys
+from xenbench.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as a full disk does
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("limit, fails", [(0, "the writer lock"), (300, "the store's metadata")])
+def test_a_failed_write_names_its_path_and_the_same_command_then_finishes(tmp_path, limit, fails):
+    """Files may grow to ``limit`` bytes only (``RLIMIT_FSIZE``): at 0 the writer lock cannot be written, at 300 the
+    store's ``zarr.json`` cannot. Each run fails with one line naming where, leaves no lock and no half store, and
+    the same command then finishes."""
+    folder, out = _beir(tmp_path), tmp_path / "out"
+    args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
+    done = subprocess.run([sys.executable, "-c", _LIMITED, str(limit), *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("xenbench: error: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    where = tmp_path / ".out.lock" if limit == 0 else out
+    assert errors == [f"xenbench: error: {where}: File too large"], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["beir"]  # no lock, no store, no temporary file
+    done = subprocess.run([sys.executable, "-m", "xenbench.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert ScoreStore.open(out).is_complete
+
+
+def test_a_full_disk_while_the_lock_is_written_leaves_no_lock(tmp_path, monkeypatch, capsys):
+    import xenbench._io as io
+
+    folder, out = _beir(tmp_path), tmp_path / "out"
+    args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
+    real = io._write_temp
+
+    def full(tmp, text, fsync):
+        Path(tmp).write_text("")  # the file exists, its content never arrives
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io, "_write_temp", full)
+    assert main(args) == 2
+    assert _one_error(capsys) == f"xenbench: error: {tmp_path / '.out.lock'}: No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["beir"]
+    monkeypatch.setattr(io, "_write_temp", real)
+    assert main(args) == 0
+
+
+def test_a_lock_of_a_dead_writer_is_taken_over_and_an_empty_one_is_named(tmp_path, capsys):
+    folder, out = _beir(tmp_path), tmp_path / "out"
+    args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket as sock
+
+    lock = tmp_path / ".out.lock"
+    lock.write_text(json.dumps({"pid": int(dead.stdout), "host": sock.gethostname(), "started": "earlier"}))
+    assert main(args) == 0 and not lock.exists()
+    lock.write_text("")  # what an older xenbench left after a full disk
+    assert main(args) == 2
+    assert _one_error(capsys).startswith(f"xenbench: error: {lock}: unreadable writer lock")
+
+
+# -- 3. a Ray address that does not answer ----------------------------------------------------------------
+
+
+def test_a_ray_address_that_never_answers_is_one_line_within_the_timeout(tmp_path, monkeypatch, capsys):
+    """A peer that accepts the TCP connection and then says nothing (Ray's own client retries it for many minutes):
+    the Ray driver probing it is killed at :data:`xenbench._ray.CONNECT_TIMEOUT_S`, before any model loads."""
+    import xenbench._ray as xray
+    import xenbench.models.jobs as jobs
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(8)], daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    monkeypatch.setattr(xray, "CONNECT_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(jobs, "build_cross_encoder", lambda *a, **k: pytest.fail("the model loaded"))
+    rc = main(["score", "untrained-cls", f"beir:{_beir(tmp_path)}", "--out", str(tmp_path / "out"), "--backend",
+               "ray", "--address", address])
+    server.close()
+    assert rc == 2
+    assert _one_error(capsys) == (
+        "xenbench: error: The 'address' parameter of Ray must be the address of a running Ray cluster that answers "
+        "within 3 s (no Ray driver could connect within 3 s; start one with `ray start --head`, or leave the address "
+        f"out for a local Ray). Got '{address}' instead.")
+    assert accepted and not (tmp_path / "out").exists()
+    with pytest.raises(ParameterError, match=r"'address' parameter of Ray .* Connection refused"):
+        xray.check_address("127.0.0.1:1")
