@@ -289,8 +289,8 @@ HARDENING = [
          r"'--out' parameter of xenbench train-ce must be a folder \(new, or a run to resume\)", ("train", "mining")),
     Case("train-planted-state", lambda t: ["train-ce", "--kind", "emb", "--out", str(_planted_state(t / "run")),
                                            "--domains", "noun.Tops", "--device", "cpu"],
-         r"run/train_state\.pt: refused: the unpickler may build only tensors, numbers, strings, lists and dicts and "
-         r"it asks for GLOBAL (builtins|io)\.open; .* was not run", ("mining",)),
+         r"run/train_state\.pt: a resume state in the torch pickle format of an older xenbench, which is not read "
+         r"\(a pickle can run code", ("mining",)),
     # --- eval-ce
     Case("eval-unknown-domain", raw("eval-ce", "models/cls-ce", "--domains", "noun.nothing"),
          r"'--domains' parameter of xenbench eval-ce must be WordNet-EL domains", ("ce",)),

@@ -9,6 +9,7 @@ refusals that leave nothing behind are rows of ``tests/test_bad_inputs.py`` (``o
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -216,3 +217,126 @@ def test_a_ray_address_that_never_answers_is_one_line_within_the_timeout(tmp_pat
     assert accepted and not (tmp_path / "out").exists()
     with pytest.raises(ParameterError, match=r"'address' parameter of Ray .* Connection refused"):
         xray.check_address("127.0.0.1:1")
+
+
+# -- 4. train states: safetensors + JSON, every part checked before it is used -----------------------------------
+
+# The config `xenbench train-ce --kind cls --domains noun.Tops --trainable-layers 1` builds (the CLI's defaults).
+TRAIN_ARGS = ["--kind", "cls", "--domains", "noun.Tops", "--trainable-layers", "1", "--device", "cpu"]
+
+
+def _tiny_data():
+    from xenbench.data.datasets import Dataset, Item, Query
+    from xenbench.models.train import TrainingData
+
+    items = [Item(f"i{k}", f"title {k}", f"text about thing number {k}") for k in range(6)]
+    queries = [Query(f"q{k}", f"a query mentioning thing {k}", (2, 11)) for k in range(8)]
+    ds = Dataset("tiny", items, queries, {q.id: [f"i{k % 6}"] for k, q in enumerate(queries)})
+    return TrainingData([ds], [(0, k, np.array([k % 6, (k + 1) % 6, (k + 2) % 6], dtype=np.int64)) for k in range(8)])
+
+
+@pytest.fixture(scope="module")
+def one_step_state(tmp_path_factory) -> Path:
+    """The resume state `train-ce` writes after its first step (2 steps of 8 queries: 8 tiny examples, 2 epochs),
+    under the CLI's config, read from a run killed right after it."""
+    import xenbench.models.train as train
+
+    cfg = train.TrainConfig(kind="cls", domains=["noun.Tops"], trainable_layers=1, checkpoint_every=1)
+    out = tmp_path_factory.mktemp("killed")
+    real = train._save_state
+
+    def save_then_die(path, *args):
+        real(path, *args)
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, "_save_state", save_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            train.train_cross_encoder(cfg, out, data=_tiny_data(), device="cpu")
+    return out / train.STATE_NAME
+
+
+def _tampered(state: Path, folder: Path, tensors=None, header=None) -> Path:
+    """A copy of ``state`` in ``folder`` with ``tensors(dict)`` and ``header(dict)`` applied in place."""
+    import xenbench.models.train as train
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(state), framework="pt") as f:
+        meta, values = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    head = json.loads(meta[train._META_KEY])
+    if tensors:
+        tensors(values)
+    if header:
+        header(head)
+    folder.mkdir(exist_ok=True)
+    save_file(values, folder / train.STATE_NAME, metadata={train._META_KEY: json.dumps(head)})
+    return folder
+
+
+def _first_weight(values: dict) -> str:
+    """The first weight matrix of the state."""
+    return next(k for k in values if k.startswith("model.") and k.endswith(".weight") and values[k].dim() == 2)
+
+
+def _set(key, fn):
+    return lambda values: values.__setitem__(key(values), fn(values[key(values)]))
+
+
+STATE_CASES = {
+    "int64-weight": (dict(tensors=_set(_first_weight, lambda t: t.to(dtype=__import__("torch").int64))),
+                     r"model\.\S+\.weight is torch\.int64 of shape \(\d+, \d+\), the parameter torch\.float32"),
+    "float64-weight": (dict(tensors=_set(_first_weight, lambda t: t.double())), r"is torch\.float64 of shape"),
+    "wrong-shape": (dict(tensors=_set(_first_weight, lambda t: t[:-1].clone())),
+                    r"weight is torch\.float32 of shape \(383, 384\), the parameter torch\.float32 of shape \(384, 384\)"),
+    "nan-weight": (dict(tensors=_set(_first_weight, lambda t: t.fill_(float("nan")))), r"weight holds NaN or inf"),
+    "missing-weight": (dict(tensors=lambda v: v.pop(_first_weight(v))), r"its weights are not the ones this run "
+                                                                          r"trains \(1 missing, 0 unexpected"),
+    "rng-dtype": (dict(tensors=_set(lambda v: "torch_rng", lambda t: t.long())),
+                  r"'torch_rng' must be torch\.uint8 of shape \(5056,\), got torch\.int64"),
+    "losses-type": (dict(header=lambda h: h.__setitem__("losses", "0.7")),
+                    r"'losses' must be a list of 1 finite numbers \(one per step\), got str"),
+    "step-1e9": (dict(header=lambda h: h.__setitem__("step", 10**9)),
+                 r"'losses' must be a list of 1000000000 finite numbers"),
+    "step-bool": (dict(header=lambda h: h.__setitem__("step", True)), r"'step' must be a non-negative int"),
+    "adam-negative": (dict(tensors=_set(lambda v: "optimizer.0.exp_avg_sq", lambda t: -t - 1)),
+                      r"optimizer\.0\.exp_avg_sq holds negative values"),
+    "adam-step": (dict(tensors=_set(lambda v: "optimizer.0.step", lambda t: t + 10)),
+                  r"optimizer\.0\.step must be a float32 scalar in \[1, 1\]"),
+    "pickle-in-header": (dict(header=lambda h: h.__setitem__("format", "torch")), r"its header has no "),
+}
+
+
+@pytest.mark.parametrize("case", STATE_CASES)
+def test_a_tampered_train_state_is_one_line_before_any_mining(one_step_state, tmp_path, monkeypatch, capsys, case):
+    import xenbench.models.train as train
+
+    kw, match = STATE_CASES[case]
+    run = _tampered(one_step_state, tmp_path / "run", **kw)
+    monkeypatch.setattr(train, "mine_training_data", lambda *a, **k: pytest.fail("mined negatives"))
+    before = _contents(run)
+    assert main(["train-ce", "--out", str(run), *TRAIN_ARGS]) == 2
+    line = _one_error(capsys)
+    assert f"{run / train.STATE_NAME}: not a resume state written by xenbench train-ce: " in line, line
+    assert re.search(match, line), line
+    assert _contents(run) == before  # nothing trained, nothing saved
+
+
+def test_the_untampered_state_passes_and_a_step_beyond_the_run_is_refused(one_step_state, tmp_path):
+    """The same file untouched resumes (the control of the cases above); a step the run never reaches (a state
+    consistent in itself: losses and counters of 3 steps, for a run of 2) is refused before any training."""
+    import xenbench.models.train as train
+
+    cfg = train.TrainConfig(kind="cls", domains=["noun.Tops"], trainable_layers=1)
+
+    def three_steps(head):
+        head.update(step=3, losses=[0.7, 0.7, 0.7])
+        head["scheduler"].update(last_epoch=3, _step_count=4)
+
+    run = _tampered(one_step_state, tmp_path / "beyond", header=three_steps)
+    with pytest.raises(DataError, match=r"its step 3 is beyond the run's 2 steps"):
+        train.train_cross_encoder(cfg, run, data=_tiny_data(), device="cpu")
+    assert not (run / "xenbench_ce.json").exists()
+    ok = _tampered(one_step_state, tmp_path / "ok")
+    ce = train.train_cross_encoder(cfg, ok, data=_tiny_data(), device="cpu")
+    assert ce.config.notes["steps"] == 2 and not (ok / train.STATE_NAME).exists()

@@ -14,9 +14,15 @@ An [EMB]-CE trains in one of two layouts (``TrainConfig.pooling``, see :mod:`xen
 
 Only the top ``trainable_layers`` transformer layers (+ the [CLS] head) are trained; the rest stays the
 bundled backbone, so a checkpoint stores just the trained tensors. Training is resumable: a state file is
-written every ``checkpoint_every`` steps and picked up on restart with the same config. The state file is
-read with ``torch.load(weights_only=True)``: it holds only tensors, numbers, strings, lists and dicts, so a
-planted ``train_state.pt`` can never run code (a pickle that asks for anything else is refused).
+written every ``checkpoint_every`` steps and picked up on restart with the same config.
+
+The resume state, ``train_state.safetensors``, is a safetensors file (tensors only: the trained weights, AdamW's
+moments and step counts, the RNG) whose header holds the rest as JSON (step, losses, wall time, config, each
+parameter group's learning rate, the scheduler's counters), like a model folder's ``trained.safetensors`` and
+``xenbench_ce.json``; nothing in it is unpickled, so a planted file can never run code. Every part is checked
+before it is used (:func:`load_state`, :func:`check_state`): tensor names, shapes and dtypes against the model being
+trained, finite values, a ``step`` within the run's steps with one loss per step, counters that agree with it. An
+older xenbench's ``train_state.pt`` (a torch pickle) is not read: the run must start over.
 """
 from __future__ import annotations
 
@@ -24,9 +30,7 @@ import json
 import logging
 import math
 import os
-import re
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from xenbench._device import resolve_device
-from xenbench._io import write_text_atomic
+from xenbench._io import open_regular, read_json_bounded, write_text_atomic
 from xenbench.models.crossencoder import CEConfig, CrossEncoder
 from xenbench.models.loading import build_cross_encoder, load_cross_encoder
 from xenbench.models.pairs import InputFormat
@@ -47,7 +51,15 @@ from xenbench.models.linking import accuracy_at_k, gold_rows, rerank
 from xenbench.models.retrievers import DualEncoder
 
 log = logging.getLogger(__name__)
-STATE_NAME = "train_state.pt"
+#: The resume state of a run in progress (module docstring); ``LEGACY_STATE_NAME``: an older xenbench's torch pickle.
+STATE_NAME = "train_state.safetensors"
+LEGACY_STATE_NAME = "train_state.pt"
+#: The ``format`` of the JSON in a resume state's header, and the largest state file read (BERT-base with every layer
+#: trainable and AdamW's two moments is about 1.3 GB).
+STATE_FORMAT = "xenbench-train-state/1"
+MAX_STATE_BYTES = 16 * 2**30
+_META_KEY = "xenbench_train_state"
+_ADAM_KEYS = {"step", "exp_avg", "exp_avg_sq"}
 #: The mined examples of a run in progress (mining costs ~11 CPU-min; a resumed run reads them instead).
 MINED_NAME = "train_mined.json"
 
@@ -162,17 +174,37 @@ def _mined(path: Path, cfg: TrainConfig) -> TrainingData:
     """:func:`mine_training_data` for ``cfg``, read from ``path`` when a run with the same domains and negatives
     wrote it there (mining is deterministic: the bundled DE and exact search), else mined and written."""
     key = {"domains": list(cfg.domains), "n_negatives": int(cfg.n_negatives)}
-    if path.is_file():
+    if path.exists() or path.is_symlink():
         try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            saved = {}
-        if saved.get("key") == key:
-            return TrainingData([load_wordnet_el(name) for name in cfg.domains],
-                                [(d, q, np.asarray(rows, dtype=np.int64)) for d, q, rows in saved["examples"]])
+            saved = read_json_bounded(path, MAX_STATE_BYTES, "the mined examples of a run")
+        except DataError as err:
+            log.warning("%s; mining again", err)
+            saved = None
+        if isinstance(saved, dict) and saved.get("key") == key:
+            datasets = [load_wordnet_el(name) for name in cfg.domains]
+            examples = _mined_examples(saved.get("examples"), datasets, cfg.n_negatives)
+            if examples is not None:
+                return TrainingData(datasets, examples)
+            log.warning("%s: its examples do not index the domains' queries and items; mining again", path)
     data = mine_training_data(cfg.domains, cfg.n_negatives)
     write_text_atomic(path, json.dumps({"key": key, "examples": [[d, q, rows.tolist()] for d, q, rows in data.examples]}))
     return data
+
+
+def _mined_examples(rows: object, datasets: list[Dataset], n_negatives: int) -> list | None:
+    """The saved examples as :class:`TrainingData` wants them, or None unless each is ``[d, q, items]`` with a domain
+    index, a query row of that domain and ``1 + n_negatives`` item rows of it."""
+    if not isinstance(rows, list) or not rows:
+        return None
+    out = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3 and all(type(x) is int for x in row[:2])
+                and 0 <= row[0] < len(datasets) and 0 <= row[1] < len(datasets[row[0]].queries)
+                and isinstance(row[2], list) and len(row[2]) == n_negatives + 1
+                and all(type(i) is int and 0 <= i < len(datasets[row[0]].items) for i in row[2])):
+            return None
+        out.append((row[0], row[1], np.asarray(row[2], dtype=np.int64)))
+    return out
 
 
 def trainable_parameter_names(ce: CrossEncoder, trainable_layers: int) -> list[str]:
@@ -202,12 +234,18 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
         raise DataError(out, "is a file: expected the training output folder (new, or a run to resume)")
     out.mkdir(parents=True, exist_ok=True)
     done = out / "xenbench_ce.json"
-    if done.is_file() and _same_config(json.loads(done.read_text()).get("notes", {}).get("train_config"), cfg):
+    finished = read_json_bounded(done, MAX_STATE_BYTES, "a trained CE's config") if done.exists() else None
+    notes = finished.get("notes") if isinstance(finished, dict) else None
+    if isinstance(notes, dict) and _same_config(notes.get("train_config"), cfg):
         log.info("%s already holds a finished run of this config", out)
         return load_cross_encoder(out, device=device)
     # Read (and vet) the resume state before any model is built or negative mined: a bad file costs nothing.
-    state_path = out / STATE_NAME
-    state = load_state(state_path) if state_path.exists() else None
+    state_path, legacy = out / STATE_NAME, out / LEGACY_STATE_NAME
+    if legacy.exists() or legacy.is_symlink():
+        raise DataError(legacy, "a resume state in the torch pickle format of an older xenbench, which is not read (a "
+                                "pickle can run code; the state is a safetensors file now): delete it to start the run "
+                                "over")
+    state = load_state(state_path) if state_path.exists() or state_path.is_symlink() else None
     if state is not None and not _same_config(_jsonable(state["train_config"]), cfg):
         raise ParameterError("cfg", f"the config the run in {out} started with", "a different TrainConfig")
     config = CEConfig(kind=cfg.kind, pooling=cfg.pooling if cfg.kind == "emb" else "mean",
@@ -223,6 +261,9 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     head = [params[n] for n in names if "classifier" in n or "pooler" in n]
     body = [params[n] for n in names if "classifier" not in n and "pooler" not in n]
     opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr}, {"params": head, "lr": cfg.head_lr}], weight_decay=0.01)
+    if state is not None:  # against the model: before the negatives are mined
+        check_state(state_path, state, {n: params[n] for n in _optimizer_names(ce, opt)},
+                    n_groups=len(opt.param_groups))
 
     data = data or _mined(out / MINED_NAME, cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -240,11 +281,11 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     step, losses, wall = 0, [], 0.0
     torch.manual_seed(cfg.seed)  # dropout draws; a resumed run restores the generator's state instead
     if state is not None:
-        ce.model.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        step, losses, wall = state["step"], state["losses"], state["wall_s"]
+        if state["step"] > steps:
+            raise DataError(state_path, f"not a resume state of this run: its step {state['step']} is beyond the run's "
+                                        f"{steps} steps; delete it to start the run over")
+        _restore_state(state, ce, opt, sched)
+        step, losses, wall = state["step"], list(state["losses"]), state["wall_s"]
         log.info("resuming %s at step %d/%d", out, step, steps)
 
     ce.train()
@@ -286,53 +327,186 @@ def train_cross_encoder(cfg: TrainConfig, out: str | Path, *, data: TrainingData
     return ce
 
 
-def load_state(path: Path) -> dict:
-    """The resume state written by :func:`_save_state`, read without unpickling code.
+def _refuse(path: Path, problem: str) -> DataError:
+    return DataError(path, f"not a resume state written by xenbench train-ce: {problem}; delete it to start the run "
+                           "over")
 
-    ``weights_only=True`` lets the unpickler build tensors, numbers, strings, lists, tuples and dicts only; a
-    file that asks for any other object (a planted ``__reduce__``, a class) is refused before it runs.
+
+def _finite_number(value: object, low: float = 0.0) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
+
+
+def load_state(path: Path) -> dict:
+    """The resume state written by :func:`_save_state` (module docstring), read without unpickling anything.
+
+    Checked here: a regular file of at most :data:`MAX_STATE_BYTES`, a safetensors file whose header JSON has the
+    expected fields and types (``step`` a non-negative int, ``losses`` one finite float per step, ``wall_s`` a finite
+    float >= 0, ``train_config`` an object, the learning rates and scheduler counters numbers that agree with
+    ``step``), tensors named ``model.<parameter>``, ``optimizer.<index>.<step|exp_avg|exp_avg_sq>`` and ``torch_rng``
+    (uint8, the generator's length). What depends on the model (names, shapes, dtypes, finite values) is checked by
+    :func:`check_state`, and ``step`` against the run's steps when they are known.
+
+    Returns
+    -------
+    dict
+        ``model`` (name -> tensor), ``optimizer`` (index -> {key -> tensor}), ``torch_rng`` and the header's fields.
 
     Raises
     ------
     DataError
-        Naming the file: not a state this module wrote (unreadable, or asking for other objects).
+        Naming the file and the first part that is wrong.
     """
-    import pickle
+    from safetensors import safe_open
 
-    if not path.is_file():  # a FIFO would block the load
-        raise DataError(path, "not a regular file (a folder, FIFO or device): delete it to start the run over")
+    open_regular(path, MAX_STATE_BYTES, "a resume state of xenbench train-ce").close()  # a FIFO, a device: refused
     try:
-        with warnings.catch_warnings():  # "Detected pickle protocol 4": noise about a file refused anyway
-            warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        # torch's text suggests weights_only=False, the one thing not to do with a file of unknown origin:
-        # keep only the line that says what the file asked for.
-        found = re.search(r"GLOBAL [\w.]+|Unsupported operand \d+", str(err))
-        asked = f"it asks for {found.group(0)}" if found else ""
-        raise DataError(path, "refused: the unpickler may build only tensors, numbers, strings, lists and dicts"
-                              f"{f' and {asked}' if asked else ''}; it was not written by xenbench train-ce and was "
-                              "not run: delete it to start the run over") from None
-    except Exception as err:  # torch raises RuntimeError, EOFError, ... for a truncated or foreign file
-        raise DataError(path, f"not a resume state written by xenbench train-ce ({type(err).__name__}: the file is "
-                              "truncated or of another format); delete it to start the run over") from None
-    keys = {"model", "optimizer", "scheduler", "torch_rng", "step", "losses", "wall_s", "train_config"}
-    if not isinstance(state, dict) or not keys <= state.keys():
-        raise DataError(path, f"not a resume state written by xenbench train-ce (expected the keys {sorted(keys)}); "
-                              "delete it to start the run over")
-    return state
+        with safe_open(str(path), framework="pt") as f:
+            meta, keys = f.metadata() or {}, list(f.keys())
+            tensors = {k: f.get_tensor(k) for k in keys}
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error (and others) for a foreign file
+        raise _refuse(path, f"not a safetensors file ({type(err).__name__}: {str(err)[:120]})") from None
+    try:
+        head = json.loads(meta.get(_META_KEY, "null"))
+    except (ValueError, RecursionError):
+        head = None
+    if not isinstance(head, dict) or head.get("format") != STATE_FORMAT:
+        raise _refuse(path, f"its header has no {_META_KEY!r} JSON of format {STATE_FORMAT!r}")
+    step, losses = head.get("step"), head.get("losses")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise _refuse(path, f"'step' must be a non-negative int, got {str(step)[:40]!r}")
+    if not isinstance(losses, list) or len(losses) != step or not all(_finite_number(x, -math.inf) for x in losses):
+        raise _refuse(path, f"'losses' must be a list of {step} finite numbers (one per step), got "
+                            f"{type(losses).__name__} of {len(losses) if isinstance(losses, list) else '?'}")
+    if not _finite_number(head.get("wall_s")):
+        raise _refuse(path, f"'wall_s' must be a finite number >= 0, got {str(head.get('wall_s'))[:40]!r}")
+    if not isinstance(head.get("train_config"), dict):
+        raise _refuse(path, "'train_config' must be an object")
+    group_lr, sched = head.get("group_lr"), head.get("scheduler")
+    if not isinstance(group_lr, list) or not group_lr or not all(_finite_number(x) for x in group_lr):
+        raise _refuse(path, "'group_lr' must be the parameter groups' learning rates (finite numbers >= 0)")
+    if not isinstance(sched, dict) or sched.get("last_epoch") != step or sched.get("_step_count") != step + 1 or not (
+            isinstance(sched.get("_last_lr"), list) and len(sched["_last_lr"]) == len(group_lr)
+            and all(_finite_number(x) for x in sched["_last_lr"])):
+        raise _refuse(path, f"'scheduler' must hold last_epoch {step}, _step_count {step + 1} and one finite _last_lr "
+                            "per parameter group (the counters of the step the state was written at)")
+    rng = tensors.pop("torch_rng", None)
+    expected_rng = torch.get_rng_state()
+    if rng is None or rng.dtype != expected_rng.dtype or rng.shape != expected_rng.shape:
+        got = "none" if rng is None else f"{rng.dtype} of shape {tuple(rng.shape)}"
+        raise _refuse(path, f"'torch_rng' must be {expected_rng.dtype} of shape {tuple(expected_rng.shape)}, got {got}")
+    model: dict[str, torch.Tensor] = {}
+    optimizer: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        kind, _, rest = key.partition(".")
+        index, _, name = rest.partition(".")
+        if kind == "model" and rest:
+            model[rest] = value
+        elif kind == "optimizer" and index.isdigit() and name in _ADAM_KEYS:
+            optimizer.setdefault(int(index), {})[name] = value
+        else:
+            raise _refuse(path, f"unexpected tensor {key[:80]!r} (expected model.*, optimizer.<i>.<"
+                                f"{'|'.join(sorted(_ADAM_KEYS))}> and torch_rng)")
+    return {**head, "model": model, "optimizer": optimizer, "torch_rng": rng}
+
+
+def check_state(path: Path, state: dict, params: dict[str, torch.nn.Parameter], *, n_groups: int) -> None:
+    """Check a resume state's tensors against the parameters being trained (``params``, in the optimizer's order, in
+    ``n_groups`` parameter groups).
+
+    The model's tensors must be exactly the trained parameters, each of the parameter's shape and dtype (an int64 or
+    float64 tensor is refused, not cast) and finite; AdamW's state, where present, must be of the parameter's index
+    with ``exp_avg``/``exp_avg_sq`` of its shape and dtype (``exp_avg_sq`` >= 0), finite, and a ``step`` count that is a
+    0-d float32 between 1 and the state's step.
+
+    Raises
+    ------
+    DataError
+        Naming the file and the first tensor that is wrong.
+    """
+    model, optimizer = state["model"], state["optimizer"]
+    if len(state["group_lr"]) != n_groups:
+        raise _refuse(path, f"{len(state['group_lr'])} learning rates in 'group_lr', the run's optimizer has "
+                            f"{n_groups} parameter groups")
+    missing, extra = sorted(params.keys() - model.keys()), sorted(model.keys() - params.keys())
+    if missing or extra:
+        first = f"missing {missing[0]!r}" if missing else f"unexpected {extra[0]!r}"
+        raise _refuse(path, f"its weights are not the ones this run trains ({len(missing)} missing, {len(extra)} "
+                            f"unexpected; {first[:120]})")
+    for name, p in params.items():
+        _check_tensor(path, f"model.{name}", model[name], p)
+    index = {k: (name, p) for k, (name, p) in enumerate(params.items())}
+    for k, entry in optimizer.items():
+        if k not in index:
+            raise _refuse(path, f"optimizer state of parameter {k}, but the run trains {len(index)}")
+        name, p = index[k]
+        if set(entry) != _ADAM_KEYS:
+            raise _refuse(path, f"optimizer.{k} must hold {sorted(_ADAM_KEYS)}, got {sorted(entry)}")
+        _check_tensor(path, f"optimizer.{k}.exp_avg", entry["exp_avg"], p)
+        _check_tensor(path, f"optimizer.{k}.exp_avg_sq", entry["exp_avg_sq"], p)
+        if bool((entry["exp_avg_sq"] < 0).any()):
+            raise _refuse(path, f"optimizer.{k}.exp_avg_sq holds negative values (a second moment is >= 0)")
+        count = entry["step"]
+        if count.dtype != torch.float32 or count.shape != () or not 1 <= float(count) <= state["step"]:
+            raise _refuse(path, f"optimizer.{k}.step must be a float32 scalar in [1, {state['step']}], got "
+                                f"{count.dtype} of shape {tuple(count.shape)}")
+
+
+def _check_tensor(path: Path, key: str, value: torch.Tensor, like: torch.Tensor) -> None:
+    if value.dtype != like.dtype or value.shape != like.shape:
+        raise _refuse(path, f"{key[:120]} is {value.dtype} of shape {tuple(value.shape)}, the parameter "
+                            f"{like.dtype} of shape {tuple(like.shape)}")
+    if not bool(torch.isfinite(value).all()):
+        raise _refuse(path, f"{key[:120]} holds NaN or inf")
+
+
+def _restore_state(state: dict, ce, opt, sched) -> None:
+    """Put a checked state (:func:`load_state`, :func:`check_state`) into the model, optimizer, scheduler and RNG.
+
+    The optimizer's and scheduler's hyper-parameters are this run's (its config); only what training changed comes
+    from the file: the weights, AdamW's moments and step counts, each group's current learning rate, the scheduler's
+    counters and the RNG.
+    """
+    ce.model.load_state_dict(state["model"], strict=False)
+    groups = opt.state_dict()["param_groups"]
+    for group, lr in zip(groups, state["group_lr"]):
+        group["lr"] = float(lr)
+    opt.load_state_dict({"state": {k: dict(v) for k, v in sorted(state["optimizer"].items())},
+                         "param_groups": groups})
+    counters = sched.state_dict()
+    counters.update(last_epoch=state["step"], _step_count=state["step"] + 1,
+                    _last_lr=[float(x) for x in state["scheduler"]["_last_lr"]])
+    sched.load_state_dict(counters)
+    torch.set_rng_state(state["torch_rng"])
+
+
+def _optimizer_names(ce, opt) -> list[str]:
+    """The names of the parameters ``opt`` updates, in its order (the indices of its state)."""
+    name_of = {id(p): n for n, p in ce.model.named_parameters()}
+    return [name_of[id(p)] for group in opt.param_groups for p in group["params"]]
 
 
 def _save_state(path: Path, ce, opt, sched, step, losses, wall, cfg) -> None:
-    trained = {n: p.detach().cpu() for n, p in ce.model.named_parameters() if p.requires_grad}
-    state = {"model": trained, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-             "torch_rng": torch.get_rng_state(), "step": step, "losses": losses, "wall_s": wall,
-             "train_config": asdict(cfg)}
-    tmp = path.with_suffix(".tmp")
+    """Write the resume state (module docstring): tensors in a safetensors file, the rest as JSON in its header,
+    through a temporary file renamed over ``path``."""
+    from safetensors.torch import save_file
+
+    named = dict(ce.model.named_parameters())
+    tensors = {f"model.{n}": named[n].detach().cpu().contiguous().clone() for n in _optimizer_names(ce, opt)}
+    opt_state = opt.state_dict()
+    for k, entry in opt_state["state"].items():
+        for key, value in entry.items():
+            tensors[f"optimizer.{k}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous().clone()
+    tensors["torch_rng"] = torch.get_rng_state()
+    counters = sched.state_dict()
+    head = {"format": STATE_FORMAT, "step": int(step), "losses": [float(x) for x in losses], "wall_s": float(wall),
+            "train_config": _jsonable(asdict(cfg)), "group_lr": [float(g["lr"]) for g in opt_state["param_groups"]],
+            "scheduler": {"last_epoch": int(counters["last_epoch"]), "_step_count": int(counters["_step_count"]),
+                          "_last_lr": [float(x) for x in counters["_last_lr"]]}}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save(state, tmp)
+        save_file(tensors, tmp, metadata={_META_KEY: json.dumps(head)})
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as err:  # torch's writer reports a full disk as a RuntimeError
+    except Exception as err:  # noqa: BLE001 - safetensors reports a full disk as its own error
         tmp.unlink(missing_ok=True)
         reason = getattr(err, "strerror", None) or str(err).splitlines()[0][:160]
         raise DataError(path, f"the resume state could not be written ({reason}); the previous one, if any, is "
@@ -343,7 +517,7 @@ def _same_config(saved: dict | None, cfg: TrainConfig) -> bool:
     """Whether a saved ``train_config`` is ``cfg``; keys added to :class:`TrainConfig` since (e.g. ``pooling``)
     count as their defaults, so runs saved before a key existed still match. ``checkpoint_every`` is not compared:
     it changes when state is written, never the weights, so a resumed run may save more or less often."""
-    if saved is None:
+    if not isinstance(saved, dict):
         return False
     defaults = _jsonable(asdict(TrainConfig()))
     ignore = {"checkpoint_every"}
