@@ -201,6 +201,34 @@ def _results_with_nan(tmp: Path) -> Path:
     return folder
 
 
+def _one_results(tmp: Path, edit: Callable[[dict], None] | None = None, name: str = "00_data.full.results.json",
+                 replace: Callable[[Path], None] | None = None) -> Path:
+    """A results folder holding one committed results file, edited by ``edit(doc)`` or replaced by ``replace(path)``."""
+    folder = tmp / "results"
+    folder.mkdir()
+    path = folder / name
+    doc = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "results" / name).read_text())
+    if edit is not None:
+        edit(doc)
+    path.write_text(json.dumps(doc))
+    if replace is not None:
+        path.unlink()
+        replace(path)
+    return folder
+
+
+def _findings(*extra: str, **kw) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["findings", *extra, "--results-dir", str(_one_results(tmp, **kw))]
+
+
+def _set_field(*keys, value):
+    def edit(doc):
+        for key in keys[:-1]:
+            doc = doc[key]
+        doc[keys[-1]] = value
+    return edit
+
+
 def train_args(*extra: str) -> Callable[[Path], list[str]]:
     return lambda tmp: ["train-ce", "--kind", "emb", "--out", str(tmp / "run"), "--domains", "noun.Tops", *extra]
 
@@ -296,6 +324,37 @@ HARDENING = [
          r"'--domains' parameter of xenbench eval-ce must be WordNet-EL domains", ("ce",)),
     Case("eval-device", raw("eval-ce", "models/cls-ce", "--domains", "noun.Tops", "--device", "tpu"),
          r"'--device' parameter of xenbench eval-ce must be", ("ce",)),
+    # --- findings: results files are regular files of at most 64 MiB, with fields of the expected types
+    Case("findings-results-fifo", _findings(replace=lambda p: __import__("os").mkfifo(p)),
+         r"00_data\.full\.results\.json: not a regular file \(a FIFO, socket or device\): expected a results JSON"),
+    Case("findings-results-dev-zero", _findings(replace=lambda p: p.symlink_to("/dev/zero")),
+         r"00_data\.full\.results\.json: not a regular file \(a FIFO, socket or device\)"),
+    Case("findings-verify-results-dev-zero", _findings("--verify", replace=lambda p: p.symlink_to("/dev/zero")),
+         r"00_data\.full\.results\.json: not a regular file \(a FIFO, socket or device\)"),
+    Case("findings-results-nested-too-deep", _findings(replace=lambda p: p.write_text("[" * 100_000)),
+         r"00_data\.full\.results\.json: nested too deeply to parse: expected a results JSON"),
+    Case("findings-type-resources", _findings(edit=_set_field("resources", value="x")),
+         r"00_data\.full\.results\.json: field 'resources' must be an object, got a string"),
+    Case("findings-type-notebook", _findings(edit=_set_field("notebook", value=["00_data"])),
+         r"field 'notebook' must be a string, got a list"),
+    Case("findings-type-profile", _findings(edit=_set_field("profile", value=7)),
+         r"field 'profile' must be a string, got a number"),
+    Case("findings-type-dirty", _findings(edit=_set_field("provenance", "git", "dirty", value="no")),
+         r"field 'provenance\.git\.dirty' must be true, false or null, got a string"),
+    Case("findings-type-input", _findings(edit=_set_field("provenance", "inputs", value=[["store", "x"]])),
+         r"field 'provenance\.inputs\[0\]' must be an object with string 'kind', 'path' and 'sha256'"),
+    Case("findings-type-verify", _findings("--verify", edit=_set_field("provenance", "machine", "torch_threads",
+                                                                       value="2")),
+         r"field 'provenance\.machine\.torch_threads' must be an integer, got a string"),
+    Case("findings-type-in-results", _findings(edit=_set_field("results", "domain", value=["noun.cognition"])),
+         r"00_data\.full\.results\.json: its results cannot be turned into findings \(TypeError"),
+    Case("findings-marker-in-dataset-name", _findings("--write", edit=_set_field(
+        "results", "domain", "name", value="noun.cognition <!-- findings:end -->")),
+         r"field 'results\.domain\.name' holds '<!--', which would change the generated blocks of README\.md and "
+         r"docs/"),
+    Case("findings-verify-nothing", lambda t: ["findings", "--verify", "--results-dir",
+                                               str((t / "empty").mkdir() or t / "empty")],
+         r"empty: no results file with witnesses \(full, large, regime profiles of .*\): nothing was verified"),
     # --- findings: NaN where a number is needed
     Case("findings-nan-in-results", lambda t: ["findings", "--results-dir", str(_results_with_nan(t))],
          r"results/04_axn_lambda\.full\.results\.json: its results cannot be turned into findings \("),
@@ -416,7 +475,10 @@ CASES = [
     Case("notebook-05-lambda-out-of-range", raw("run", "05_pefa_lambda", "-p", "lambdas", "0.5,1.5"),
          r"'lambdas' parameter of notebook 05_pefa_lambda must be a list of float with length >= 1, each in \[0, 1\]"),
     Case("notebook-param-wrong-type", raw("run", "00_data", "-p", "seed", "abc"), r"'seed' parameter of notebook 00_data"),
-    Case("findings-stale-readme-dir", raw("findings", "--check", "--results-dir", "{tmp}/none"), r"the findings section disagrees with .*none; run `xenbench findings --write`"),
+    Case("findings-stale-readme-dir", lambda t: ["findings", "--check", "--results-dir", str((t / "none").mkdir() or t / "none")],
+         r"the findings section disagrees with .*none; run `xenbench findings --write`"),
+    Case("findings-results-dir-missing", raw("findings", "--results-dir", "{tmp}/nowhere"),
+         r"nowhere: no such folder of results files"),
     *HARDENING,
 ]
 def _tree(root: Path) -> set[str]:

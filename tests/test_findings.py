@@ -97,7 +97,7 @@ def test_load_results_errors_name_the_file(tmp_path):
         findings.load_results(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{", encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad\.json: not a results JSON"):
+    with pytest.raises(DataError, match=r"bad\.json: not valid JSON \(.*\): expected a results JSON"):
         findings.load_results(bad)
     with pytest.raises(DataError, match=r"list\.json: expected an object with 'notebook'"):
         findings.load_results(_write(tmp_path / "list.json", [1, 2]))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import stat
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from xenbench.errors import DataError
 
@@ -29,12 +29,12 @@ def repo_relative(path: str | os.PathLike[str]) -> str:
         return str(resolved)
 
 
-def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) -> bytes:
-    """The bytes of the regular file ``path``, of at most ``max_bytes``.
+def open_regular(path: str | os.PathLike[str], max_bytes: int, what: str) -> BinaryIO:
+    """``path`` opened for binary reading, if it is a regular file of at most ``max_bytes``.
 
-    The file is opened without blocking and checked on the open descriptor, so a FIFO (which would block the read),
-    a device such as ``/dev/zero`` (which never ends; a symbolic link to one counts as one), a folder or a file larger
-    than ``max_bytes`` is refused before anything is read, and a file that grows meanwhile is read no further.
+    The file is opened without blocking and checked on the open descriptor, so a FIFO (which would block a read), a
+    device such as ``/dev/zero`` (which never ends; a symbolic link to one counts as one), a folder or a file larger
+    than ``max_bytes`` is refused before anything is read.
 
     Raises
     ------
@@ -49,16 +49,25 @@ def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) 
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise DataError(path, f"a symbolic link loop: expected {what}") from None
-        if err.errno == errno.EISDIR:
-            raise DataError(path, f"a folder: expected {what}") from None
         raise DataError(path, f"cannot be opened ({err.strerror}): expected {what}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO, socket or device"
-            raise DataError(path, f"not a regular file ({kind}): expected {what}")
-        if info.st_size > max_bytes:
-            raise DataError(path, f"{info.st_size:,} bytes, more than the {max_bytes:,} read for {what}")
+    handle = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO, socket or device"
+        problem = f"not a regular file ({kind}): expected {what}"
+    elif info.st_size > max_bytes:
+        problem = f"{info.st_size:,} bytes, more than the {max_bytes:,} read for {what}"
+    if problem is not None:
+        handle.close()
+        raise DataError(path, problem)
+    return handle
+
+
+def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes`` (:func:`open_regular`); a file that grows while
+    it is read is read no further than ``max_bytes`` and refused."""
+    with open_regular(path, max_bytes, what) as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise DataError(path, f"more than the {max_bytes:,} bytes read for {what} (it grew while being read)")
@@ -172,10 +181,24 @@ class Block:
     source: str = ""
 
 
+#: What a generated block's body may not hold: the opening or closing of an HTML comment, which every block marker is,
+#: so that text from an input (a dataset's name in a results file) can never add, end or hide a block.
+COMMENT_MARKS = ("<!--", "-->")
+
+
 def _with_block(path: Path, text: str, block: Block) -> str:
     start, stop = text.find(block.begin), text.find(block.end)
     if start < 0 or stop < start:
         raise DataError(path, f"no generated block (lines {block.begin!r} ... {block.end!r})")
+    for marker in (block.begin, block.end):
+        if text.count(marker) != 1:
+            raise DataError(path, f"holds the line {marker!r} {text.count(marker)} times, expected once (a generated "
+                                  f"block: {block.begin!r} ... {block.end!r}); restore the file from git")
+    mark = next((m for m in COMMENT_MARKS if m in block.body), None)
+    if mark is not None:
+        raise DataError(path, f"the {block.what} generated from {block.source or 'its inputs'} holds {mark!r}, which "
+                              "would change the file's generated blocks: refused, nothing written (an input's text "
+                              "holds an HTML comment marker)")
     return text[: start + len(block.begin)] + "\n" + block.body + "\n" + text[stop:]
 
 

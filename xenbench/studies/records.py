@@ -179,9 +179,9 @@ def refuse_inconsistent(path: Any, doc: Mapping[str, Any]) -> None:
     """Raise :class:`DataError` naming ``path`` and every summary of ``doc`` that disagrees with its records."""
     try:
         bad = [w for w in rederive(doc) if not w.ok]
-    except (KeyError, TypeError, IndexError, ValueError, ParameterError) as err:
-        raise DataError(path, f"its summaries cannot be re-derived from its records ({type(err).__name__}: {err}); "
-                              "re-run the notebook") from None
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError, ZeroDivisionError) as err:
+        raise DataError(path, f"its summaries cannot be re-derived from its records ({type(err).__name__}: "
+                              f"{str(err)[:200]}); re-run the notebook") from None
     if bad:
         raise DataError(path, "refused: summaries inconsistent with their own records: "
                         + "; ".join(w.line() for w in bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else ""))

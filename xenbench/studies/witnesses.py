@@ -213,6 +213,8 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
     if unknown_checks or not checks:
         raise ParameterError("checks", f"a non-empty subset of {CHECKS}", checks, "verify")
     folder = Path(results_dir) if results_dir is not None else RESULTS_DIR
+    if not folder.is_dir():
+        raise DataError(folder, "no such folder of results files: nothing to verify")
     if notebooks is not None:
         unknown = sorted(set(notebooks) - set(_REGISTRY))
         if unknown:
@@ -233,9 +235,12 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
                 found += records.rederive(doc)
             if "stores" in checks and profile in PROFILES:
                 found += witnesses(doc)
-        except (KeyError, TypeError, IndexError) as err:  # a results file without the cells its witnesses read
-            raise DataError(path, f"lacks what its witnesses read ({type(err).__name__}: {err}); re-run the "
-                                  f"notebook") from None
+        except (KeyError, TypeError, IndexError, ValueError, AttributeError, ZeroDivisionError) as err:
+            if isinstance(err, DataError):  # already names its file (an input, a store)
+                raise
+            # a results file without the cells its witnesses read, or with values of another type
+            raise DataError(path, f"lacks what its witnesses read ({type(err).__name__}: {str(err)[:200]}); re-run "
+                                  "the notebook") from None
         out += found
         if log is not None:
             for gap in records.unwitnessed(doc):
@@ -243,6 +248,9 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
             bad = sum(not w.ok for w in found)
             by = ", ".join(f"{sum(w.source == s for w in found)} {s}" for s in SOURCES if any(w.source == s for w in found))
             log(f"{path.name}: {len(found)} witnesses ({by}), {bad} mismatched, {time.perf_counter() - start:.1f} s")
+    if not out:
+        raise DataError(folder, f"no results file with witnesses ({', '.join(README_PROFILES)} profiles of "
+                                f"{sorted(notebooks or _REGISTRY)}): nothing was verified")
     return out
 
 

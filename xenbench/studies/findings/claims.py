@@ -513,12 +513,27 @@ def load_committed(results_dir: str | Path) -> dict[str, Mapping[str, Any]]:
     return docs
 
 
-def judge_all(docs: Docs) -> list[dict[str, str]]:
+def judge_all(docs: Docs, results_dir: str | Path | None = None) -> list[dict[str, str]]:
     """One dict per claim: ``paper``, ``claim``, ``verdict``, ``number``, ``notebook``; "not tested" (and no number)
-    where the results lack what the claim needs."""
+    where the results lack what the claim needs.
+
+    Raises
+    ------
+    DataError
+        A claim's results hold a value of another type than its judge reads (naming the claim's notebook's results
+        files in ``results_dir``).
+    """
+    from xenbench.errors import DataError
+
     rows = []
     for c in CLAIMS:
-        judged = c.judge(docs)
+        try:
+            judged = c.judge(docs)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as err:
+            where = Path(results_dir or ".") / f"{c.notebook}.*.results.json"
+            raise DataError(where, f"the claim {c.claim!r} cannot be judged from these results ({type(err).__name__}: "
+                                   f"{str(err)[:200]}): a value is missing or of another type; rerun the notebook"
+                            ) from None
         verdict, number = judged if judged else (NOT_TESTED, "–")
         rows.append({"paper": c.paper, "claim": c.claim, "verdict": verdict, "number": number, "notebook": c.notebook})
     return rows
@@ -526,7 +541,7 @@ def judge_all(docs: Docs) -> list[dict[str, str]]:
 
 def claims_table(results_dir: str | Path) -> str:
     """The Markdown table of :func:`judge_all` on the committed results, with a one-line header."""
-    rows = judge_all(load_committed(results_dir))
+    rows = judge_all(load_committed(results_dir), results_dir)
     lines = ["**Do the papers' claims hold on our data?** (each row computed from the committed results, whose "
              "findings are in [docs/FINDINGS.md](docs/FINDINGS.md); the number is the one the verdict rests on, with "
              "its 95% interval where the run has one; an equivalence claim needs its 90% interval inside "
