@@ -340,3 +340,108 @@ def test_the_untampered_state_passes_and_a_step_beyond_the_run_is_refused(one_st
     ok = _tampered(one_step_state, tmp_path / "ok")
     ce = train.train_cross_encoder(cfg, ok, data=_tiny_data(), device="cpu")
     assert ce.config.notes["steps"] == 2 and not (ok / train.STATE_NAME).exists()
+
+
+# -- 6. results files: a forged commit, emptied witness cells, a hand-edited number, a marker in a name ---------------
+
+RESULTS = ROOT / "notebooks" / "results"
+GENERATED = [ROOT / "README.md", ROOT / "docs" / "FINDINGS.md", ROOT / "docs" / "MODELS.md"]
+
+
+def _results(tmp_path: Path, names: list[str], edit=None) -> Path:
+    folder = tmp_path / "results"
+    folder.mkdir(parents=True)
+    for name in names:
+        doc = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+        if edit is not None:
+            edit(doc)
+        (folder / name).write_text(json.dumps(doc), encoding="utf-8")
+    return folder
+
+
+def _forty_zeros(doc: dict) -> None:
+    doc["provenance"]["git"]["commit"] = "0" * 40
+
+
+def test_a_commit_this_repository_lacks_is_marked_refused_and_fails_verify(tmp_path, capsys):
+    from xenbench import provenance
+    from xenbench.studies import witnesses
+
+    folder = _results(tmp_path, ["00_data.full.results.json"], _forty_zeros)
+    assert main(["findings", "--results-dir", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "Produced at commit `000000000000` (**not a commit of this repository**: its provenance is not what " \
+           "produced it)" in out and "(a clean tree)" not in out
+    before = [p.read_text(encoding="utf-8") for p in GENERATED]
+    assert main(["findings", "--write", "--results-dir", str(folder)]) == 2
+    assert "00_data.full.results.json: refused: this results file names commit '" + "0" * 40 + "', which is not a " \
+           "commit of this repository" in _one_error(capsys)
+    assert [p.read_text(encoding="utf-8") for p in GENERATED] == before
+    doc = json.loads((folder / "00_data.full.results.json").read_text())
+    [commit] = [w for w in witnesses.input_witnesses(doc) if w.cell == "provenance commit"]
+    assert not commit.ok and commit.today == "not a commit of this repository"
+    real = json.loads((RESULTS / "00_data.full.results.json").read_text())
+    assert [w.ok for w in witnesses.input_witnesses(real) if w.cell == "provenance commit"] == [True]
+    assert provenance.commit_known("c6c7eba") is False  # only a full object name counts
+    assert provenance.commit_known(real["provenance"]["git"]["commit"]) is True
+
+
+def test_results_emptied_of_their_witness_cells_fail_verify(tmp_path, capsys):
+    def emptied(doc):
+        doc["results"].update(score_summary=[], agreement=[], bundled={})
+
+    folder = _results(tmp_path, ["01_score_matrices.full.results.json"], emptied)
+    assert main(["findings", "--verify", "--results-dir", str(folder)]) == 1
+    captured = capsys.readouterr()
+    assert "01_score_matrices: results['score_summary']: committed absent or empty, today required (its witnessed " \
+           "cells) MISMATCH" in captured.err
+    assert captured.out.strip().endswith("1 do not: re-run those notebooks")
+
+
+def test_every_witness_function_must_give_a_witness(monkeypatch):
+    from xenbench.studies import witnesses
+
+    doc = json.loads((RESULTS / "01_score_matrices.full.results.json").read_text())
+    monkeypatch.setitem(witnesses._REGISTRY, "01_score_matrices", lambda results: [])
+    [w] = witnesses.witnesses(doc)
+    assert not w.ok and w.cell == "every witness cell"
+
+
+@pytest.mark.slow
+def test_a_hand_edited_de_accuracy_fails_verify(tmp_path):
+    """0.362 -> 0.999: edited alone, the mean disagrees with its own records; edited with every DE row it rests on,
+    the DE's accuracy recomputed from the data disagrees (one dataset, to keep the test short)."""
+    from xenbench.studies import witnesses
+
+    def mean_only(doc):
+        doc["results"]["baselines_mean"]["DE"]["accuracy@1"] = 0.999
+
+    folder = _results(tmp_path / "a", ["00_data.full.results.json"], mean_only)
+    bad = [w for w in witnesses.verify(folder, checks=("records",)) if not w.ok]
+    assert [w.cell for w in bad] == ["baselines_mean DE accuracy@1"]
+
+    def every_row(doc):
+        r = doc["results"]
+        r["baselines"] = [row for row in r["baselines"] if row["dataset"] == "wordnet-el:noun.food"]
+        for row in r["baselines"]:
+            if row["retriever"] == "DE" and row["k"] == 1:
+                row["accuracy"] = 0.999
+        r["baselines_mean"] = {"DE": {"accuracy@1": 0.999, "accuracy@64": r["baselines"][1]["accuracy"]}}
+
+    folder = _results(tmp_path / "b", ["00_data.full.results.json"], every_row)
+    bad = [w for w in witnesses.verify(folder, checks=("records", "stores")) if not w.ok]
+    assert [w.cell for w in bad] == ["baselines wordnet-el:noun.food DE accuracy@1"], [w.line() for w in bad]
+
+
+def test_a_generated_block_never_takes_a_comment_marker_or_a_second_marker(tmp_path):
+    from xenbench._io import Block, replace_blocks
+
+    path = tmp_path / "doc.md"
+    path.write_text("head\n<!-- x:begin -->\nold\n<!-- x:end -->\ntail\n", encoding="utf-8")
+    for body in ("a name <!-- x:end --> here", "a name --> here"):
+        with pytest.raises(DataError, match=r"doc\.md: the results block generated from results/ holds '(<!--|-->)'"):
+            replace_blocks([Block(path, "<!-- x:begin -->", "<!-- x:end -->", body, "results block", "results/")])
+    path.write_text("<!-- x:begin -->\nold\n<!-- x:end -->\n<!-- x:end -->\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"doc\.md: holds the line '<!-- x:end -->' 2 times, expected once"):
+        replace_blocks([Block(path, "<!-- x:begin -->", "<!-- x:end -->", "new")])
+    assert path.read_text(encoding="utf-8") == "<!-- x:begin -->\nold\n<!-- x:end -->\n<!-- x:end -->\n"

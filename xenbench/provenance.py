@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -54,7 +55,7 @@ from xenbench.integrity import CHECKSUMS_NAME, file_sha256
 
 __all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "record_caveat",
            "recorded_caveats", "clear_caveats", "content_sha256", "model_sha256", "hub_snapshot", "describe_input",
-           "locate_input", "InputCheck", "check_inputs", "git_state",
+           "locate_input", "InputCheck", "check_inputs", "commit_known", "git_state",
            "run_git_state", "environment", "collect", "refusal", "summary"]
 
 #: Distributions whose versions can change a number (``numba``: CCSA's kernel; faiss ships as faiss-cpu/-gpu).
@@ -284,6 +285,21 @@ def git_state(root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, Any]:
     return {"commit": commit.strip(), "dirty": bool(status.strip())}
 
 
+def commit_known(commit: Any, root: str | os.PathLike[str] = REPO_ROOT) -> bool | None:
+    """Whether ``commit`` is a commit of the git repository at ``root``: False for anything but a full hex object
+    name, or one git does not know; None where git cannot tell (no git or no repository at ``root``, or a shallow
+    clone, whose history stops early)."""
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        return False
+    root = Path(root)
+    if _git(root, "rev-parse", "--git-dir") is None:
+        return None
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is not None:
+        return True
+    shallow = _git(root, "rev-parse", "--is-shallow-repository")
+    return None if shallow is None or shallow.strip() != "false" else False
+
+
 def _git_blob(root: Path, sha: str) -> bytes | None:
     try:
         done = subprocess.run(["git", "-C", str(root), "cat-file", "blob", sha], capture_output=True, timeout=120,
@@ -347,6 +363,12 @@ class InputCheck:
         return self.problem is None
 
 
+def _inside_checkout_or_packages(where: Path, root: Path) -> bool:
+    """Whether ``where`` lies strictly inside the checkout ``root`` or an import root (never one of them whole)."""
+    resolved = where.resolve()
+    return any(resolved != base and resolved.is_relative_to(base) for base in (root.resolve(), *_import_roots()))
+
+
 def check_inputs(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = REPO_ROOT,
                  cache: dict[tuple[str, Path], str] | None = None) -> list[InputCheck]:
     """Compare every input digest recorded in a results document's provenance with this checkout.
@@ -379,6 +401,11 @@ def check_inputs(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = REPO_
         if where is None or not where.exists():
             out.append(InputCheck(kind, path, recorded, None, note="not found in this checkout or environment: "
                                                                      "not checked"))
+            continue
+        if not _inside_checkout_or_packages(where, root):  # "/" or ".." would hash a whole disk
+            out.append(InputCheck(kind, path, recorded, "outside the checkout and the installed packages: not hashed",
+                                  problem="a committed result reads only the checkout's data and models or installed "
+                                          "packages"))
             continue
         rule = "model" if entry.get("digest") == MODEL_DIGEST else "content"
         key = (rule, where.resolve())
@@ -470,8 +497,9 @@ def collect(params: Mapping[str, Any] | None = None, *, root: str | os.PathLike[
 
 
 def refusal(doc: Mapping[str, Any]) -> str | None:
-    """Why a results document cannot stand as a committed result, or None if it can: no provenance, or a
-    run from a dirty tree or from outside a git checkout (its commit does not say what ran)."""
+    """Why a results document cannot stand as a committed result, or None if it can: no provenance, a run from a
+    dirty tree or from outside a git checkout (its commit does not say what ran), an input outside the checkout, or a
+    commit this repository does not have (:func:`commit_known`: a forged or foreign provenance)."""
     prov = doc.get("provenance")
     if not isinstance(prov, Mapping) or not isinstance(prov.get("git"), Mapping):
         return "has no provenance (written before provenance was recorded, or not by xenbench.harness.save_results)"
@@ -486,6 +514,9 @@ def refusal(doc: Mapping[str, Any]) -> str | None:
         if Path(path).is_absolute() and not {"site-packages", "dist-packages"} & set(Path(path).parts):
             return (f"read an input outside the checkout ({entry.get('kind')} {path}): a committed result reads "
                     "only the checkout's data and models or installed packages")
+    if commit_known(git["commit"]) is False:
+        return (f"names commit {str(git['commit'])[:40]!r}, which is not a commit of this repository (written in "
+                "another repository, or edited): re-run the notebook here")
     return None
 
 

@@ -142,20 +142,45 @@ def _path(value: str) -> Path:
     return p if p.is_absolute() else (NOTEBOOKS / p).resolve()
 
 
+#: The main tables of each notebook's results, which its witness cells are read from: each must be present and
+#: non-empty, or the file fails --verify (emptied, its witnesses would check nothing). A secondary table left out
+#: (03's budget rules, 06's faiss baselines) leaves its claims row "not tested", which the claims table says.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "00_data": ("domain",), "01_score_matrices": ("score_summary",), "02_rank_cls_vs_emb": ("grid",),
+    "03_adacur_rounds": ("test_at_dev_choice",), "04_axn_lambda": ("runs",),
+    "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg",),
+    "07_compare_methods": ("summary",),
+}
+_ABSENT = "absent or empty"
+
+
+def _missing(notebook: str, cell: str, needed: str) -> Witness:
+    """A witness that fails: ``cell`` of the committed results, which a witness needs, is absent."""
+    return Witness(notebook, cell, _ABSENT, needed, source="stores")
+
+
 def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     """The witnesses of one results document (:func:`xenbench.studies.findings.load_results`); [] if its notebook
-    declares none."""
+    declares none. A table of :data:`REQUIRED` that is absent or empty, or a file that gives no witness at all, is a
+    witness that fails (a results file emptied of its cells must not pass for verified)."""
     fn = _REGISTRY.get(doc["notebook"])
     if fn is None:
         return []
     import torch
 
+    name, profile = str(doc["notebook"]), str(doc.get("profile", "full"))
+    results = doc["results"]
+    empty = [t for t in REQUIRED.get(name, ()) if not isinstance(results.get(t), (dict, list)) or not results[t]]
+    if empty:
+        return [replace(_missing(name, f"results[{t!r}]", "required (its witnessed cells)"), profile=profile)
+                for t in empty]
     # Re-derive at the run's torch thread count where its provenance records one (see the module docstring).
     threads = ((doc.get("provenance") or {}).get("machine") or {}).get("torch_threads")
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads) if threads else before)
     try:
-        return [replace(w, profile=str(doc.get("profile", "full"))) for w in fn(doc["results"])]
+        found = fn(results) or [_missing(name, "every witness cell", "required (at least one)")]
+        return [replace(w, profile=profile) for w in found]
     finally:
         torch.set_num_threads(before)
 
@@ -169,6 +194,14 @@ def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
 
     name, profile = str(doc.get("notebook")), str(doc.get("profile", "full"))
     out = []
+    commit = ((doc.get("provenance") or {}).get("git") or {}).get("commit")
+    if commit is not None:  # the commit the file says produced it must be one of this repository's
+        known = provenance.commit_known(commit)
+        if known is None and log is not None:
+            log(f"{name} ({profile}): its commit {str(commit)[:12]} cannot be checked here (no git history)")
+        out.append(Witness(name, "provenance commit", str(commit),
+                           "not a commit of this repository" if known is False else str(commit), source="inputs",
+                           profile=profile))
     for c in provenance.check_inputs(doc, cache=cache):
         if c.note and log is not None:
             log(f"{name} ({profile}): input {c.kind} {c.path}: {c.note}")
@@ -616,11 +649,13 @@ def _ccsa(results: Mapping[str, Any]) -> list[Witness]:
     committed = pd.DataFrame(results["by_reg"])
     committed = committed[committed["seed"] == seed] if "seed" in committed else committed
     regs = [r for r in CCSA_REGS if (committed["reg"] == r).any()]
+    absent = [_missing("06_ccsa_balance", f"by_reg λ={r:g} seed {seed}", "required (the claims rest on it)")
+              for r in CCSA_REGS if r not in regs]
     today, _ = balance_sweep(train, corpus.items, Q, [(r, p["batch_size"]) for r in regs], exact=exact, relevant=rel,
                              split=split, n_chunks=p["n_chunks"], chunk_size=p["chunk_size"], k=p["k"], m=p["m"],
                              shortlist=p["shortlist"], progress=False, seed=seed, steps=p["steps"],
-                             temperature=p["temperature"], lr=p["lr"], device="cpu")
-    out = []
+                             temperature=p["temperature"], lr=p["lr"], device="cpu") if regs else (None, None)
+    out = absent
     for reg in regs:
         for part in ("dev", "test"):
             sel = lambda d: d[(d["reg"] == reg) & (d["batch_size"] == p["batch_size"]) & (d["split"] == part)]  # noqa: E731

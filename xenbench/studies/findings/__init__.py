@@ -253,6 +253,8 @@ def provenance_line(doc: Mapping[str, Any]) -> str:
         return "No provenance: this file was written before runs recorded their commit, versions and inputs."
     git, machine = prov["git"], prov.get("machine") or {}
     state = {True: "a dirty tree", False: "a clean tree", None: "no git checkout"}[git.get("dirty")]
+    if git.get("commit") is not None and provenance.commit_known(git["commit"]) is False:
+        state = "**not a commit of this repository**: its provenance is not what produced it"
     packages = ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items() if v)
     return (f"Produced at commit `{str(git.get('commit') or 'unknown')[:12]}` ({state}) with xenbench "
             f"{prov.get('xenbench')}, {packages}, on {machine.get('gpu') or machine.get('device')} "
