@@ -49,7 +49,7 @@ def test_every_notebook_declares_witnesses():
 def test_notebook_02_witnesses_hold_on_the_committed_results():
     found = witnesses.verify(notebooks=[RANK])
     assert len(found) >= 10 and {w.notebook for w in found} == {RANK}
-    assert {"plain", "cutoff"} <= {w.cell.split()[2] for w in found}  # both pinv rules witnessed
+    assert {"plain", "cutoff"} <= {w.cell.split()[2] for w in found if w.source != "inputs"}  # both pinv rules witnessed
     assert witnesses.describe(found) == [], witnesses.describe(found)
 
 
