@@ -37,12 +37,12 @@ lab: setup
 full: setup
 	$(BIN)/xenbench run all --profile full --timeout 7200
 
-# Test files run on JOBS workers (pytest-xdist; a file's tests stay together on one worker). Then the committed
-# results' witness cells are recomputed with today's code: a method change that leaves a committed number behind fails.
+# Test files run on JOBS workers (pytest-xdist; a file's tests stay together on one worker, the longest files first:
+# tests/conftest.py). Among them, tests/test_witnesses.py runs `xenbench findings --verify`: the committed results'
+# witness cells recomputed with today's code, so a method change that leaves a committed number behind fails.
 JOBS ?= auto
 test: setup
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
-	$(BIN)/xenbench findings --verify
 
 # HTML reports in a real browser: needs Debian's chromium (apt-get install chromium) or $XENBENCH_CHROMIUM.
 test-browser: setup

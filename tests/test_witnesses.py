@@ -56,6 +56,16 @@ def _rank_computed_once():
         yield
 
 
+@pytest.mark.slow
+def test_the_committed_results_hold_with_todays_code(capsys):
+    """`make test`'s check of the committed results, `xenbench findings --verify` as the CLI runs it: here, so that it
+    runs on one pytest-xdist worker while the others test (and shares 02's cells with the tests below)."""
+    code = main(["findings", "--verify"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-4000:]
+    assert "hold with today's code" in out
+
+
 def test_witness_tolerance_and_line():
     assert Witness("n", "c", 1.0, 1.0 + 1e-7, rel_tol=1e-6, abs_tol=0.0).ok
     assert not Witness("n", "c", 1.0, 1.0 + 1e-5, rel_tol=1e-6, abs_tol=0.0).ok
