@@ -1,7 +1,9 @@
 """Shared fixtures: a private embedding cache per session, a temporary reports folder, notebook settings."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +13,16 @@ def xenbench_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``$XENBENCH_CACHE`` points at a fresh folder for the whole session.
 
     Tests never read embeddings cached by an earlier run (or by someone's notebook session), and
-    kernels started by papermill inherit the variable.
+    kernels started by papermill inherit the variable. Under pytest-xdist, its ``embeddings`` folder is one folder
+    shared by the workers of this run.
     """
     cache = tmp_path_factory.mktemp("xenbench-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # The DE's embeddings are keyed by its weights and the exact texts: the workers of one run share them (the
+        # witnesses and tamper tests embed the same datasets), each computed once. Written atomically per process.
+        shared = tmp_path_factory.getbasetemp().parent / "xenbench-embeddings"
+        shared.mkdir(exist_ok=True)
+        (cache / "embeddings").symlink_to(shared, target_is_directory=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XENBENCH_CACHE", str(cache))
         yield cache
@@ -39,12 +48,43 @@ def notebook_kwargs() -> dict:
     return {"kernel": "python3", "progress_bar": False, "timeout": 600}
 
 
+#: The files that take longest under `make test` (``--durations``, 2 cores): they start first, so that no worker is
+#: left running one of them while the other has nothing to do.
+LONGEST_FIRST = ("test_witnesses.py", "test_tamper.py", "test_notebooks.py")
+#: Files whose tests are independent and each long (a notebook run each): every test is a unit of its own for
+#: pytest-xdist instead of the whole file on one worker.
+SPREAD = ("test_notebooks.py",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (a file's tests on one worker, sharing its module fixtures), except that each test of
+    :data:`SPREAD` is a unit of its own, and the units go out in collection order (:data:`LONGEST_FIRST` first) rather
+    than by their number of tests."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.endswith(SPREAD) else path
+
+    config.option.loadscopereorder = False
+    return LongestFirst(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Every test in test_notebooks.py executes a notebook: mark it even if its author forgot, so
     # `-m "not notebook"` keeps the fast tier fast.
     for item in items:
         if item.path.name == "test_notebooks.py":
             item.add_marker(pytest.mark.notebook)
+    # The longest files first, then the other files that run notebooks, then the rest (a stable sort: within each,
+    # the files and their tests keep their order).
+    runs_notebooks = {item.path for item in items if item.get_closest_marker("notebook")}
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST
+               else len(LONGEST_FIRST) + (item.path not in runs_notebooks))
     # `cuda` tests run where torch sees a GPU (benchmarks/gpu_check.py runs `pytest -m cuda` there).
     cuda = [item for item in items if item.get_closest_marker("cuda")]
     if cuda:
