@@ -50,7 +50,7 @@ test-browser: setup
 	$(BIN)/python -m pytest -m browser tests/test_browser.py
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not notebook"
+	$(BIN)/python -m pytest -m "not notebook and not browser"
 
 # Every benchmark (the list and its arguments: benchmarks/run_all.py) into one table, reports/bench.{json,md}.
 bench: setup
