@@ -407,7 +407,7 @@ def test_make_lab_starts_as_root_and_passes_flags(tmp_path):
     import time
 
     def command(*extra: str) -> str:  # the recipe make would run
-        out = subprocess.run(["make", "-n", "-o", ".venv/.installed-stamp", "lab", *extra], cwd=REPO,
+        out = subprocess.run(["make", "--no-print-directory", "-n", "-o", ".venv/.installed-stamp", "lab", *extra], cwd=REPO,
                              capture_output=True, text=True, timeout=60)
         return out.stdout.strip().splitlines()[-1]
 

@@ -576,9 +576,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd in ("run", "sweep", "score"):  # what a run will cost (pairs to score, their time) is worth a line unasked
         for name in ("xenbench.harness", "xenbench.cli"):
             logging.getLogger(name).setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    # Ctrl-C reaches the kernel too: papermill's "Kernel died" line would precede xenbench's own one-line message.
+    logging.getLogger("papermill").addFilter(lambda record: "Kernel died" not in record.getMessage())
     try:
         rc = args.func(args)
     except KeyboardInterrupt as err:  # Ctrl-C: one line saying what was kept (a run's partial notebook), no traceback
+        logging.disable(logging.CRITICAL)  # the interrupted kernel's client logs its dead tasks as it is torn down
         notes = " ".join(getattr(err, "__notes__", ()))
         print(f"xenbench: interrupted{': ' + notes[:1].lower() + notes[1:] if notes else ''}", file=sys.stderr)
         return 130

@@ -103,3 +103,9 @@ class NotFittedError(XenbenchError, AttributeError):
 
 class BudgetExceededError(XenbenchError, RuntimeError):
     """A method asked for more CE calls than its budget B_CE allows."""
+
+
+class YamlBoundError(ValueError):
+    """A YAML text over :func:`xenbench.harness.params.load_yaml`'s bounds: an alias where none is allowed, a recursive
+    value, or more values than allowed once aliases are expanded (turned into a :class:`ParameterError` or
+    :class:`DataError` naming the parameter or file by the caller)."""

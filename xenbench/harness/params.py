@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xenbench.errors import ParameterError
+from xenbench.errors import ParameterError, YamlBoundError
 
 if TYPE_CHECKING:
     from xenbench.harness.spec import NotebookSpec
@@ -33,11 +33,6 @@ PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 #: bytes of aliases (``&a [*b, *b, ...]``, the "billion laughs") expand to billions of values, which any later
 #: ``repr``, check or copy would walk; ``-p`` values and sweep grids take no aliases at all.
 MAX_YAML_NODES = 100_000
-
-
-class YamlBoundError(ValueError):
-    """A YAML text over :func:`load_yaml`'s bounds: an alias where none is allowed, a recursive value, or more values
-    than allowed once aliases are expanded."""
 
 
 def load_yaml(text: str, *, aliases: bool = True, max_nodes: int = MAX_YAML_NODES) -> Any:
