@@ -8,7 +8,7 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
                     provenance
  1    data           xenbench.data: datasets, readers, beir, zeshel, sources, wordnet, store
  2    models         xenbench.models: crossencoder, pairs, templates, references, loading, scorers, scoring, packed,
-                    jobs, distributed, cache, fingerprint, probe, retrievers, linking, train
+                    jobs, distributed, cache, fingerprint, probe, first_stages, retrievers, linking, train
  3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, trace, protocol
  4    studies        xenbench.studies: one driver per notebook (stats, rank, adacur, axn, pefa, ccsa, compare), their
                     inputs (setup, splits, corpus), findings, witnesses

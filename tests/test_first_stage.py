@@ -115,3 +115,18 @@ def test_runs_land_beside_the_results_named_like_them(tmp_path, monkeypatch):
     assert stem == "03_adacur_rounds.quick.bm25"
     monkeypatch.setenv("XENBENCH_RUN_STEM", stem)
     assert xh.runs_dir("03_adacur_rounds", "quick") == Path(tmp_path) / f"{stem}.runs"
+
+
+@pytest.mark.parametrize("notebook", ["00_data", "05_pefa_lambda"])
+def test_checking_a_run_without_a_model_imports_no_torch_or_scikit_learn(notebook):
+    """The preflight of every `xenbench run` checks the named first stages by name: the retrievers (torch, the
+    transformers, scikit-learn: seconds of imports) are the kernel's to load."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from xenbench import harness as xh; "
+            f"xh.preflight({notebook!r}, {{**xh.profile_values({notebook!r}), 'profile': 'quick'}}); "
+            "print(sorted(m for m in ('torch', 'transformers', 'sklearn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -183,7 +183,7 @@ def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: di
         One line naming the run file (and line): a malformed line, an id the dataset lacks, a query it misses.
     """
     from xenbench.data.trec import check_run, read_trec_run
-    from xenbench.models.retrievers import check_first_stage, run_path
+    from xenbench.models.first_stages import check_first_stage, run_path
 
     loaded = {} if loaded is None else loaded
     for name in FIRST_STAGE_PARAMS:

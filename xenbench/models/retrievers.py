@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.feature_extraction.text import TfidfVectorizer
 from tqdm.auto import tqdm
 
 from xenbench._validation import check_is_fitted
@@ -26,6 +25,7 @@ from xenbench.models.crossencoder import bundled_backbone
 from xenbench.models.loading import quiet_loading
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
+from xenbench.models.first_stages import FIRST_STAGES, check_first_stage, first_stage_label, run_path  # noqa: F401
 from xenbench.metrics import topk_indices
 from xenbench.provenance import record_input
 
@@ -166,6 +166,8 @@ class TfidfRetriever:
     def fit(self, items: Sequence[Item]) -> TfidfRetriever:
         if not items:
             raise ParameterError("items", "a non-empty sequence", [], "TfidfRetriever.fit")
+        from sklearn.feature_extraction.text import TfidfVectorizer  # seconds to import: only when a TF-IDF is fitted
+
         self.vectorizer_ = TfidfVectorizer(ngram_range=self.ngram_range, min_df=self.min_df, sublinear_tf=True)
         self.item_matrix_ = self.vectorizer_.fit_transform([item_text(it) for it in items])
         return self
@@ -277,36 +279,6 @@ class RunRetriever:
         D, I = topk(self.scores(queries), k)
         I[np.isneginf(D)] = -1
         return D, I
-
-
-#: The named first stages besides a run file, and how figures and tables name each.
-FIRST_STAGES: dict[str, str] = {"de": "DE", "tfidf": "TF-IDF", "bm25": "BM25"}
-_FIRST_STAGE_FORMS = "'de', 'tfidf', 'bm25' or 'run:<path of a TREC run file>'"
-
-
-def check_first_stage(spec: object, name: str = "first_stage", owner: str | None = None) -> str:
-    """``spec`` if it names a first stage (:data:`FIRST_STAGES` or ``"run:<path>"``), else a ParameterError naming
-    the parameter ``name``. The run file itself is read by :func:`make_retriever` (and checked before a notebook's
-    kernel starts, :func:`xenbench.data.trec.check_run`)."""
-    if isinstance(spec, str) and (spec in FIRST_STAGES or (spec.startswith("run:") and spec[4:].strip())):
-        return spec
-    raise ParameterError(name, _FIRST_STAGE_FORMS, spec, owner)
-
-
-def run_path(spec: str) -> Path | None:
-    """The file of a ``"run:<path>"`` first stage (``~`` expanded), or None for a named one."""
-    return Path(spec[4:]).expanduser() if spec.startswith("run:") else None
-
-
-def first_stage_label(spec: str) -> str:
-    """How tables name a first stage: ``"DE"``, ``"TF-IDF"``, ``"BM25"``, or ``"run <file name>"`` for a run file."""
-    path = run_path(check_first_stage(spec))
-    if path is None:
-        return FIRST_STAGES[spec]
-    name = path.name.removesuffix(".gz")
-    for suffix in (".trec", ".run", ".txt", ".tsv"):
-        name = name.removesuffix(suffix)
-    return f"run {name}"
 
 
 def make_retriever(spec: str, *, device: str | torch.device = "auto", owner: str | None = None):
