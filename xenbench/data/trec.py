@@ -105,12 +105,7 @@ def read_trec_run(path: str | os.PathLike[str]) -> Run:
             rank = int(raw_rank)
         except ValueError:
             raise DataError(path, f"rank {raw_rank!r} is not an integer", lineno) from None
-        try:
-            score = float(raw_score)
-        except ValueError:
-            score = math.nan
-        if not math.isfinite(score):
-            raise DataError(path, f"score {raw_score!r} is not a finite number", lineno)
+        score = _finite_number(raw_score, path, lineno, f"score {raw_score!r} is not a finite number")
         if (qid, doc) in seen_doc:
             raise DataError(path, f"duplicate doc-id {doc!r} for query {qid!r} (first on line {seen_doc[qid, doc]})",
                             lineno)
@@ -210,14 +205,23 @@ def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def parse_grade(raw: str, path: Path, lineno: int) -> int:
-    """A relevance grade: an integer (``"2"``; ``"1.0"`` is read as 1), as trec_eval reads grades."""
+def _finite_number(raw: str, path: Path, lineno: int, message: str) -> float:
+    """``raw`` as a float; a DataError with ``message`` naming the file and line if it is not a finite number.
+
+    "nan", "inf" and text that is no number all fail: no ranking or grade can be read from them.
+    """
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise DataError(path, f"score {raw!r} is not a number", lineno)
+        raise DataError(path, message, lineno)
+    return value
+
+
+def parse_grade(raw: str, path: Path, lineno: int) -> int:
+    """A relevance grade: an integer (``"2"``; ``"1.0"`` is read as 1), as trec_eval reads grades."""
+    value = _finite_number(raw, path, lineno, f"score {raw!r} is not a number")
     if value != int(value):
         raise DataError(path, f"grade {raw!r} is not an integer (relevance grades are integers, as trec_eval and "
                               "ir-measures read them)", lineno)
