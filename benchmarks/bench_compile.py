@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_packed import REPO, load_ce, scorer_batches, timed_pass  # noqa: E402
-from run_all import command_line, write_fragment  # noqa: E402
+from run_all import command_line, interleaved, write_fragment  # noqa: E402
 
 from xenbench.data.beir import load_beir  # noqa: E402
 
@@ -59,12 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     compiled = torch.compile(ce, dynamic=True)
     timed_pass(ce, batches[:2], device, "fp32")  # eager warm-up
     compile_s, _ = timed_pass(compiled, batches, device, "fp32")  # compiles (every new shape class) and runs
-    runs: dict[str, list[float]] = {"eager": [], "compiled": []}
-    scores = {}
-    for r in range(args.repeats):
-        for name, fn in (("eager", ce), ("compiled", compiled))[:: 1 if r % 2 == 0 else -1]:
-            secs, scores[name] = timed_pass(fn, batches, device, "fp32")
-            runs[name].append(n / secs)
+    runs, scores = interleaved({name: functools.partial(timed_pass, fn, batches, device, "fp32")
+                                for name, fn in (("eager", ce), ("compiled", compiled))}, args.repeats, n)
     med = {k: statistics.median(v) for k, v in runs.items()}
     saved_per_pair = 1 / med["eager"] - 1 / med["compiled"]
     result = {

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import statistics
@@ -36,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
-from run_all import command_line, write_fragment
+from run_all import command_line, interleaved, write_fragment
 
 from xenbench.data.beir import load_beir
 from xenbench.models.crossencoder import CrossEncoder
@@ -99,12 +100,8 @@ def bench_one(path: str, args: argparse.Namespace, queries: list, items: list, d
     paths = {"padded": ce, "packed": lambda b: packed_forward(ce, b)}
     for fn in paths.values():  # warm-up: allocator, kernel selection, lazy imports
         timed_pass(fn, batches[:2], device, args.precision)
-    runs: dict[str, list[float]] = {"padded": [], "packed": []}
-    scores: dict[str, torch.Tensor] = {}
-    for r in range(args.repeats):
-        for name in (("padded", "packed") if r % 2 == 0 else ("packed", "padded")):
-            secs, scores[name] = timed_pass(paths[name], batches, device, args.precision)
-            runs[name].append(n / secs)
+    runs, scores = interleaved({name: functools.partial(timed_pass, fn, batches, device, args.precision)
+                                for name, fn in paths.items()}, args.repeats, n)
     med = {k: statistics.median(v) for k, v in runs.items()}
     diff = float((scores["packed"] - scores["padded"]).abs().max())
     act_dtype = AUTOCAST.get(args.precision, torch.float32)

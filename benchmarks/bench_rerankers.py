@@ -22,7 +22,6 @@ import logging
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragmen
 sys.path.insert(0, str(REPO / "tests"))  # the offline model builders
 
 import _tiny_models as tiny  # noqa: E402
-from run_all import command_line, write_fragment  # noqa: E402
+from run_all import command_line, interleaved, wall_timed, write_fragment  # noqa: E402
 
 from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models import packed  # noqa: E402
@@ -64,13 +63,7 @@ def bench_family(name: str, folder: Path, queries: list, items: list, args: argp
     fns = {"xenbench": ours, "sentence-transformers": theirs}
     for fn in fns.values():  # warm-up
         fn()
-    runs: dict[str, list[float]] = {k: [] for k in fns}
-    scores: dict[str, np.ndarray] = {}
-    for r in range(args.repeats):
-        for key in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-            t = time.perf_counter()
-            scores[key] = fns[key]()
-            runs[key].append(len(pairs) / (time.perf_counter() - t))
+    runs, scores = interleaved({k: wall_timed(fn) for k, fn in fns.items()}, args.repeats, len(pairs))
     med = {k: statistics.median(v) for k, v in runs.items()}
     ref = scores["sentence-transformers"]
     diff = float(np.abs(scores["xenbench"] - ref).max())

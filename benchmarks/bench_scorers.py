@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
-from run_all import command_line, machine, write_fragment  # noqa: E402
+from run_all import command_line, interleaved, machine, wall_timed, write_fragment  # noqa: E402
 
 from xenbench.data.sources import load_dataset  # noqa: E402
 from xenbench.models.loading import load_cross_encoder  # noqa: E402
@@ -78,14 +78,7 @@ def measure(folder: Path, queries: list, items: list, args: argparse.Namespace) 
     }
     for fn in fns.values():  # warm-up
         fn()
-    runs: dict[str, list[float]] = {k: [] for k in fns}
-    scores: dict[str, np.ndarray] = {}
-    for r in range(args.repeats):
-        order = list(PATHS[r % 3:] + PATHS[:r % 3])
-        for key in order:
-            t = time.perf_counter()
-            scores[key] = fns[key]()
-            runs[key].append(len(pairs) / (time.perf_counter() - t))
+    runs, scores = interleaved({k: wall_timed(fns[k]) for k in PATHS}, args.repeats, len(pairs))
     med = {k: statistics.median(v) for k, v in runs.items()}
     std = max(float(scores["predict"].std()), 1e-30)
     return {

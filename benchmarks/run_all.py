@@ -34,12 +34,14 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xenbench._io import write_text_atomic
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(__file__).resolve().parent
 REPORTS = ROOT / "reports"
@@ -149,6 +151,45 @@ def command_line(script: str | os.PathLike[str], argv: Sequence[str] | None) -> 
         elif not a.startswith("--json="):
             kept.append(a)
     return shlex.join(["python", f"benchmarks/{Path(script).name}", *kept])
+
+
+def wall_timed(fn: Callable[[], T]) -> Callable[[], tuple[float, T]]:
+    """``fn`` as a timed pass for :func:`interleaved`: it returns (wall seconds, ``fn()``)."""
+    def timed() -> tuple[float, T]:
+        t = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t, out
+    return timed
+
+
+def interleaved(passes: Mapping[str, Callable[[], tuple[float, T]]], repeats: int, n_work: float
+                ) -> tuple[dict[str, list[float]], dict[str, T]]:
+    """Time ``repeats`` rounds of every pass, the order rotating each round (the machine may be shared).
+
+    Parameters
+    ----------
+    passes : mapping of name -> callable returning (seconds, output)
+        One pass each; its own seconds, so that a pass can exclude set-up or include device synchronization.
+    repeats : int
+        Rounds; round r starts at the (r mod len(passes))-th pass (two passes: their order flips each round).
+    n_work : float
+        Work per pass (pairs scored): the rates are ``n_work / seconds``.
+
+    Returns
+    -------
+    runs : dict of name -> list of float
+        Each pass's rate per round, in round order.
+    outputs : dict of name -> output
+        Each pass's output of the last round.
+    """
+    names = list(passes)
+    runs: dict[str, list[float]] = {k: [] for k in names}
+    outputs: dict[str, T] = {}
+    for r in range(repeats):
+        for key in names[r % len(names):] + names[:r % len(names)]:
+            secs, outputs[key] = passes[key]()
+            runs[key].append(n_work / secs)
+    return runs, outputs
 
 
 # --------------------------------------------------------------------------------------------------

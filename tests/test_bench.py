@@ -214,6 +214,29 @@ def test_every_listed_benchmark_writes_json_when_asked():
         assert '"--json"' in (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
 
 
+def test_interleaved_rotates_the_order_each_round_and_reports_rates():
+    """Round r starts at pass r mod n (two passes: the order flips); each rate is the work over the pass's own
+    seconds, and the outputs are the last round's."""
+    calls = []
+
+    def pass_(name, secs):
+        def run():
+            calls.append(name)
+            return secs, f"{name}{len(calls)}"
+        return run
+
+    runs, outputs = run_all.interleaved({"a": pass_("a", 2.0), "b": pass_("b", 4.0), "c": pass_("c", 8.0)},
+                                        repeats=4, n_work=8)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+    assert runs == {"a": [4.0] * 4, "b": [2.0] * 4, "c": [1.0] * 4}
+    assert outputs == {"a": "a10", "b": "b11", "c": "c12"}
+    calls.clear()
+    run_all.interleaved({"x": pass_("x", 1.0), "y": pass_("y", 1.0)}, repeats=3, n_work=1)
+    assert calls == ["x", "y", "y", "x", "x", "y"]
+    seconds, out = run_all.wall_timed(lambda: "done")()
+    assert out == "done" and seconds >= 0
+
+
 def test_machine_description_has_every_field():
     m = run_all.machine()
     assert {"cpu", "logical_cpus", "torch_threads", "ram_gib", "gpu", "versions"} <= m.keys()
