@@ -1,4 +1,5 @@
-"""Shared fixtures: a private embedding cache per session, a temporary reports folder, notebook settings."""
+"""Shared fixtures: a private embedding cache per session, a temporary reports folder, notebook settings, a guard
+that fails a test which would start a kernel."""
 from __future__ import annotations
 
 import os
@@ -40,6 +41,22 @@ def _fresh_recorded_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
 def reports_dir(tmp_path: Path) -> Path:
     """Where a test's notebook outputs go (``run_notebook`` creates it)."""
     return tmp_path / "reports"
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list:
+    """papermill.execute_notebook, replaced: a case that reaches it has failed (the kernel would have started)."""
+    import papermill  # here, not at the top: most test files never start a kernel
+
+    calls: list = []
+
+    def fake(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the kernel was started")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    monkeypatch.setenv("CI", "true")
+    return calls
 
 
 @pytest.fixture(scope="session")

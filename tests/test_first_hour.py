@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -26,25 +27,21 @@ from xenbench.data.store import writer_lock
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.probe import degenerate_scores
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
+from _cli_inputs import WORDS, write_beir  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 CE = str(REPO / "models" / "cls-ce")
-WORDS = "apple river stone cloud music garden window pencil ladder candle bridge forest".split()
 
 
 def beir(root: Path, n_items: int = 120, n_queries: int = 300) -> Path:
     """A user's BEIR folder: ``n_items`` items, ``n_queries`` queries, each naming one of the first 12 items."""
-    folder = root / "mine"
-    (folder / "qrels").mkdir(parents=True)
     names = [f"{a}{b}{c}" for a in WORDS for b in WORDS for c in WORDS][:n_items]
     items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {WORDS[k % 12]} near the {WORDS[(k * 5) % 12]}"}
              for k, n in enumerate(names)]
     queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % 12]} and the {WORDS[k % 7]}"}
                for k in range(n_queries)]
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
-    (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k % 12}\t1\n" for k in range(n_queries)), encoding="utf-8")
-    return folder
+    return write_beir(root / "mine", items, queries, [(f"q{k}", f"d{k % 12}", 1) for k in range(n_queries)])
 
 
 @pytest.fixture(scope="module")
@@ -59,20 +56,6 @@ def data(tmp_path_factory) -> dict[str, str]:
     (bad / "corpus.jsonl").write_text("".join(lines[:3]) + '{"_id": "x", "title": \n' + "".join(lines[3:]),
                                       encoding="utf-8")
     return {"good": f"beir:{good}", "bad": f"beir:{bad}", "missing": f"beir:{root / 'nope'}", "root": str(root)}
-
-
-@pytest.fixture
-def kernel_calls(monkeypatch) -> list:
-    """papermill.execute_notebook, replaced: a case that reaches it has failed (the kernel would have started)."""
-    calls: list = []
-
-    def fake(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("the kernel was started")
-
-    monkeypatch.setattr(papermill, "execute_notebook", fake)
-    monkeypatch.setenv("CI", "true")
-    return calls
 
 
 def _one_line_error(capsys, code: int, message: str) -> str:

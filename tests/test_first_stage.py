@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import papermill
 import pytest
 
 from xenbench import harness as xh
@@ -14,20 +13,6 @@ from xenbench.data.sources import load_dataset
 from xenbench.data.trec import write_trec_run
 
 COGNITION = "wordnet-el:noun.cognition"
-
-
-@pytest.fixture
-def kernel_calls(monkeypatch) -> list:
-    """papermill.execute_notebook, replaced: a case that reaches it has failed (the kernel would have started)."""
-    calls: list = []
-
-    def fake(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("the kernel was started")
-
-    monkeypatch.setattr(papermill, "execute_notebook", fake)
-    monkeypatch.setenv("CI", "true")
-    return calls
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +15,14 @@ from xenbench.cli import main
 from xenbench.data.sources import load_dataset
 from xenbench.data.store import ScoreStore
 
-pytestmark = pytest.mark.notebook
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
+from _cli_inputs import WORDS, word_pair_texts, write_beir  # noqa: E402
 
-WORDS = "apple river stone cloud music garden window pencil ladder candle bridge forest".split()
+pytestmark = pytest.mark.notebook
 
 
 def tiny_beir(root: Path) -> Path:
     """12 items, 10 queries with mention spans, a test split: a user's BEIR folder."""
-    folder = root / "my-beir"
-    (folder / "qrels").mkdir(parents=True)
     items = [{"_id": f"doc{k}", "title": w, "text": f"a {w} is a thing people talk about, number {k}"}
              for k, w in enumerate(WORDS)]
     queries = []
@@ -30,11 +30,7 @@ def tiny_beir(root: Path) -> Path:
         text = f"she saw the {WORDS[k]} yesterday"
         start = text.index(WORDS[k])
         queries.append({"_id": f"q{k}", "text": text, "mention": [start, start + len(WORDS[k])]})
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
-    (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\tdoc{k}\t1\n" for k in range(10)), encoding="utf-8")
-    return folder
+    return write_beir(root / "my-beir", items, queries, [(f"q{k}", f"doc{k}", 1) for k in range(10)])
 
 
 def tiny_zeshel(root: Path) -> Path:
@@ -88,20 +84,8 @@ def _repo() -> Path:
 def small_beir(root: Path, n_items: int = 40, n_queries: int = 36, n_gold: int = 12) -> Path:
     """A user's BEIR folder big enough for the ADACUR/AXN protocols: every query names one of the first ``n_gold``
     items (so items have several queries, as PEFA's in-domain split needs)."""
-    folder = root / "small-beir"
-    (folder / "qrels").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_items]
-    items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {rng.choice(WORDS)} near the {rng.choice(WORDS)}"}
-             for k, n in enumerate(names)]
-    queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % n_gold]} and the {rng.choice(WORDS)}"}
-               for k in range(n_queries)]
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
-    (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k % n_gold}\t1\n" for k in range(n_queries)),
-        encoding="utf-8")
-    return folder
+    items, queries = word_pair_texts(n_items, n_queries, n_gold)
+    return write_beir(root / "small-beir", items, queries, [(f"q{k}", f"d{k % n_gold}", 1) for k in range(n_queries)])
 
 
 def test_adacur_and_axn_notebooks_score_your_data_on_demand(tmp_path, monkeypatch):

@@ -4,9 +4,9 @@ ir-measures scores to the numbers it reported."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from xenbench.cli import main
@@ -14,30 +14,21 @@ from xenbench.data.sources import load_dataset
 from xenbench.data.trec import write_trec_run
 from xenbench.models.retrievers import BM25Retriever
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
+from _cli_inputs import word_pair_texts, write_beir  # noqa: E402
+
 pytestmark = pytest.mark.notebook
 
-WORDS = "apple river stone cloud music garden window pencil ladder candle bridge forest".split()
 REPO = Path(__file__).resolve().parent.parent
 
 
 def graded_beir(root: Path, n_items: int = 40, n_queries: int = 36) -> Path:
     """Queries about one of 12 items (grade 3) and a second item sharing its first word (grade 1); a judged non-relevant
     pair (grade 0) per query."""
-    folder = root / "graded-beir"
-    (folder / "qrels").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_items]
-    items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {rng.choice(WORDS)} near the {rng.choice(WORDS)}"}
-             for k, n in enumerate(names)]
-    queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % 12]} and the {rng.choice(WORDS)}"}
-               for k in range(n_queries)]
-    lines = []
-    for k in range(n_queries):
-        lines += [f"q{k}\td{k % 12}\t3\n", f"q{k}\td{(k % 12) + 12}\t1\n", f"q{k}\td{(k % 12) + 24}\t0\n"]
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines), encoding="utf-8")
-    return folder
+    items, queries = word_pair_texts(n_items, n_queries, n_gold=12)
+    qrels = [(f"q{k}", f"d{k % 12 + offset}", grade)
+             for k in range(n_queries) for offset, grade in ((0, 3), (12, 1), (24, 0))]
+    return write_beir(root / "graded-beir", items, queries, qrels)
 
 
 def bm25_run(folder: Path, path: Path) -> Path:
