@@ -1,5 +1,6 @@
-"""A user's inputs to the command line written by hand: BEIR folders (``corpus.jsonl``, ``queries.jsonl``,
-``qrels/test.tsv``), not through :func:`xenbench.data.beir.save_beir`, whose reader is what the tests check."""
+"""A user's inputs to the command line written by hand (BEIR folders: ``corpus.jsonl``, ``queries.jsonl``,
+``qrels/test.tsv``; not through :func:`xenbench.data.beir.save_beir`, whose reader is what the tests check), and the
+check that the command line refused one with a single error line."""
 from __future__ import annotations
 
 import json
@@ -7,18 +8,31 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 WORDS = "apple river stone cloud music garden window pencil ladder candle bridge forest".split()
+#: The smallest BEIR folder's rows: 4 items, 3 queries, query k judged relevant to item k.
+CORPUS = [{"_id": f"d{k}", "title": f"title {k}", "text": f"text of item {k}"} for k in range(4)]
+QUERIES = [{"_id": f"q{k}", "text": f"query number {k}"} for k in range(3)]
 
 
-def write_beir(folder: Path, items: list[dict], queries: list[dict], qrels: Iterable[tuple[str, str, int]]) -> Path:
-    """``folder`` with the corpus, the queries and the test split's (query id, corpus id, grade) rows."""
+def write_beir(folder: Path, items: list[dict], queries: list[dict], qrels: Iterable[tuple[str, str, int]], *,
+               bom: bool = False) -> Path:
+    """``folder`` with the corpus, the queries and the test split's (query id, corpus id, grade) rows; ``bom``: each
+    file starts with a UTF-8 byte-order mark, as some Windows editors write them."""
     (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
+    mark = "\ufeff" if bom else ""
+    (folder / "corpus.jsonl").write_text(mark + "".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
+    (folder / "queries.jsonl").write_text(mark + "".join(json.dumps(r) + "\n" for r in queries), encoding="utf-8")
     (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in qrels), encoding="utf-8")
+        mark + "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in qrels), encoding="utf-8")
     return folder
+
+
+def smallest_beir(root: Path, *, bom: bool = False, corpus: list[dict] | None = None) -> Path:
+    """``root/beir``: :data:`CORPUS` (or ``corpus``) and :data:`QUERIES`, query k relevant to item k."""
+    return write_beir(root / "beir", CORPUS if corpus is None else corpus, QUERIES,
+                      [(f"q{k}", f"d{k}", 1) for k in range(len(QUERIES))], bom=bom)
 
 
 def word_pair_texts(n_items: int, n_queries: int, n_gold: int) -> tuple[list[dict], list[dict]]:
@@ -30,3 +44,11 @@ def word_pair_texts(n_items: int, n_queries: int, n_gold: int) -> tuple[list[dic
     queries = [{"_id": f"q{k}", "text": f"we talked about {names[k % n_gold]} and the {rng.choice(WORDS)}"}
                for k in range(n_queries)]
     return items, queries
+
+
+def one_error(capsys: pytest.CaptureFixture[str]) -> str:
+    """The command's one ``xenbench: error:`` line on stderr (asserting there is exactly one and no traceback)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("xenbench: error: ")]
+    assert len(errors) == 1 and not any("Traceback" in line for line in err), err
+    return errors[0]

@@ -24,26 +24,10 @@ from xenbench.cli import main
 from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError, ParameterError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
+from _cli_inputs import one_error, smallest_beir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = [{"_id": f"d{k}", "title": f"title {k}", "text": f"text of item {k}"} for k in range(4)]
-QUERIES = [{"_id": f"q{k}", "text": f"query number {k}"} for k in range(3)]
-QRELS = "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k}\t1\n" for k in range(3))
-
-
-def _beir(root: Path) -> Path:
-    folder = root / "beir"
-    (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CORPUS), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in QUERIES), encoding="utf-8")
-    (folder / "qrels" / "test.tsv").write_text(QRELS, encoding="utf-8")
-    return folder
-
-
-def _one_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    errors = [line for line in err if line.startswith("xenbench: error: ")]
-    assert len(errors) == 1 and not any("Traceback" in line for line in err), err
-    return errors[0]
 
 
 def _contents(root: Path) -> dict[str, bytes]:
@@ -68,9 +52,9 @@ def _foreign_group(folder: Path) -> Path:
 def test_overwrite_never_deletes_a_foreign_zarr_group(tmp_path, capsys, model):
     out = _foreign_group(tmp_path / "mine")
     before = _contents(out)
-    args = ["score", model, f"beir:{_beir(tmp_path)}", "--out", str(out), "--device", "cpu"]
+    args = ["score", model, f"beir:{smallest_beir(tmp_path)}", "--out", str(out), "--device", "cpu"]
     assert main([*args, "--overwrite"]) == 2
-    line = _one_error(capsys)
+    line = one_error(capsys)
     assert f"{out}: is not a score store xenbench wrote: it holds a zarr group that xenbench did not write (no " \
            "'format' attribute, not 'xenbench-scores/1')" in line and "nothing there was changed" in line, line
     assert _contents(out) == before
@@ -79,13 +63,13 @@ def test_overwrite_never_deletes_a_foreign_zarr_group(tmp_path, capsys, model):
 
 
 def test_overwrite_refuses_a_store_holding_a_file_of_the_user(tmp_path, capsys):
-    out, folder = tmp_path / "out", _beir(tmp_path)
+    out, folder = tmp_path / "out", smallest_beir(tmp_path)
     args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
     assert main(args) == 0
     (out / "results-draft.md").write_text("mine", encoding="utf-8")
     assert main([*args, "--overwrite", "--n-items", "2"]) == 2
     assert "holds 1 file(s) or folder(s) that are not part of a score store (first: 'results-draft.md')" in \
-        _one_error(capsys)
+        one_error(capsys)
     assert (out / "results-draft.md").read_text() == "mine" and ScoreStore.open(out).shape == (3, 4)
     (out / "results-draft.md").unlink()
     assert main([*args, "--overwrite", "--n-items", "2"]) == 0  # a store of its own is replaced
@@ -141,7 +125,7 @@ def test_a_failed_write_names_its_path_and_the_same_command_then_finishes(tmp_pa
     """Files may grow to ``limit`` bytes only (``RLIMIT_FSIZE``): at 0 the writer lock cannot be written, at 300 the
     store's ``zarr.json`` cannot. Each run fails with one line naming where, leaves no lock and no half store, and
     the same command then finishes."""
-    folder, out = _beir(tmp_path), tmp_path / "out"
+    folder, out = smallest_beir(tmp_path), tmp_path / "out"
     args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
     done = subprocess.run([sys.executable, "-c", _LIMITED, str(limit), *args], capture_output=True, text=True,
                           timeout=300, cwd=ROOT)
@@ -159,7 +143,7 @@ def test_a_failed_write_names_its_path_and_the_same_command_then_finishes(tmp_pa
 def test_a_full_disk_while_the_lock_is_written_leaves_no_lock(tmp_path, monkeypatch, capsys):
     import xenbench._io as io
 
-    folder, out = _beir(tmp_path), tmp_path / "out"
+    folder, out = smallest_beir(tmp_path), tmp_path / "out"
     args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
     real = io._write_temp
 
@@ -169,14 +153,14 @@ def test_a_full_disk_while_the_lock_is_written_leaves_no_lock(tmp_path, monkeypa
 
     monkeypatch.setattr(io, "_write_temp", full)
     assert main(args) == 2
-    assert _one_error(capsys) == f"xenbench: error: {tmp_path / '.out.lock'}: No space left on device"
+    assert one_error(capsys) == f"xenbench: error: {tmp_path / '.out.lock'}: No space left on device"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["beir"]
     monkeypatch.setattr(io, "_write_temp", real)
     assert main(args) == 0
 
 
 def test_a_lock_of_a_dead_writer_is_taken_over_and_an_empty_one_is_named(tmp_path, capsys):
-    folder, out = _beir(tmp_path), tmp_path / "out"
+    folder, out = smallest_beir(tmp_path), tmp_path / "out"
     args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     import socket as sock
@@ -186,7 +170,7 @@ def test_a_lock_of_a_dead_writer_is_taken_over_and_an_empty_one_is_named(tmp_pat
     assert main(args) == 0 and not lock.exists()
     lock.write_text("")  # what an older xenbench left after a full disk
     assert main(args) == 2
-    assert _one_error(capsys).startswith(f"xenbench: error: {lock}: unreadable writer lock")
+    assert one_error(capsys).startswith(f"xenbench: error: {lock}: unreadable writer lock")
 
 
 # -- 3. a Ray address that does not answer ----------------------------------------------------------------
@@ -206,11 +190,11 @@ def test_a_ray_address_that_never_answers_is_one_line_within_the_timeout(tmp_pat
     address = f"127.0.0.1:{server.getsockname()[1]}"
     monkeypatch.setattr(xray, "CONNECT_TIMEOUT_S", 3.0)
     monkeypatch.setattr(jobs, "build_cross_encoder", lambda *a, **k: pytest.fail("the model loaded"))
-    rc = main(["score", "untrained-cls", f"beir:{_beir(tmp_path)}", "--out", str(tmp_path / "out"), "--backend",
+    rc = main(["score", "untrained-cls", f"beir:{smallest_beir(tmp_path)}", "--out", str(tmp_path / "out"), "--backend",
                "ray", "--address", address])
     server.close()
     assert rc == 2
-    assert _one_error(capsys) == (
+    assert one_error(capsys) == (
         "xenbench: error: The 'address' parameter of Ray must be the address of a running Ray cluster that answers "
         "within 3 s (no Ray driver could connect within 3 s; start one with `ray start --head`, or leave the address "
         f"out for a local Ray). Got '{address}' instead.")
@@ -316,7 +300,7 @@ def test_a_tampered_train_state_is_one_line_before_any_mining(one_step_state, tm
     monkeypatch.setattr(train, "mine_training_data", lambda *a, **k: pytest.fail("mined negatives"))
     before = _contents(run)
     assert main(["train-ce", "--out", str(run), *TRAIN_ARGS]) == 2
-    line = _one_error(capsys)
+    line = one_error(capsys)
     assert f"{run / train.STATE_NAME}: not a resume state written by xenbench train-ce: " in line, line
     assert re.search(match, line), line
     assert _contents(run) == before  # nothing trained, nothing saved
@@ -375,7 +359,7 @@ def test_a_commit_this_repository_lacks_is_marked_refused_and_fails_verify(tmp_p
     before = [p.read_text(encoding="utf-8") for p in GENERATED]
     assert main(["findings", "--write", "--results-dir", str(folder)]) == 2
     assert "00_data.full.results.json: refused: this results file names commit '" + "0" * 40 + "', which is not a " \
-           "commit of this repository" in _one_error(capsys)
+           "commit of this repository" in one_error(capsys)
     assert [p.read_text(encoding="utf-8") for p in GENERATED] == before
     doc = json.loads((folder / "00_data.full.results.json").read_text())
     [commit] = [w for w in witnesses.input_witnesses(doc) if w.cell == "provenance commit"]

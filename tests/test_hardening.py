@@ -12,6 +12,7 @@ import json
 import logging
 import pickle
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -26,28 +27,10 @@ from xenbench.data import beir, readers
 from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
+from _cli_inputs import CORPUS, one_error, smallest_beir  # noqa: E402
+
 MODELS = Path(__file__).resolve().parent.parent / "models"
-CORPUS = [{"_id": f"d{k}", "title": f"title {k}", "text": f"text of item {k}"} for k in range(4)]
-QUERIES = [{"_id": f"q{k}", "text": f"query number {k}"} for k in range(3)]
-QRELS = "query-id\tcorpus-id\tscore\n" + "".join(f"q{k}\td{k}\t1\n" for k in range(3))
-
-
-def _beir(root: Path, *, bom: bool = False, corpus: list[dict] | None = None) -> Path:
-    folder = root / "beir"
-    (folder / "qrels").mkdir(parents=True)
-    mark = "\ufeff" if bom else ""
-    rows = CORPUS if corpus is None else corpus
-    (folder / "corpus.jsonl").write_text(mark + "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    (folder / "queries.jsonl").write_text(mark + "".join(json.dumps(r) + "\n" for r in QUERIES), encoding="utf-8")
-    (folder / "qrels" / "test.tsv").write_text(mark + QRELS, encoding="utf-8")
-    return folder
-
-
-def _one_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    errors = [line for line in err if line.startswith("xenbench: error: ")]
-    assert len(errors) == 1 and not any("Traceback" in line for line in err), err
-    return errors[0]
 
 
 # -- 1. no unpickling of a file's code -----------------------------------------------------------------------
@@ -77,7 +60,7 @@ def test_a_planted_pickle_resume_state_is_refused_and_never_runs(tmp_path, write
         path.write_bytes(pickle.dumps(payload))
     assert main(["train-ce", "--kind", "emb", "--out", str(run), "--domains", "noun.Tops", "--device", "cpu"]) == 2
     assert re.search(r"run/train_state\.pt: a resume state in the torch pickle format of an older xenbench, which is "
-                     r"not read \(a pickle can run code", _one_error(capsys))
+                     r"not read \(a pickle can run code", one_error(capsys))
     assert not marker.exists()
     torch.load(path, weights_only=False) if writer == "torch.save" else pickle.loads(path.read_bytes())
     assert marker.exists()
@@ -147,11 +130,11 @@ def test_a_ce_with_nan_weights_is_refused_before_scoring_and_never_finishes_a_st
     with torch.no_grad():
         weights.fill_(float("nan"))  # what a diverged training run saves
     ce.save(tmp_path / "nan-ce")
-    folder, out = _beir(tmp_path), tmp_path / "out"
+    folder, out = smallest_beir(tmp_path), tmp_path / "out"
 
     # xenbench score probes the CE before it starts (as xenbench run does): refused in one line, nothing written
     assert main(["score", str(tmp_path / "nan-ce"), f"beir:{folder}", "--out", str(out), "--device", "cpu"]) == 2
-    line = _one_error(capsys)
+    line = one_error(capsys)
     assert re.search(r"The 'MODEL' parameter of xenbench score must be a CE whose scores are finite: nan-ce scored 12 "
                      r"of 12 probe pairs NaN or inf \(NaN weights in the folder, or an overflow\?\)\. Got '.*nan-ce' "
                      r"instead\.", line), line
@@ -255,7 +238,7 @@ def test_an_unwritable_embedding_cache_is_skipped(tmp_path, monkeypatch, caplog,
 
 
 def test_a_full_disk_names_the_store_and_the_same_command_then_finishes(tmp_path, monkeypatch, capsys):
-    folder, out = _beir(tmp_path), tmp_path / "out"
+    folder, out = smallest_beir(tmp_path), tmp_path / "out"
     args = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
 
     def full(path):
@@ -263,7 +246,7 @@ def test_a_full_disk_names_the_store_and_the_same_command_then_finishes(tmp_path
 
     monkeypatch.setattr(store_mod, "_fsync_file", full)
     assert main(args) == 2
-    assert _one_error(capsys) == f"xenbench: error: {out}: No space left on device"
+    assert one_error(capsys) == f"xenbench: error: {out}: No space left on device"
     assert not ScoreStore.open(out).is_complete
     monkeypatch.undo()
     assert main(args) == 0  # the empty store left behind is finished, not in the way
@@ -271,7 +254,7 @@ def test_a_full_disk_names_the_store_and_the_same_command_then_finishes(tmp_path
 
 
 def test_retriever_stores_resume_and_overwrite(tmp_path, capsys):
-    folder, out = _beir(tmp_path), tmp_path / "out"
+    folder, out = smallest_beir(tmp_path), tmp_path / "out"
     base = ["score", "tfidf", f"beir:{folder}", "--out", str(out)]
     assert main(base) == 0
     first = ScoreStore.open(out).to_numpy()
@@ -279,7 +262,7 @@ def test_retriever_stores_resume_and_overwrite(tmp_path, capsys):
     np.testing.assert_array_equal(ScoreStore.open(out).to_numpy(), first)
     capsys.readouterr()
     assert main([*base, "--n-items", "2"]) == 2
-    assert "holds a score store of another job (item_ids differs): pass --overwrite" in _one_error(capsys)
+    assert "holds a score store of another job (item_ids differs): pass --overwrite" in one_error(capsys)
     assert main([*base, "--n-items", "2", "--overwrite"]) == 0
     assert ScoreStore.open(out).shape == (3, 2)
     with pytest.raises(SystemExit) as exc:
@@ -290,7 +273,7 @@ def test_retriever_stores_resume_and_overwrite(tmp_path, capsys):
 
 def test_score_de_runs_on_the_device_it_is_given(tmp_path, capsys):
     out = tmp_path / "de"
-    assert main(["score", "de", f"beir:{_beir(tmp_path)}", "--out", str(out), "--device", "cpu"]) == 0
+    assert main(["score", "de", f"beir:{smallest_beir(tmp_path)}", "--out", str(out), "--device", "cpu"]) == 0
     assert ScoreStore.open(out).attrs["device"] == "cpu"
 
 
@@ -298,8 +281,8 @@ def test_score_de_runs_on_the_device_it_is_given(tmp_path, capsys):
 
 
 def test_a_byte_order_mark_is_accepted(tmp_path):
-    plain = beir.load_beir(_beir(tmp_path / "plain"), name="x")
-    marked = beir.load_beir(_beir(tmp_path / "bom", bom=True), name="x")
+    plain = beir.load_beir(smallest_beir(tmp_path / "plain"), name="x")
+    marked = beir.load_beir(smallest_beir(tmp_path / "bom", bom=True), name="x")
     assert marked == plain and marked.items[0].id == "d0"
 
 
@@ -307,7 +290,7 @@ def test_an_ids_file_with_a_byte_order_mark_is_read(tmp_path, capsys):
     ids = tmp_path / "ids.txt"
     ids.write_text("\ufeffq2\nq0\n", encoding="utf-8")
     out = tmp_path / "out"
-    assert main(["score", "tfidf", f"beir:{_beir(tmp_path)}", "--out", str(out), "--query-ids", str(ids)]) == 0
+    assert main(["score", "tfidf", f"beir:{smallest_beir(tmp_path)}", "--out", str(out), "--query-ids", str(ids)]) == 0
     assert ScoreStore.open(out).attrs["query_ids"] == ["q2", "q0"]
 
 
@@ -316,7 +299,7 @@ def test_long_texts_are_cut_with_one_warning_per_file(tmp_path):
     corpus = [*CORPUS, {"_id": "long1", "text": "y" * (n + 5)}, {"_id": "long2", "title": "t" * (n + 1), "text": "z"}]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = beir.load_beir(_beir(tmp_path, corpus=corpus))
+        ds = beir.load_beir(smallest_beir(tmp_path, corpus=corpus))
     cut = [w for w in caught if "were cut" in str(w.message)]
     assert len(cut) == 1
     assert re.search(r"corpus\.jsonl: 2 text\(s\) longer than 100,000 characters were cut to 100,000 \(first on "
@@ -339,7 +322,7 @@ def test_a_line_at_the_bound_is_read_and_one_byte_more_is_refused(tmp_path, monk
 
 
 def test_an_empty_split_file_still_loads_but_a_dataset_without_any_positive_does_not(tmp_path):
-    folder = _beir(tmp_path)
+    folder = smallest_beir(tmp_path)
     (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n")
     assert beir.load_beir(folder).splits["dev"] == []  # save_beir writes empty splits this way
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n")
@@ -364,7 +347,7 @@ def test_eval_ce_names_the_file_a_full_disk_refused(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(cli, "write_text_atomic", full)
     out = tmp_path / "eval.json"
     assert main(["eval-ce", "some-ce", "--domains", "noun.Tops", "--device", "cpu", "--out", str(out)]) == 2
-    assert _one_error(capsys) == f"xenbench: error: {out}: No space left on device"
+    assert one_error(capsys) == f"xenbench: error: {out}: No space left on device"
 
 
 def test_a_resume_state_that_cannot_be_written_names_its_file_and_keeps_the_previous_one(tmp_path, monkeypatch):
