@@ -436,13 +436,17 @@ def render_gpu(doc: Mapping[str, Any], *, full: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _shown(path: Path) -> Path:
+    """``path`` as messages name it: relative to the checkout when inside it."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def gpu_block(path: str | os.PathLike[str] = GPU_COMMITTED) -> str:
     """docs/BENCHMARKS.md's GPU block: :func:`render_gpu` (short form) of the committed gpu_check.json, or a line
     saying there is none."""
     path = Path(path)
     if not path.is_file():
-        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        return f"Not run on a GPU yet: there is no `{shown}` (only its CPU dry run runs, in `make test`)."
+        return f"Not run on a GPU yet: there is no `{_shown(path)}` (only its CPU dry run runs, in `make test`)."
     return render_gpu(load_gpu_document(path), full=False)
 
 
@@ -458,9 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.docs:
         changed = update_docs(DOC, COMMITTED)
-        print(f"{DOC.relative_to(ROOT)} {'updated' if changed else 'already up to date'} from "
-              f"{COMMITTED.relative_to(ROOT)}"
-              f"{' and ' + str(GPU_COMMITTED.relative_to(ROOT)) if GPU_COMMITTED.is_file() else ''}")
+        print(f"{_shown(DOC)} {'updated' if changed else 'already up to date'} from {_shown(COMMITTED)}"
+              f"{' and ' + str(_shown(GPU_COMMITTED)) if GPU_COMMITTED.is_file() else ''}")
         return 0
     names = [n for n, _ in BENCHMARKS]
     unknown = sorted(set(args.only or []) - set(names))
