@@ -407,19 +407,25 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
     import sys
     import time
 
-    slow = write_tiny(tmp_path / "nbs", body=["import time; time.sleep(600)"])
+    import psutil
+
+    slow = write_tiny(tmp_path / "nbs", body=["open('in_cell', 'w').close(); import time; time.sleep(600)"])
     reports_dir.mkdir()
     (reports_dir / "tiny.quick.html").write_text("earlier")
     cli = Path(sys.executable).with_name("xenbench")
-    proc = subprocess.Popen([str(cli), "run", str(slow), "--out", str(reports_dir)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.time() + 120
-    while not list(reports_dir.glob(".tiny.quick.*.staging/tiny.quick.ipynb")) and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(2)  # the kernel is inside the sleeping cell
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    # Output to a file, not a pipe: a kernel that outlived the run would hold a pipe open (and the test would hang).
+    with open(tmp_path / "err", "w") as err_file:
+        proc = subprocess.Popen([str(cli), "run", str(slow), "--out", str(reports_dir)], stdout=subprocess.DEVNULL,
+                                stderr=err_file, text=True, start_new_session=True)
+        deadline = time.time() + 120
+        while not (tmp_path / "nbs" / "in_cell").exists() and time.time() < deadline:  # the kernel is in the cell
+            time.sleep(0.2)
+        kernels = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    err = (tmp_path / "err").read_text()
     assert proc.returncode == 130, err
+    assert kernels and psutil.wait_procs(kernels, timeout=10)[1] == []  # no kernel outlives the run
     assert "Traceback" not in err and "ERROR" not in err, err
     last = [line for line in err.splitlines() if line.strip()][-1]
     assert last == (f"xenbench: interrupted: the partly executed notebook is kept in {reports_dir.resolve()}/"
@@ -427,6 +433,28 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
     assert (reports_dir / "tiny.quick.html").read_text() == "earlier"
     assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith(".")) == [
         "tiny.quick.failed.ipynb", "tiny.quick.html"]
+
+
+def test_ctrl_c_stops_the_kernels_the_run_started_and_nothing_else():
+    """Ctrl-C can break out of papermill before its clean-up: the runner then stops what runs as a kernel under it."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from xenbench.harness import runner
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    kernel = subprocess.Popen([*sleep, "-m", "ipykernel_launcher"], start_new_session=True)  # a kernel's command line
+    other = subprocess.Popen(sleep)
+    try:
+        runner._stop_kernels(grace_s=10)
+        assert kernel.wait(timeout=10) is not None
+        assert other.poll() is None and psutil.pid_exists(other.pid)
+    finally:
+        for p in (kernel, other):
+            p.kill()
+            p.wait()
 
 
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
