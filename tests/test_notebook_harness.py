@@ -415,8 +415,11 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
     cli = Path(sys.executable).with_name("xenbench")
     # Output to a file, not a pipe: a kernel that outlived the run would hold a pipe open (and the test would hang).
     with open(tmp_path / "err", "w") as err_file:
+        # As from a terminal: SIGINT handled (a shell's background job, such as a CI script run with `&`, would
+        # hand down an ignored SIGINT, and Python keeps it ignored).
         proc = subprocess.Popen([str(cli), "run", str(slow), "--out", str(reports_dir)], stdout=subprocess.DEVNULL,
-                                stderr=err_file, text=True, start_new_session=True)
+                                stderr=err_file, text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.time() + 120
         while not (tmp_path / "nbs" / "in_cell").exists() and time.time() < deadline:  # the kernel is in the cell
             time.sleep(0.2)
@@ -433,28 +436,6 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
     assert (reports_dir / "tiny.quick.html").read_text() == "earlier"
     assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith(".")) == [
         "tiny.quick.failed.ipynb", "tiny.quick.html"]
-
-
-def test_ctrl_c_stops_the_kernels_the_run_started_and_nothing_else():
-    """Ctrl-C can break out of papermill before its clean-up: the runner then stops what runs as a kernel under it."""
-    import subprocess
-    import sys
-
-    import psutil
-
-    from xenbench.harness import runner
-
-    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
-    kernel = subprocess.Popen([*sleep, "-m", "ipykernel_launcher"], start_new_session=True)  # a kernel's command line
-    other = subprocess.Popen(sleep)
-    try:
-        runner._stop_kernels(grace_s=10)
-        assert kernel.wait(timeout=10) is not None
-        assert other.poll() is None and psutil.pid_exists(other.pid)
-    finally:
-        for p in (kernel, other):
-            p.kill()
-            p.wait()
 
 
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):

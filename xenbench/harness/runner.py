@@ -227,31 +227,6 @@ def run_notebook(
                            self_contained=self_contained, progress_bar=progress_bar, log_output=log_output)
 
 
-def _stop_kernels(grace_s: float = 5.0) -> None:
-    """Stop the kernels this process started and that still run. Ctrl-C breaks out of papermill's event loop before
-    its clean-up (a kernel still starting, or one papermill had no turn to shut down), and a kernel runs in its own
-    session: left alone it would outlive the run, holding the terminal's output open."""
-    import psutil
-
-    kernels = [p for p in psutil.Process().children(recursive=True) if _is_kernel(p)]
-    for proc in kernels:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(kernels, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-
-
-def _is_kernel(proc: Any) -> bool:
-    import psutil
-
-    try:
-        return any("ipykernel" in part for part in proc.cmdline())
-    except psutil.Error:  # gone meanwhile, or not ours to read
-        return False
-
-
 def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, Any], out: Path, stem: str, *,
                 timeout: int, kernel: str, html: bool, self_contained: bool, progress_bar: bool | None,
                 log_output: bool) -> Path:
@@ -310,8 +285,6 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
             body, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(summary_first(nb)))
             write_text_atomic(staged[report], light_html(body, out, self_contained=self_contained))
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            _stop_kernels()
         if echo_err is not None:
             echo_err.summary()
         if staged[final].exists():
