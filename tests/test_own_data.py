@@ -112,20 +112,24 @@ def test_adacur_and_axn_notebooks_score_your_data_on_demand(tmp_path, monkeypatc
 
 
 def small_zeshel(root: Path, n_entities: int = 40, n_mentions: int = 36) -> Path:
-    """A ZESHEL world big enough for the protocols, with only mentions/test.json."""
+    """A ZESHEL world big enough for the protocols, with only mentions/test.json. Each entity's page mentions the next
+    ones (mention k sits on page k mod n_entities): short contexts, so a CE scores the world in seconds."""
     folder = root / "small-zeshel"
     (folder / "documents").mkdir(parents=True)
     (folder / "mentions").mkdir()
     names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_entities]
-    docs = [{"document_id": f"e{k}", "title": n, "text": f"{n} is an entity of this world number {k}"}
-            for k, n in enumerate(names)]
-    text = " ".join(f"then {names[k % n_entities]} came" for k in range(n_mentions))
-    context = {"document_id": "ctx", "title": "story", "text": text}
-    mentions = [{"mention_id": f"m{k}", "context_document_id": "ctx", "corpus": "w", "start_index": 3 * k + 1,
-                 "end_index": 3 * k + 1, "text": names[k % n_entities], "label_document_id": f"e{k % n_entities}"}
-                for k in range(n_mentions)]
-    (folder / "documents" / "w.json").write_text("".join(json.dumps(r) + "\n" for r in [*docs, context]),
-                                                 encoding="utf-8")
+    slots = -(-n_mentions // n_entities)
+    lead = "is an entity of this world number {k} near"  # tokens 1-9 of a page; the mentioned names from token 10
+    docs = [{"document_id": f"e{k}", "title": n, "text": " ".join([n, lead.format(k=k), " and ".join(
+        names[(k + 1 + s) % n_entities] for s in range(slots))])} for k, n in enumerate(names)]
+    mentions = []
+    for k in range(n_mentions):
+        page, slot = k % n_entities, k // n_entities
+        target = (page + 1 + slot) % n_entities
+        mentions.append({"mention_id": f"m{k}", "context_document_id": f"e{page}", "corpus": "w",
+                         "start_index": 10 + 2 * slot, "end_index": 10 + 2 * slot, "text": names[target],
+                         "label_document_id": f"e{target}"})
+    (folder / "documents" / "w.json").write_text("".join(json.dumps(r) + "\n" for r in docs), encoding="utf-8")
     (folder / "mentions" / "test.json").write_text("".join(json.dumps(r) + "\n" for r in mentions), encoding="utf-8")
     return folder
 
