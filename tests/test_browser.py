@@ -1,7 +1,8 @@
 """The notebooks in a real browser: every HTML report offline, and 04's AXN explorer live in JupyterLab.
 
 * ``test_every_report_draws_its_figures_offline``: every notebook of ``notebooks/`` runs once under its
-  ``quick`` profile into one folder (self-contained reports, the default), and ``01_score_matrices`` once more
+  ``quick`` profile into one folder (self-contained reports, the default; the reports ``make test`` made at the same
+  commit, with nothing changed since, are reused: tests/_kept_reports.py), and ``01_score_matrices`` once more
   with the shared plotly.js (``self_contained=False``) into ``shared/``; each ``*.html`` is opened from disk and
   every plotly figure must have drawn with at least one trace, with no page error and no request other than
   ``file:``/``data:``.
@@ -21,8 +22,8 @@
 Needs a Chromium (Debian's ``chromium``; ``$XENBENCH_CHROMIUM`` overrides ``/usr/bin/chromium``), the
 ``browser`` extra (python playwright, which drives that executable: no browser download), and JupyterLab
 with ipywidgets, anywidget and plotly's lab extension (all installed with the package). Run with
-``make test-browser`` (8-10 minutes on 2 cores, mostly the notebooks); ``make test`` leaves these out
-(``-m "not browser"``). One test: ``pytest -m browser tests/test_browser.py -k jupyterlab``.
+``make test-browser`` (8-10 minutes on 2 cores, mostly the notebooks; less after ``make test`` at the same commit);
+``make test`` leaves these out (``-m "not browser"``). One test: ``pytest -m browser tests/test_browser.py -k jupyterlab``.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _kept_reports import kept
 
 from xenbench._io import REPO_ROOT
 from xenbench.harness import NOTEBOOKS_DIR, REPORTS_ENV, list_notebooks, load_spec, run_notebook
@@ -76,10 +78,15 @@ def browser():
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, notebook_kwargs) -> Path:
-    """Every notebook's report under its quick profile (self-contained), and 01's with the shared plotly.js."""
+    """Every notebook's report under its quick profile (self-contained), and 01's with the shared plotly.js. A report
+    that tests/test_notebooks.py made and checked at today's checkout (`make test`, before this in CI) is reused."""
     out = tmp_path_factory.mktemp("reports")
     for name in list_notebooks():
-        run_notebook(name, profile="quick", out_dir=out, **notebook_kwargs)
+        made = kept(f"{name}.quick.html")
+        if made is not None:
+            shutil.copy2(made, out / made.name)
+        else:
+            run_notebook(name, profile="quick", out_dir=out, **notebook_kwargs)
     run_notebook("01_score_matrices", profile="quick", out_dir=out / "shared", self_contained=False, **notebook_kwargs)
     return out
 

@@ -10,6 +10,7 @@ import time
 
 import nbformat
 import pytest
+from _kept_reports import keep
 
 from xenbench.harness import FINDINGS_TAG, NOTEBOOKS_DIR, SUMMARY_TAG, list_notebooks, run_notebook
 
@@ -85,3 +86,4 @@ def test_notebook_runs_with_quick_profile(name, reports_dir, notebook_kwargs):
     assert "plotly.js v" not in executed.read_text(encoding="utf-8") and executed.stat().st_size < 2 * 2**20
     leftovers = [p.name for p in reports_dir.iterdir() if p.name.startswith(".") or ".failed." in p.name]
     assert not leftovers  # no temporary or failed notebook beside a successful run
+    keep(reports_dir / f"{name}.quick.html")  # make test-browser opens it rather than running the notebook again
