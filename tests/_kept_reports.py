@@ -6,25 +6,20 @@ that commit with nothing changed: otherwise the browser test runs the notebook a
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from xenbench._io import REPO_ROOT, write_bytes_atomic, write_text_atomic
+from xenbench.provenance import git_state
+
+REPO = REPO_ROOT
 #: Git-ignored, like .pytest_cache.
 KEPT = REPO / ".test-reports"
 
 
 def checkout_commit() -> str | None:
     """HEAD's commit if the checkout has no change (tracked or untracked; ignored files aside), else None."""
-    try:
-        git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,  # noqa: E731
-                                        check=True).stdout.strip()
-        head, changes = git("rev-parse", "HEAD"), git("status", "--porcelain")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return None if changes else head
+    state = git_state(REPO)
+    return None if state["dirty"] is not False else state["commit"]
 
 
 def keep(html: Path) -> None:
@@ -32,17 +27,13 @@ def keep(html: Path) -> None:
     commit = checkout_commit()
     if commit is None:
         return
-    KEPT.mkdir(exist_ok=True)
-    for src, name, text in ((html, html.name, None), (None, html.name + ".commit", commit)):
-        tmp = KEPT / f".{name}.{os.getpid()}.tmp"
-        shutil.copy2(src, tmp) if src is not None else tmp.write_text(text, encoding="utf-8")
-        tmp.replace(KEPT / name)
+    write_bytes_atomic(KEPT / html.name, html.read_bytes())
+    write_text_atomic(KEPT / f"{html.name}.commit", commit)
 
 
 def kept(name: str) -> Path | None:
     """The kept report ``<name>`` (e.g. ``01_score_matrices.quick.html``) if it was made at today's checkout."""
-    commit, html = checkout_commit(), KEPT / name
-    stamp = KEPT / (name + ".commit")
+    commit, html, stamp = checkout_commit(), KEPT / name, KEPT / f"{name}.commit"
     if commit is None or not html.is_file() or not stamp.is_file():
         return None
     return html if stamp.read_text(encoding="utf-8") == commit else None

@@ -23,7 +23,8 @@ Needs a Chromium (Debian's ``chromium``; ``$XENBENCH_CHROMIUM`` overrides ``/usr
 ``browser`` extra (python playwright, which drives that executable: no browser download), and JupyterLab
 with ipywidgets, anywidget and plotly's lab extension (all installed with the package). Run with
 ``make test-browser`` (8-10 minutes on 2 cores, mostly the notebooks; less after ``make test`` at the same commit);
-``make test`` leaves these out (``-m "not browser"``). One test: ``pytest -m browser tests/test_browser.py -k jupyterlab``.
+``make test`` leaves these out (``-m "not browser"``). One test:
+``pytest -m browser tests/test_browser.py -k jupyterlab``.
 """
 from __future__ import annotations
 

@@ -118,17 +118,19 @@ def small_zeshel(root: Path, n_entities: int = 40, n_mentions: int = 36) -> Path
     (folder / "documents").mkdir(parents=True)
     (folder / "mentions").mkdir()
     names = [f"{a}{b}" for a in WORDS for b in WORDS][:n_entities]
-    slots = -(-n_mentions // n_entities)
-    lead = "is an entity of this world number {k} near"  # tokens 1-9 of a page; the mentioned names from token 10
-    docs = [{"document_id": f"e{k}", "title": n, "text": " ".join([n, lead.format(k=k), " and ".join(
-        names[(k + 1 + s) % n_entities] for s in range(slots))])} for k, n in enumerate(names)]
+    slots = -(-n_mentions // n_entities)  # mentions per page
+    lead = "is an entity of this world number {k} near"
+    first = 1 + len(lead.split())  # token of a page's first mentioned name (after its own name and the lead)
+    docs = []
+    for k, name in enumerate(names):
+        mentioned = " and ".join(names[(k + 1 + s) % n_entities] for s in range(slots))
+        docs.append({"document_id": f"e{k}", "title": name, "text": f"{name} {lead.format(k=k)} {mentioned}"})
     mentions = []
     for k in range(n_mentions):
         page, slot = k % n_entities, k // n_entities
-        target = (page + 1 + slot) % n_entities
-        mentions.append({"mention_id": f"m{k}", "context_document_id": f"e{page}", "corpus": "w",
-                         "start_index": 10 + 2 * slot, "end_index": 10 + 2 * slot, "text": names[target],
-                         "label_document_id": f"e{target}"})
+        target, at = (page + 1 + slot) % n_entities, first + 2 * slot  # names are joined by "and"
+        mentions.append({"mention_id": f"m{k}", "context_document_id": f"e{page}", "corpus": "w", "start_index": at,
+                         "end_index": at, "text": names[target], "label_document_id": f"e{target}"})
     (folder / "documents" / "w.json").write_text("".join(json.dumps(r) + "\n" for r in docs), encoding="utf-8")
     (folder / "mentions" / "test.json").write_text("".join(json.dumps(r) + "\n" for r in mentions), encoding="utf-8")
     return folder

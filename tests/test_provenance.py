@@ -230,8 +230,11 @@ def test_no_committed_result_records_a_machine_path():
     relative to the checkout: every committed results file reads the same on any machine."""
     files = [*findings.RESULTS_DIR.glob("*.json"), *(REPO_ROOT / "benchmarks" / "results").glob("*.json")]
     assert len(files) >= 10
-    found = {f.name: hits for f in files
-             if (hits := [s[:120] for s in _strings(json.loads(f.read_text(encoding="utf-8"))) if _MACHINE_PATH.search(s)])}
+    found = {}
+    for f in files:
+        hits = [s[:120] for s in _strings(json.loads(f.read_text(encoding="utf-8"))) if _MACHINE_PATH.search(s)]
+        if hits:
+            found[f.name] = hits
     assert found == {}
     for sample, machine in (("/work/main/.venv/lib/x", True), ("python /tmp/ci/benchmarks/b.py", True),
                             ("--out=/home/me/r", True), ("12 B/item", False), ("https://host/x", False),
