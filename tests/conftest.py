@@ -45,6 +45,15 @@ def _fresh_recorded_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def shared_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The witnesses' slowest cells, computed once per worker for the committed files and their tampered copies
+    (tests/_shared_cells.py); not for a test that changes the code under a witness."""
+    from _shared_cells import share_cells
+
+    share_cells(monkeypatch)
+
+
+@pytest.fixture
 def reports_dir(tmp_path: Path) -> Path:
     """Where a test's notebook outputs go (``run_notebook`` creates it)."""
     return tmp_path / "reports"
@@ -78,13 +87,16 @@ LONGEST_FIRST = ("test_witnesses.py", "test_tamper.py", "test_notebooks.py")
 #: Files whose tests are independent and each long (a notebook run each): every test is a unit of its own for
 #: pytest-xdist instead of the whole file on one worker.
 SPREAD = ("test_notebooks.py",)
+#: Files that run on one worker, in this order: the tamper tests re-verify copies of the committed files that
+#: ``findings --verify`` checked just before, and reuse its slow cells (:func:`shared_cells`).
+TOGETHER = ("test_witnesses.py", "test_tamper.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` (a file's tests on one worker, sharing its module fixtures), except that each test of
-    :data:`SPREAD` is a unit of its own, and the units go out in collection order (:data:`LONGEST_FIRST` first) rather
-    than by their number of tests."""
+    :data:`SPREAD` is a unit of its own, the files of :data:`TOGETHER` are one unit, and the units go out in collection
+    order (:data:`LONGEST_FIRST` first) rather than by their number of tests."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -92,6 +104,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class LongestFirst(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if path.endswith(TOGETHER):
+                return " + ".join(TOGETHER)
             return nodeid if path.endswith(SPREAD) else path
 
     config.option.loadscopereorder = False
