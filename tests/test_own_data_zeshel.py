@@ -13,8 +13,9 @@ pytestmark = pytest.mark.notebook
 
 
 def test_the_remaining_notebooks_run_on_a_zeshel_world(tmp_path, monkeypatch):
-    """With the tests above, every notebook has run on a BEIR folder and on a ZESHEL world: here 02 (stores scored
-    on the world), 03 (scored on demand), 05 and 06 on worlds that have only mentions/test.json."""
+    """With the tests above, every notebook has run on a BEIR folder and on a ZESHEL world: here 02 and 03 (on the
+    stores scored on the world; 04 scores a world on demand in tests/test_own_data.py), 05 and 06 on worlds that have
+    only mentions/test.json."""
     monkeypatch.setenv("CI", "true")
     zeshel = f"zeshel:{small_zeshel(tmp_path, n_entities=40, n_mentions=72)}:w@test"  # 1-2 mentions per entity
     larger = f"zeshel:{small_zeshel(tmp_path / 'larger', n_entities=144, n_mentions=260)}:w"  # OPQ trains on >= d
@@ -23,8 +24,8 @@ def test_the_remaining_notebooks_run_on_a_zeshel_world(tmp_path, monkeypatch):
         assert main(["score", str(_repo() / "models" / ce), zeshel, "--out", str(scores / ce)]) == 0
     runs = {
         **tiny_store_and_corpus_runs(scores, larger),
-        "03_adacur_rounds": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
-                             "-p", "max_queries", "60", "-p", "max_items", "null", "-p", "max_test_queries", "null",
+        "03_adacur_rounds": ["-p", "dataset", zeshel, "-p", "scores_dir", str(scores), "-p", "ce", "cls-ce",
+                             "-p", "max_items", "null", "-p", "max_test_queries", "null",
                              "-p", "k_values", "[1, 5]", "-p", "n_rounds", "2", "-p", "split_seeds", "[0]",
                              "-p", "n_anchor_queries", "20", "-p", "n_dev_queries", "10", "-p", "budgets", "[10, 20]",
                              "-p", "focus_budgets", "[10, 20]", "-p", "anchor_seeds", "[0]", "-p", "rounds_grid",
