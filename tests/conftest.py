@@ -45,15 +45,6 @@ def _fresh_recorded_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def shared_cells(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The witnesses' slowest cells, computed once per worker for the committed files and their tampered copies
-    (tests/_shared_cells.py); not for a test that changes the code under a witness."""
-    from _shared_cells import share_cells
-
-    share_cells(monkeypatch)
-
-
-@pytest.fixture
 def reports_dir(tmp_path: Path) -> Path:
     """Where a test's notebook outputs go (``run_notebook`` creates it)."""
     return tmp_path / "reports"
@@ -87,8 +78,8 @@ LONGEST_FIRST = ("test_witnesses.py", "test_tamper.py", "test_notebooks.py")
 #: Files whose tests are independent and each long (a notebook run each): every test is a unit of its own for
 #: pytest-xdist instead of the whole file on one worker.
 SPREAD = ("test_notebooks.py",)
-#: Files that run on one worker, in this order: the tamper tests re-verify copies of the committed files that
-#: ``findings --verify`` checked just before, and reuse its slow cells (:func:`shared_cells`).
+#: Files that run on one worker, in this order: the tamper tests re-verify copies of the committed files after
+#: ``findings --verify`` has embedded their datasets into the shared cache (started side by side, both embedded them).
 TOGETHER = ("test_witnesses.py", "test_tamper.py")
 
 

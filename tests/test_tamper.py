@@ -3,9 +3,8 @@ a tampered raw record, a stale input digest and a changed method constant are ea
 
 Each test verifies a copy of ONE results file. The raw-record and method-constant cases recompute witness cells from
 the stores, so their copies are trimmed to the records they exercise (the witness functions recompute what the file
-holds): seconds, not the minutes of a whole notebook's witnesses. A copy's inputs and code are the committed file's, so
-the raw-record cases reuse the slowest cells that `findings --verify` computed on the same worker (tests/conftest.py's
-`shared_cells`); a method-constant case changes the code, and computes everything afresh.
+holds): seconds, not the minutes of a whole notebook's witnesses. They run after `findings --verify` on its worker
+(tests/conftest.py's TOGETHER), which has embedded the datasets they read.
 """
 from __future__ import annotations
 
@@ -218,7 +217,7 @@ def _trimmed(tmp_path: Path, nb: str, tamper: bool, monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", sorted(RAW))
-def test_a_tampered_raw_record_is_named(tmp_path, monkeypatch, shared_cells, nb):
+def test_a_tampered_raw_record_is_named(tmp_path, monkeypatch, nb):
     bad = _bad(_trimmed(tmp_path, nb, True, monkeypatch), nb, ("stores",))
     assert [w.cell for w in bad if RAW[nb][2] in w.cell] and all(RAW[nb][2] in w.cell for w in bad), \
         [w.line() for w in bad]
@@ -299,7 +298,7 @@ def test_a_changed_method_constant_is_named(tmp_path, monkeypatch, nb):
 
 
 @pytest.mark.slow
-def test_the_trimmed_copies_pass_unchanged(tmp_path, monkeypatch, shared_cells):
+def test_the_trimmed_copies_pass_unchanged(tmp_path, monkeypatch):
     """The trims only drop records: without a tamper or a change, the cheap trimmed copies still verify (the slow ones
     are covered by the committed files' own verify)."""
     for nb in ("00_data", "01_score_matrices", "02_rank_cls_vs_emb", "03_adacur_rounds"):
