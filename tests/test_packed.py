@@ -279,5 +279,17 @@ def test_the_scorer_keeps_the_padded_forward_for_other_architectures(tokenizer):
     deberta = DebertaV2Model(DebertaV2Config(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
                                              num_attention_heads=2, intermediate_size=64))
     ce = CrossEncoder(deberta.eval(), tokenizer, CEConfig(kind="emb", scale=None))
-    assert not packed.supports(ce) and scoring._forward(ce) is ce
+    cpu = torch.device("cpu")
+    assert not packed.supports(ce) and scoring._forward(ce, cpu) is ce
     assert packed.supports(tiny_ce(tokenizer, "cls")) and packed.supports(tiny_ce(tokenizer, "emb"))
+
+
+def test_the_scorer_packs_on_the_cpu_only(tokenizer):
+    """On a GPU the padded forward was measured faster than packing (gpu_check's warm bf16 passes), so the scorer
+    packs a supported CE on the CPU and runs ``ce(batch)`` on any other device; choosing the path needs no GPU."""
+    from xenbench.models import scoring
+
+    ce = tiny_ce(tokenizer, "cls")
+    assert scoring._forward(ce, torch.device("cpu")) is not ce
+    for device in ("cuda", "cuda:1", "mps"):
+        assert scoring._forward(ce, torch.device(device)) is ce

@@ -182,7 +182,7 @@ def test_packed_path_equals_the_padded_forward(name, folders, data) -> None:
     ce = load_cross_encoder(folders[name])
     assert packed.supports(ce) == (name in PACKED)
     if name not in PACKED:
-        assert scoring._forward(ce) is ce
+        assert scoring._forward(ce, torch.device("cpu")) is ce
         return
     models = [ce] if ce.config.kind == "lm" else [ce, load_cross_encoder(folders[name], kind="emb")]
     for model in models:

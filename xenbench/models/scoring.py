@@ -6,8 +6,9 @@
    same tensors as :meth:`PairEncoder.collate`, without its per-pair Python loop), on the target device;
 3. within a query chunk, pairs are sorted by length and cut into batches, so each batch is padded only to
    its own longest pair (length bucketing + dynamic padding);
-4. a BERT CE runs padding-free (:func:`~xenbench.models.packed.packed_forward`: token-wise ops on the attended
-   tokens only, the same scores as the padded forward); other architectures run the padded ``ce(batch)``;
+4. on the CPU a BERT CE runs padding-free (:func:`~xenbench.models.packed.packed_forward`: token-wise ops on the
+   attended tokens only, the same scores as the padded forward); other architectures, and every CE on a GPU (where
+   the padded forward was measured faster), run the padded ``ce(batch)``;
 5. ``torch.inference_mode`` and, when asked, autocast to bf16/fp16 (fp32 by default: bf16 noise of about
    1e-2 relative inflates numerical ranks, see FACTS.md).
 
@@ -177,12 +178,14 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return torch.autocast(device_type=device.type, dtype=_AUTOCAST_DTYPES[precision])
 
 
-def _forward(ce: CrossEncoder) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
-    """The batch -> scores function the engine calls: the padding-free :func:`~xenbench.models.packed.packed_forward`
-    for a CE it supports (BERT, ELECTRA, RoBERTa, XLM-R, Llama-style LLM rerankers; the same scores, tested; no FLOPs on the pads a length-bucketed batch still carries), else the
-    padded ``ce(batch)``. Attention stays the exact re-padded SDPA: the CUDA varlen kernel is used by the scorer only
-    once it is measured on a GPU (``benchmarks/bench_packed.py --device cuda``)."""
-    if packed.supports(ce):
+def _forward(ce: CrossEncoder, device: torch.device) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+    """The batch -> scores function the engine calls. On the CPU, the padding-free
+    :func:`~xenbench.models.packed.packed_forward` (re-padded SDPA, the same scores, tested) for a CE it supports
+    (BERT, ELECTRA, RoBERTa, XLM-R, Llama-style LLM rerankers): it spends no FLOPs on the pads a length-bucketed batch
+    still carries (``benchmarks/bench_packed.py``). Elsewhere, and for other CEs, the padded ``ce(batch)``: on a GPU the
+    pads cost less than packing's gathers and small kernels (warm bf16 passes on an H200: the padded forward 1.6x the
+    packed one, ``benchmarks/gpu_check.py``)."""
+    if device.type == "cpu" and packed.supports(ce):
         return lambda batch: packed.packed_forward(ce, batch, attention="padded")
     return ce
 
@@ -203,7 +206,7 @@ def _score_indexed(ce: CrossEncoder, asm: PairAssembler, q_rows: np.ndarray, i_r
         with torch.inference_mode(), _autocast(asm.device, precision):
             out = _score_by_prefix(ce, asm, q_rows, i_rows, batch_size=batch_size, on_batch=on_batch)
         return out.cpu().numpy()
-    forward = _forward(ce)
+    forward = _forward(ce, asm.device)
     with torch.inference_mode(), _autocast(asm.device, precision):
         for s in range(0, len(order), batch_size):
             e = min(s + batch_size, len(order))
