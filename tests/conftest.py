@@ -1,5 +1,5 @@
-"""Shared fixtures: a private embedding cache per session, a temporary reports folder, notebook settings, a guard
-that fails a test which would start a kernel."""
+"""Shared fixtures: a private embedding cache per session, a local Ray per module, a temporary reports folder, notebook
+settings, a guard that fails a test which would start a kernel."""
 from __future__ import annotations
 
 import os
@@ -34,6 +34,16 @@ def xenbench_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XENBENCH_CACHE", str(cache))
         yield cache
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """A local two-CPU Ray for one test module, shut down after it (the ray extra: make setup installs it). Per module,
+    not per session: an idle Ray's daemons would take CPU from every later test, and a module may kill its workers."""
+    from xenbench._ray import ray_session
+
+    with ray_session(num_cpus=2) as ray:
+        yield ray
 
 
 @pytest.fixture(autouse=True)

@@ -155,14 +155,6 @@ def test_truncation_equals_the_tokenizer_on_a_grid(folders) -> None:
                 assert ce.pairs.assemble(ia, ib)[0] == want, (name, a, b)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from xenbench._ray import ray_session
-
-    with ray_session(num_cpus=2) as ray:
-        yield ray
-
-
 def test_ray_backend_gives_the_library_scores(ray_cluster, folders, data, reference, tmp_path) -> None:
     queries, items = data
     for name in ("xlm-roberta", "qwen3", "modernbert"):

@@ -192,14 +192,6 @@ def test_a_resume_checks_the_scorers_fingerprint(scorers, tmp_path):
         score_to_store(anonymous, queries, items, tmp_path / "s", query_chunk=2, progress=False)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from xenbench._ray import ray_session
-
-    with ray_session(num_cpus=2) as ray:
-        yield ray
-
-
 @pytest.mark.parametrize("kind", ["st", "callable"])
 def test_the_ray_backend_gives_the_local_scores(kind, ray_cluster, scorers, tmp_path):
     """The callable's bits exactly; the sentence-transformers model's within 1e-6 of the score spread: it runs

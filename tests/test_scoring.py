@@ -443,14 +443,6 @@ def _actor_threads():
         torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from xenbench._ray import ray_session  # the ray extra: make setup installs it
-
-    with ray_session(num_cpus=2) as ray:
-        yield ray
-
-
 def test_ray_backend_gives_the_single_process_matrix(ray_cluster, tmp_path):
     ce, queries, items = _ray_job()
     kw = dict(batch_size=16, query_chunk=1, progress=False)
