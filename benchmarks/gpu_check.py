@@ -635,21 +635,19 @@ def exactness(report: Report, ctx: Context, box: Box) -> None:
             if ce_name not in batches:
                 batches[ce_name] = scorer_batches(ctx, ce, queries, item_list)
             b, order = batches[ce_name]
-            fn = {"scorer": ce, "padded": ce, "packed": lambda x, ce=ce: packed_forward(ce, x, attention="padded"),
-                  "varlen": lambda x, ce=ce: packed_forward(ce, x, attention="varlen")}[path]
-            # Warm-up: a whole untimed pass of the same path. cuDNN builds attention plans as it meets new batches;
+            # Each path is timed on its second whole pass. cuDNN builds attention plans as it meets new batches;
             # warming one batch of each shape was not enough (on an H200 the first CE's padded bf16 pass then ran at
             # half the second's), nor was warming the scorer with another path's pass.
             if path == "scorer":
-                def run() -> Any:
-                    return score_matrix(ce, queries, item_list, batch_size=ctx.sizes.batch_size, device=ctx.device,
-                                        precision=precision, progress=False)
-                run()
-                res = run()
+                for _ in range(2):
+                    res = score_matrix(ce, queries, item_list, batch_size=ctx.sizes.batch_size, device=ctx.device,
+                                       precision=precision, progress=False)
                 scores, secs = res.scores, res.timing.wall_s
             else:
-                timed_pass(fn, b, ctx.device, precision)
-                secs, sorted_scores = timed_pass(fn, b, ctx.device, precision)
+                fn = {"padded": ce, "packed": lambda x, ce=ce: packed_forward(ce, x, attention="padded"),
+                      "varlen": lambda x, ce=ce: packed_forward(ce, x, attention="varlen")}[path]
+                for _ in range(2):
+                    secs, sorted_scores = timed_pass(fn, b, ctx.device, precision)
                 scores = np.empty(n_pairs, dtype=np.float32)
                 scores[order] = sorted_scores.numpy()
                 scores = scores.reshape(len(queries), len(item_list))
