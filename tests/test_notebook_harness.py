@@ -11,6 +11,8 @@ import ast
 import json
 import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -345,6 +347,26 @@ def plotly_version() -> str:
 
     head = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")[:200]
     return re.search(r"plotly\.js v([0-9][\w.-]*)", head).group(1)
+
+
+@pytest.mark.notebook
+def test_the_kernel_freezes_its_heap_after_the_exit_handlers(tmp_path, reports_dir, notebook_kwargs):
+    """A kernel that had run a notebook outlasted jupyter_client's shutdown grace in its final garbage collections
+    (xenbench.harness.runner.KERNEL_EXEC_LINES): run_notebook's kernel runs the lines that freeze the heap at exit,
+    and a process running them freezes it after the handlers registered later (a cell's) and before the earlier."""
+    from xenbench.harness.runner import KERNEL_EXEC_LINES
+
+    body = ["from ipykernel.kernelapp import IPKernelApp",
+            'xb.harness.save_results("tiny", profile, {"lines": list(IPKernelApp.instance().exec_lines)})']
+    executed = xh.run_notebook(write_tiny(tmp_path / "nbs", body=body), out_dir=reports_dir, **notebook_kwargs)
+    results = json.loads(executed.with_suffix(".results.json").read_text(encoding="utf-8"))["results"]
+    assert results == {"lines": list(KERNEL_EXEC_LINES)}
+
+    probe = "import atexit, gc\natexit.register(lambda: print('earlier', gc.get_freeze_count() > 0))\n{}\n" \
+            "atexit.register(lambda: print('later', gc.get_freeze_count() > 0))"
+    out = subprocess.run([sys.executable, "-c", probe.format("\n".join(KERNEL_EXEC_LINES))], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["later", "False", "earlier", "True"]
 
 
 @pytest.mark.notebook
