@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 #: Run by the kernel as it starts (IPython's ``exec_lines``). A kernel that has run a notebook spent longer in the
 #: interpreter's final garbage collections than jupyter_client's 2.5 s grace after its shutdown request, so every run
-#: ended with that wait and a SIGTERM (measured: 2.5-2.9 s from the last cell to the kernel's end; 0.2-0.5 s with
+#: ended with that wait and a SIGTERM (measured on 00_data: 2.5-3.2 s from the last cell to the kernel's end; 0.4 s with
 #: this). Every exit handler still runs (those a cell registers run before the freeze); only the interpreter's final
 #: collections skip the heap the notebook leaves behind.
 KERNEL_EXEC_LINES = ("import atexit, gc; atexit.register(gc.freeze)",)
