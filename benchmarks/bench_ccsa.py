@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_all (the fragment format)
 
 from xenbench.methods.ccsa import CodeIndex, CompositeCodeAE, code_bytes  # noqa: E402
-from xenbench.studies.ccsa import eval_split, evaluated_rows, exact_ip_topk, pq_for_bytes  # noqa: E402
+from xenbench.studies.ccsa import eval_split, evaluated_rows, exact_ip_topk, faiss_ivf, pq_for_bytes  # noqa: E402
 from xenbench.metrics import label_recall  # noqa: E402
 
 TARGET = 5.0  # CCSA's single-query speed-up over IVF-PQ at equal recall that the issue asks for
@@ -54,18 +54,6 @@ TARGET = 5.0  # CCSA's single-query speed-up over IVF-PQ at equal recall that th
 def topk_recall_at(I: np.ndarray, exact: np.ndarray) -> float:
     """Mean |T ∩ S| / k over queries: T = exact top-k, S = the returned rows (-1 pads ignored)."""
     return float(np.mean([np.isin(exact[r], I[r][I[r] >= 0]).mean() for r in range(len(I))]))
-
-
-def faiss_index(spec: str, T: np.ndarray, X: np.ndarray, seed: int):
-    import faiss
-
-    index = faiss.index_factory(X.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
-    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-    ivf.cp.seed = seed
-    ivf.pq.cp.seed = seed
-    index.train(T)
-    index.add(X)
-    return index, ivf
 
 
 def compare(args: argparse.Namespace, name: str, X: np.ndarray, Q: np.ndarray, relevant, exact: np.ndarray,
@@ -105,7 +93,7 @@ def compare(args: argparse.Namespace, name: str, X: np.ndarray, Q: np.ndarray, r
     for method, fmt in (("IVF-PQ", "IVF{n},PQ{M}x{b}"), ("OPQ+IVF-PQ", "OPQ{M},IVF{n},PQ{M}x{b}")):
         for nlist in args.nlists:
             t0 = time.perf_counter()
-            idx, ivf = faiss_index(fmt.format(n=nlist, M=M, b=nbits), train, X, args.seed)
+            idx, ivf = faiss_ivf(fmt.format(n=nlist, M=M, b=nbits), train, X, args.seed)
             best = None
             for w in [w for w in args.nprobes if w <= nlist]:
                 ivf.nprobe = w

@@ -19,7 +19,7 @@ from xenbench.methods.ccsa import (
     uniformity_loss,
     ur_noise_floor,
 )
-from xenbench.studies.ccsa import exact_rerank, pq_for_bytes
+from xenbench.studies.ccsa import exact_rerank, faiss_ivf, pq_for_bytes
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 
@@ -259,6 +259,40 @@ def test_exact_rerank_of_all_items_equals_brute_force_and_dedups():
     np.testing.assert_array_equal(I, np.argsort(-S, axis=1, kind="stable")[:, :10])
     few = exact_rerank(Q[:1], X, [np.array([5, 3, 5, -1])], 4)  # fewer candidates than m: -1 pads
     assert sorted(few[0, :2]) == [3, 5] and (few[0, 2:] == -1).all()
+
+
+def test_an_ivf_pq_without_polysemous_training_searches_as_faiss_default_does():
+    """faiss's polysemous training (on by default in an index_factory IVF-PQ) only reorders each sub-quantizer's
+    centroids: the distances and ids of a search stay the same. faiss_ivf (notebook 06's baselines, the CCSA
+    benchmark) skips it."""
+    import faiss
+
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((20, 16))
+
+    def draw(n: int) -> np.ndarray:
+        x = centers[rng.integers(0, 20, n)] + 0.4 * rng.standard_normal((n, 16))
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    T, X, Q = draw(10_000), draw(1_000), draw(50)
+    default = faiss.index_factory(16, "IVF8,PQ2x6", faiss.METRIC_INNER_PRODUCT)
+    ref = faiss.downcast_index(default)
+    ref.cp.seed = ref.pq.cp.seed = 3
+    assert ref.do_polysemous_training
+    default.train(T)
+    default.add(X)
+    index, ivf = faiss_ivf("IVF8,PQ2x6", T, X, seed=3)
+    assert not ivf.do_polysemous_training
+
+    C0, C1 = (faiss.vector_to_array(layer.pq.centroids).reshape(2, 64, 8) for layer in (ref, ivf))
+    assert not np.array_equal(C0, C1)
+    for a, b in zip(C0, C1):  # each sub-quantizer: the same 64 centroids, in another order
+        np.testing.assert_array_equal(a[np.lexsort(a.T)], b[np.lexsort(b.T)])
+    for nprobe in (1, 3, 8):
+        ref.nprobe = ivf.nprobe = nprobe
+        (D0, I0), (D1, I1) = default.search(Q, 200), index.search(Q, 200)
+        np.testing.assert_array_equal(I1, I0)
+        np.testing.assert_array_equal(D1, D0)
 
 
 def test_bytes_per_item_accounting():
