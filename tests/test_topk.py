@@ -36,6 +36,15 @@ def test_numpy_and_torch_top_k_agree_on_ties(seed, k):
     np.testing.assert_array_equal(D, np.take_along_axis(s, want, 1).astype(np.float32))
 
 
+@pytest.mark.parametrize("k", [1, 3, 10, 20])
+def test_rows_with_and_without_ties_at_the_cut_in_one_matrix(k):
+    """Rows whose k-th value is tied beside rows of distinct scores: each row gets the stable sort's top k."""
+    rng = np.random.default_rng(k)
+    s = rng.standard_normal((12, 20))
+    s[::2] = rng.integers(0, 3, size=(6, 20))  # every other row: three values, so the cut falls inside a tie
+    np.testing.assert_array_equal(topk_indices(s, k), np.argsort(-s, axis=1, kind="stable")[:, :k])
+
+
 def test_all_equal_rows_give_the_first_k_items():
     s = np.zeros((3, 10))
     for I in (topk_indices(s, 4), _topk_stable(torch.from_numpy(s), 4).numpy(), topk(s, 4)[1]):

@@ -101,11 +101,15 @@ def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     n_queries, n_items = scores.shape
     k = _check_k(k, n_items, "topk_indices")
     # The k-th largest value v per row: everything above v is in, ties at v fill the rest by index.
-    v = -np.partition(-scores, k - 1, axis=1)[:, k - 1:k]
+    v = np.partition(scores, n_items - k, axis=1)[:, n_items - k:n_items - k + 1]
     above = scores > v
     at = scores == v
     need = k - above.sum(axis=1, keepdims=True)
-    select = above | (at & (np.cumsum(at, axis=1) <= need))
+    select = above | at
+    # Only rows with more ties at v than places left need the running count (without ties, none does).
+    crowded = np.flatnonzero(at.sum(axis=1) > need[:, 0])
+    if crowded.size:
+        select[crowded] = above[crowded] | (at[crowded] & (np.cumsum(at[crowded], axis=1) <= need[crowded]))
     cols = np.nonzero(select)[1].reshape(n_queries, k)  # row-major: ascending item index per row
     chosen = np.take_along_axis(scores, cols, axis=1)
     order = np.argsort(-chosen, axis=1, kind="stable")  # stable keeps index order among ties
