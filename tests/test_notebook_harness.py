@@ -350,17 +350,27 @@ def plotly_version() -> str:
 
 
 @pytest.mark.notebook
-def test_the_kernel_freezes_its_heap_after_the_exit_handlers(tmp_path, reports_dir, notebook_kwargs):
+def test_the_kernel_freezes_its_heap_after_the_exit_handlers_and_skips_the_iri_grammar(tmp_path, reports_dir,
+                                                                                      notebook_kwargs):
     """A kernel that had run a notebook outlasted jupyter_client's shutdown grace in its final garbage collections
     (xenbench.harness.runner.KERNEL_EXEC_LINES): run_notebook's kernel runs the lines that freeze the heap at exit,
-    and a process running them freezes it after the handlers registered later (a cell's) and before the earlier."""
+    and a process running them freezes it after the handlers registered later (a cell's) and before the earlier.
+    The kernel's jsonschema (plotly's renderers import it through nbformat) loads without rfc3987_syntax, and the
+    figure is still rendered."""
     from xenbench.harness.runner import KERNEL_EXEC_LINES
 
-    body = ["from ipykernel.kernelapp import IPKernelApp",
-            'xb.harness.save_results("tiny", profile, {"lines": list(IPKernelApp.instance().exec_lines)})']
+    body = ["import plotly.graph_objects as go\ngo.Figure(go.Bar(x=[0, 1], y=[1, 2]))",
+            "import sys\nfrom ipykernel.kernelapp import IPKernelApp",
+            'xb.harness.save_results("tiny", profile, {"lines": list(IPKernelApp.instance().exec_lines), '
+            '"jsonschema": "jsonschema._format" in sys.modules, '
+            '"rfc3987_syntax": repr(sys.modules.get("rfc3987_syntax", "never imported"))})']
     executed = xh.run_notebook(write_tiny(tmp_path / "nbs", body=body), out_dir=reports_dir, **notebook_kwargs)
     results = json.loads(executed.with_suffix(".results.json").read_text(encoding="utf-8"))["results"]
-    assert results == {"lines": list(KERNEL_EXEC_LINES)}
+    assert results == {"lines": list(KERNEL_EXEC_LINES), "jsonschema": True, "rfc3987_syntax": "None"}
+    [figure] = [c.outputs for c in nbformat.read(executed, as_version=4).cells if c.source.startswith("import plotly")]
+    plotly_json = [o["data"]["application/vnd.plotly.v1+json"] for o in figure
+                   if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert [f["data"][0]["type"] for f in plotly_json] == ["bar"]
 
     probe = "import atexit, gc\natexit.register(lambda: print('earlier', gc.get_freeze_count() > 0))\n{}\n" \
             "atexit.register(lambda: print('later', gc.get_freeze_count() > 0))"

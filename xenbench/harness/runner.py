@@ -42,7 +42,12 @@ log = logging.getLogger(__name__)
 #: ended with that wait and a SIGTERM (measured on 00_data: 2.5-3.2 s from the last cell to the kernel's end; 0.4 s with
 #: this). Every exit handler still runs (those a cell registers run before the freeze); only the interpreter's final
 #: collections skip the heap the notebook leaves behind.
-KERNEL_EXEC_LINES = ("import atexit, gc; atexit.register(gc.freeze)",)
+#:
+#: The second line keeps jsonschema from importing ``rfc3987_syntax`` in the kernel too (see ``_run_locked``): plotly's
+#: renderers import nbformat, hence jsonschema, which builds that package's Lark grammars at import for an "iri" string
+#: format nothing here validates (1.1 of the 1.3 CPU-s that setting the renderer took in a fresh interpreter).
+KERNEL_EXEC_LINES = ("import atexit, gc; atexit.register(gc.freeze)",
+                     "import sys; sys.modules.setdefault('rfc3987_syntax', None)")
 
 
 @contextlib.contextmanager
