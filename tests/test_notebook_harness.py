@@ -397,13 +397,28 @@ def test_failed_run_keeps_the_previous_report(tmp_path, reports_dir, notebook_kw
 
 
 @pytest.mark.notebook
+def test_a_cell_past_its_timeout_keeps_the_partly_executed_notebook(tmp_path, reports_dir, notebook_kwargs):
+    """A timeout stops the run outside any cell's error (papermill writes the notebook only at the end or on a cell's
+    error): the notebook is kept as executed so far, the cell before it with its output."""
+    from nbclient.exceptions import CellTimeoutError
+
+    path = write_tiny(tmp_path / "nbs", body=["print('before the slow cell')", "import time; time.sleep(600)"])
+    with pytest.raises(CellTimeoutError):
+        xh.run_notebook(path, out_dir=reports_dir, **{**notebook_kwargs, "timeout": 3})
+    failed = nbformat.read(reports_dir / "tiny.quick.failed.ipynb", as_version=4)
+    [printed] = [c for c in failed.cells if c.source == "print('before the slow cell')"]
+    assert [o.get("text") for o in printed.outputs] == ["before the slow cell\n"]
+    assert sorted(p.name for p in reports_dir.iterdir()) == ["tiny.quick.failed.ipynb"]
+
+
+@pytest.mark.notebook
 def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, reports_dir, notebook_kwargs):
     import signal
     import subprocess
     import sys
     import time
 
-    slow = write_tiny(tmp_path / "nbs", body=["import time; time.sleep(600)"])
+    slow = write_tiny(tmp_path / "nbs", body=["open('in_cell', 'w').close(); import time; time.sleep(600)"])
     reports_dir.mkdir()
     for name in ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json", "tiny.quick.failed.ipynb"):
         (reports_dir / name).write_text("earlier")
@@ -411,9 +426,9 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
             f"kernel={notebook_kwargs['kernel']!r}, progress_bar=False)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     deadline = time.time() + 120
-    while not list(reports_dir.glob(".tiny.quick.*.staging/tiny.quick.ipynb")) and time.time() < deadline:
+    while not (tmp_path / "nbs" / "in_cell").exists() and time.time() < deadline:  # the kernel is in the cell
         time.sleep(0.2)
-    time.sleep(2)  # the kernel is inside the sleeping cell
+    assert list(reports_dir.glob(".tiny.quick.*.staging")), "the run stages its outputs in a hidden folder"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     visible = sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("."))

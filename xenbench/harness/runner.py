@@ -50,6 +50,39 @@ KERNEL_EXEC_LINES = ("import atexit, gc; atexit.register(gc.freeze)",
                      "import sys; sys.modules.setdefault('rfc3987_syntax', None)")
 
 
+#: The name of :func:`run_notebook`'s papermill engine (:func:`_engine`).
+ENGINE = "xenbench"
+
+
+def _engine() -> str:
+    """Register, as :data:`ENGINE`, papermill's nbclient engine that writes the partly executed notebook only when a
+    run stops outside a cell's error (Ctrl-C, a cell timeout, a dead kernel), to the engine argument ``partial``.
+
+    papermill otherwise writes the whole notebook as each cell starts and as it ends
+    (``request_save_on_cell_execute``, off here): once a figure has put plotly.js (4.7 MB) into it, that is 57 ms a time
+    while the kernel waits, 2.6 of the 6.2 CPU-s of this process in a quick run of 03. Those copies sit in the staging
+    folder, which nothing reads during the run and a killed run's successor deletes; papermill still writes the
+    notebook when a cell fails and when the run ends.
+    """
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class PartialOnStop(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, partial: Path | None = None,
+                                     **kwargs: Any) -> Any:
+            try:
+                return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+            except BaseException:
+                if partial is not None:
+                    import nbformat
+
+                    nbformat.write(nb_man.nb, partial)
+                raise
+
+    papermill_engines.register(ENGINE, PartialOnStop)
+    return ENGINE
+
+
 @contextlib.contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables for the duration (a kernel started meanwhile inherits them)."""
@@ -278,6 +311,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
                          "TQDM_MININTERVAL": os.environ.get("TQDM_MININTERVAL", "2")}):
             nb = pm.execute_notebook(
                 path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
+                engine_name=_engine(), request_save_on_cell_execute=False, partial=staged[final],
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=False,
                 stdout_file=echo_out, stderr_file=echo_err, coalesce_streams=True,
                 # The kernel process's own log (start-up notices such as "running over TCP without encryption" on
