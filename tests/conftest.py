@@ -13,7 +13,14 @@ import pytest
 # workers x 2 torch threads on 2 cores: about 10% more worker time in the notebook tests). Set before torch loads.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
 if _WORKERS and "OMP_NUM_THREADS" not in os.environ:
-    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    _SHARE = max(1, (os.cpu_count() or 1) // _WORKERS)
+    os.environ["OMP_NUM_THREADS"] = str(_SHARE)
+    # The variable sizes the thread pools of libraries loaded from here on. numpy is loaded already (zarr's pytest
+    # plugin imports it before this file), its OpenBLAS pool sized to every core: with the other core busy, that pool
+    # made an SVD of 1001 x 2964 1.5x slower and small pinv/matmul loops 3.8x slower than one thread.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(_SHARE)
 
 
 @pytest.fixture(scope="session", autouse=True)
