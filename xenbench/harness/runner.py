@@ -11,6 +11,7 @@ report only when it has succeeded: a failed or killed run leaves the previous go
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -54,9 +55,11 @@ KERNEL_EXEC_LINES = ("import atexit, gc; atexit.register(gc.freeze)",
 ENGINE = "xenbench"
 
 
+@functools.cache
 def _engine() -> str:
-    """Register, as :data:`ENGINE`, papermill's nbclient engine that writes the partly executed notebook only when a
-    run stops outside a cell's error (Ctrl-C, a cell timeout, a dead kernel), to the engine argument ``partial``.
+    """Register, once per process, as :data:`ENGINE`, papermill's nbclient engine that writes the partly executed
+    notebook only when a run stops outside a cell's error (Ctrl-C, a cell timeout, a dead kernel), to the engine
+    argument ``partial``.
 
     papermill otherwise writes the whole notebook as each cell starts and as it ends
     (``request_save_on_cell_execute``, off here): once a figure has put plotly.js (4.7 MB) into it, that is 57 ms a time
