@@ -42,6 +42,27 @@ def test_dual_encoder_embeddings_cache_round_trip(tmp_path) -> None:
     assert I[:, 0].tolist() == [2, 0, 1]
 
 
+def test_a_dual_encoder_whose_texts_are_cached_loads_no_model(tmp_path) -> None:
+    """The model loads on the first text the cache lacks: a notebook whose embeddings are cached skips transformers."""
+    texts = [q.text for q in QUERIES]
+    first = DualEncoder(cache_dir=tmp_path).encode(texts)
+    again = DualEncoder(cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.encode(texts), first)
+    assert "model" not in vars(again) and "tokenizer" not in vars(again)  # functools.cached_property never ran
+    assert again.dim == first.shape[1] == again.model.config.hidden_size
+    assert not next(again.model.parameters()).is_inference()  # loaded outside encode's inference mode: trainable
+    np.testing.assert_allclose(again.encode(texts + ["a text not cached"])[:3], first, atol=1e-6)
+
+
+def test_a_dual_encoder_folder_without_a_config_is_refused_up_front(tmp_path) -> None:
+    from xenbench.errors import DataError
+
+    (tmp_path / "my-de").mkdir()
+    (tmp_path / "my-de" / "model.safetensors").write_bytes(b"")  # weights without the config that says what they are
+    with pytest.raises(DataError, match=r"my-de.* is not a Hugging Face model folder \(no config\.json\)"):
+        DualEncoder(tmp_path / "my-de")
+
+
 def test_accuracy_at_k_by_hand() -> None:
     I = np.array([[3, 1, 2], [0, 2, 1], [1, 0, 2]])
     gold = np.array([1, 0, -1])

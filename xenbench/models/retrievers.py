@@ -9,11 +9,14 @@ A first stage is named by one string (:func:`make_retriever`, the ``first_stage`
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +25,6 @@ from tqdm.auto import tqdm
 from xenbench._validation import check_is_fitted
 from xenbench._device import resolve_device
 from xenbench.models.crossencoder import bundled_backbone
-from xenbench.models.loading import quiet_loading
 from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.first_stages import FIRST_STAGES, check_first_stage, first_stage_label, run_path  # noqa: F401
@@ -75,10 +77,11 @@ class DualEncoder:
         Where to encode: ``"auto"`` (CUDA when available, else MPS, else CPU), ``"cpu"``, ``"cuda"``,
         ``"cuda:<k>"`` or ``"mps"`` (:func:`xenbench._device.resolve_device`).
     cache_dir : Path or None
-        Embeddings are cached on disk keyed by the model's weights file and the exact texts;
-        ``None`` uses :func:`default_cache_dir`; ``False`` disables the cache. A cache file that is unreadable,
-        truncated, of the wrong shape or dtype, or holds NaN/inf is recomputed and replaced (with a warning naming
-        it); a cache that cannot be written (a full disk) is skipped with a warning.
+        Embeddings are cached on disk keyed by the model's weights file and the exact texts; ``None`` uses
+        :func:`default_cache_dir`; ``False`` disables the cache. The model itself loads on the first text the cache
+        lacks. A cache file that is unreadable, truncated, of the wrong shape or dtype, or holds NaN/inf is recomputed
+        and replaced (with a warning naming it); a cache that cannot be written (a full disk) is skipped with a
+        warning.
     """
 
     def __init__(
@@ -90,19 +93,40 @@ class DualEncoder:
         device: str | torch.device = "auto",
         cache_dir: Path | None | bool = None,
     ) -> None:
-        from transformers import AutoModel, AutoTokenizer
-
         self.device = resolve_device(device, owner="DualEncoder")  # before loading anything: a bad device fails fast
         self.path = bundled_backbone() if str(model) == "bundled" else Path(model)
+        if not (self.path / "config.json").is_file():
+            raise DataError(self.path, "is not a Hugging Face model folder (no config.json): the dual encoder's "
+                                       "model is such a folder, or \"bundled\"")
         record_input("model", self.path)  # its digest goes into the run's provenance
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        with quiet_loading():  # the unused-pooler load report is expected
-            self.model = AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval()
-        self.model.to(self.device)
         self.batch_size = batch_size
         self.max_length = max_length
         self.cache_dir = None if cache_dir is False else Path(cache_dir or default_cache_dir()) / "embeddings"
         self._model_key = _file_digest(self.path)
+
+    # The model loads on the first text that is not cached: a notebook whose embeddings are all cached never imports
+    # transformers for them (1.3 of the 1.9 CPU-s a first DualEncoder took in a fresh process).
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.path)
+
+    @functools.cached_property
+    def model(self) -> torch.nn.Module:
+        from transformers import AutoModel
+
+        from xenbench.models.loading import quiet_loading
+
+        # Loaded outside inference mode even when encode() asks for it: its weights stay ordinary tensors.
+        with quiet_loading(), torch.inference_mode(False):  # the unused-pooler load report is expected
+            return AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval().to(self.device)
+
+    @functools.cached_property
+    def dim(self) -> int:
+        """The embedding width d: ``hidden_size`` of the folder's config, read without loading the model."""
+        width = json.loads((self.path / "config.json").read_text(encoding="utf-8")).get("hidden_size")
+        return width if isinstance(width, int) else int(self.model.config.hidden_size)
 
     @torch.inference_mode()
     def encode(self, texts: Sequence[str], *, desc: str = "embedding") -> np.ndarray:
@@ -112,11 +136,11 @@ class DualEncoder:
         ).hexdigest()[:32]
         cached = self.cache_dir / f"{key}.npy" if self.cache_dir else None
         if cached is not None and cached.exists():
-            emb = _read_cache(cached, (len(texts), self.model.config.hidden_size))
+            emb = _read_cache(cached, (len(texts), self.dim))
             if emb is not None:
                 return emb
         order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths -> less padding
-        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for s in tqdm(range(0, len(texts), self.batch_size), desc=desc, disable=len(texts) <= self.batch_size):
             rows = order[s : s + self.batch_size]
             batch = self.tokenizer(
