@@ -23,7 +23,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from xenbench import harness as xh
 from xenbench.cli import main
-from xenbench.data.store import writer_lock
+from xenbench.data.store import ScoreStore, writer_lock
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.probe import degenerate_scores
 
@@ -368,6 +368,22 @@ def test_xenbench_score_says_what_it_will_take_before_it_starts(tmp_path, monkey
                      "50", "--device", "cpu"]) == 130
     assert len(seen) == 1 and re.fullmatch(r"scoring 40 queries x 50 items = 2,000 pairs with cls-ce takes about "
                                            r"\d+ s at the \d+ pairs/s measured here on cpu", seen[0]), seen
+
+
+def test_xenbench_score_loads_the_ce_once_for_its_plan_and_its_job(tmp_path, monkeypatch, data):
+    """The plan's probe and the job score with one loaded CE (a 7B reranker loads in minutes; before, it loaded twice),
+    and the job lets go of it when it ends."""
+    from xenbench.models import fingerprint, loading
+
+    fingerprint.release_shared()  # a CE an earlier test's plan loaded
+    loads: list[str] = []
+    load = loading.load_cross_encoder
+    monkeypatch.setattr(loading, "load_cross_encoder", lambda path, **kw: loads.append(str(path)) or load(path, **kw))
+    out = tmp_path / "s"
+    assert main(["score", CE, data["good"], "--out", str(out), "--n-queries", "3", "--n-items", "4", "--device",
+                 "cpu"]) == 0
+    assert len(loads) == 1 and fingerprint._SHARED is None
+    assert ScoreStore.open(out).is_complete
 
 
 def test_faiss_loader_lines_never_reach_a_terminal_or_report():

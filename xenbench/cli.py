@@ -238,26 +238,30 @@ def _check_ids_file(path: Path, flag: str) -> None:
 
 def _score(args: argparse.Namespace) -> None:
     from xenbench.data.sources import load_dataset
+    from xenbench.models.fingerprint import release_shared
 
     _check_score_args(args)
     ds = load_dataset(args.dataset)
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
     i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
-    if args.model not in ("de", "tfidf") and not args.model.startswith(("untrained", "bundled-")):  # names, not folders
-        _plan_score(args, ds, q_ids, i_ids)
-    if args.model in ("de", "tfidf"):
-        from xenbench.models.retrievers import retriever_score_store
+    try:
+        if args.model not in ("de", "tfidf") and not args.model.startswith(("untrained", "bundled-")):  # not folders
+            _plan_score(args, ds, q_ids, i_ids)
+        if args.model in ("de", "tfidf"):
+            from xenbench.models.retrievers import retriever_score_store
 
-        store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids, device=args.device,
-                                      overwrite=args.overwrite)
-    else:
-        from xenbench.models.jobs import run_score_job
+            store = retriever_score_store(args.model, ds, args.out, query_ids=q_ids, item_ids=i_ids,
+                                          device=args.device, overwrite=args.overwrite)
+        else:
+            from xenbench.models.jobs import run_score_job
 
-        ray_options = {"address": args.address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
-        store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
-                              device=args.device, precision=args.precision, chunk_pairs=args.chunk_pairs,
-                              seed=args.seed, backend=args.backend, ray_options=ray_options,
-                              overwrite=args.overwrite, base=args.base, max_length=args.max_length)
+            ray_options = {"address": args.address, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
+            store = run_score_job(args.model, ds, q_ids, i_ids, args.out, batch_size=args.batch_size,
+                                  device=args.device, precision=args.precision, chunk_pairs=args.chunk_pairs,
+                                  seed=args.seed, backend=args.backend, ray_options=ray_options,
+                                  overwrite=args.overwrite, base=args.base, max_length=args.max_length)
+    finally:
+        release_shared()  # the CE the plan loaded for the job (load_shared), whether or not the job ran
     print(store)
 
 
@@ -268,6 +272,7 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
     import contextlib
 
     from xenbench.harness.preflight import ce_name, quiet_transformers
+    from xenbench.models.fingerprint import load_shared
     from xenbench.models.loading import load_cross_encoder
     from xenbench.models.probe import degenerate_scores, nonfinite_scores, probe_rate, scoring_line
 
@@ -286,11 +291,13 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
     if pairs == 0:
         return
     name = ce_name(args.model)
-    with quiet_transformers():  # the scorer's own load, next, shows its bar
-        ce = load_cross_encoder(args.model, base=args.base, max_length=args.max_length)
+    with quiet_transformers():  # a load's bar would only stand between the command and its plan
+        # run_score_job scores with this same object (load_shared): the CE loads, and its weights are hashed, once
+        ce = load_shared(args.model, args.max_length) if args.base is None else \
+            load_cross_encoder(args.model, base=args.base, max_length=args.max_length)
     probe = probe_rate(ce, queries, items, seed=args.seed, device=args.device, precision=args.precision,
                        batch_size=args.batch_size)
-    del ce  # the scorer loads its own
+    del ce
     broken = nonfinite_scores(probe.scores, name)
     if broken:
         raise ParameterError("MODEL", broken, args.model, "xenbench score")

@@ -32,7 +32,7 @@ from xenbench.data.store import ScoreStore, check_store_folder, writer_lock
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.crossencoder import CEConfig
 from xenbench.models.distributed import score_blocks_ray
-from xenbench.models.fingerprint import model_fingerprint, texts_fingerprint
+from xenbench.models.fingerprint import load_shared, model_fingerprint, release_shared, texts_fingerprint
 from xenbench.models.loading import build_cross_encoder, load_cross_encoder
 from xenbench.models.references import resolve_model
 from xenbench.models.scorers import is_native, scorer_identity
@@ -348,6 +348,7 @@ def run_score_job(
     items = _select(dataset.items, dataset.item_index, item_ids, "item_ids", dataset.name, owner)
 
     extra: dict[str, Any] = {}
+    shared = False
     if not isinstance(ce, (str, os.PathLike)):
         if max_length is not None or base is not None:
             raise ParameterError("max_length" if max_length is not None else "base", "None for a model object (set "
@@ -363,7 +364,10 @@ def run_score_job(
         model, name = build_cross_encoder(CEConfig(kind=_UNTRAINED[ce]), seed=seed), ce  # type: ignore[arg-type]
     else:
         ref = resolve_model(ce, base=base, owner=owner)
-        model = load_cross_encoder(ref, max_length=max_length)
+        # The CE `xenbench score` has just loaded for its plan, if it did (load_shared): one load and one hash of its
+        # weights per job, not two (a 7B reranker loads in minutes); released when the job ends.
+        shared = base is None
+        model = load_shared(ce, max_length) if shared else load_cross_encoder(ref, max_length=max_length)
         # a hub id by its id; a local folder relative to the checkout (models/cls-ce: holds in any clone)
         name, extra = (ref.hub_id or repo_relative(ref.path)), ref.manifest()
     if chunk_pairs is not None:
@@ -373,9 +377,13 @@ def run_score_job(
         query_chunk = max(1, math.ceil(chunk_pairs / len(items)))
     domain = dataset.name.split(":", 1)[1] if ":" in dataset.name else dataset.name
     manifest = {**({"model": name} if name else {}), **extra, "dataset": dataset.name, "domain": domain, "seed": seed}
-    return score_to_store(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
-                          progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
-                          ray_options=ray_options, overwrite=overwrite)
+    try:
+        return score_to_store(model, queries, items, out, batch_size=batch_size, device=device, precision=precision,
+                              progress=progress, query_chunk=query_chunk, manifest=manifest, backend=backend,
+                              ray_options=ray_options, overwrite=overwrite)
+    finally:
+        if shared:
+            release_shared()
 
 
 def _select(rows: list, index: Mapping[str, int], ids: Sequence[str] | None, name: str, ds: str,
