@@ -75,7 +75,7 @@ class Case:
 EXPENSIVE = {
     "dataset": [("xenbench.data.sources", "load_dataset")],
     "de": [("xenbench.models.retrievers", "DualEncoder"), ("xenbench.models.retrievers", "TfidfRetriever")],
-    "ce": [("xenbench.models.loading", "load_cross_encoder"), ("xenbench.models.jobs", "load_cross_encoder"),
+    "ce": [("xenbench.models.loading", "load_cross_encoder"), ("xenbench.models.jobs", "load_shared"),
            ("xenbench.models.jobs", "build_cross_encoder")],
     "train": [("xenbench.models.train", "train_cross_encoder")],
     "mining": [("xenbench.models.train", "mine_training_data"), ("xenbench.models.train", "build_cross_encoder")],

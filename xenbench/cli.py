@@ -273,7 +273,6 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
 
     from xenbench.harness.preflight import ce_name, quiet_transformers
     from xenbench.models.fingerprint import load_shared
-    from xenbench.models.loading import load_cross_encoder
     from xenbench.models.probe import degenerate_scores, nonfinite_scores, probe_rate, scoring_line
 
     log = logging.getLogger("xenbench.cli")
@@ -293,11 +292,9 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
     name = ce_name(args.model)
     with quiet_transformers():  # a load's bar would only stand between the command and its plan
         # run_score_job scores with this same object (load_shared): the CE loads, and its weights are hashed, once
-        ce = load_shared(args.model, args.max_length) if args.base is None else \
-            load_cross_encoder(args.model, base=args.base, max_length=args.max_length)
+        ce = load_shared(args.model, args.max_length, base=args.base)
     probe = probe_rate(ce, queries, items, seed=args.seed, device=args.device, precision=args.precision,
                        batch_size=args.batch_size)
-    del ce
     broken = nonfinite_scores(probe.scores, name)
     if broken:
         raise ParameterError("MODEL", broken, args.model, "xenbench score")

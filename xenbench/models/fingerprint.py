@@ -170,10 +170,11 @@ def folder_fingerprint(path: str | os.PathLike[str], max_length: int | None = No
     return fingerprint
 
 
-def load_shared(path: str | os.PathLike[str], max_length: int | None = None) -> CrossEncoder:
-    """:func:`~xenbench.models.loading.load_cross_encoder` of ``path`` (a folder or hub id) with ``max_length``, once
-    per process: the same CE object is returned again while its files are unchanged (only the last CE loaded is kept;
-    :func:`release_shared` drops it).
+def load_shared(path: str | os.PathLike[str], max_length: int | None = None, *,
+                base: str | os.PathLike[str] | None = None) -> CrossEncoder:
+    """:func:`~xenbench.models.loading.load_cross_encoder` of ``path`` (a folder, a hub id, or a ``.ckpt`` with its
+    ``base``) with ``max_length``, once per process: the same CE object is returned again while its files are unchanged
+    (only the last CE loaded is kept; :func:`release_shared` drops it).
 
     Scoring moves a CE to a device and back, leaving it as it was; do not train the returned object in place.
     """
@@ -182,11 +183,13 @@ def load_shared(path: str | os.PathLike[str], max_length: int | None = None) -> 
 
     global _SHARED
     local = Path(path).expanduser()
-    ref = resolve_model(local if local.exists() else path)
+    ref = resolve_model(local if local.exists() else path, base=base)
     resolved = ref.path.resolve()
-    key, files = f"{resolved}|{max_length}", _files_digest(resolved)
+    loaded_from = [resolved, *([ref.base.path.resolve()] if ref.base else [])]
+    key, files = f"{'|'.join(map(str, loaded_from))}|{max_length}", "".join(map(_files_digest, loaded_from))
     if _SHARED is not None and _SHARED[:2] == (key, files):
-        record_input("model", resolved)
+        for source in loaded_from:
+            record_input("model", source)
         if ref.hub_id:  # named as this caller named it
             _SHARED[2].name = ref.name
         return _SHARED[2]

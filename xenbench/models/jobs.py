@@ -33,7 +33,7 @@ from xenbench.errors import DataError, ParameterError
 from xenbench.models.crossencoder import CEConfig
 from xenbench.models.distributed import score_blocks_ray
 from xenbench.models.fingerprint import load_shared, model_fingerprint, release_shared, texts_fingerprint
-from xenbench.models.loading import build_cross_encoder, load_cross_encoder
+from xenbench.models.loading import build_cross_encoder
 from xenbench.models.references import resolve_model
 from xenbench.models.scorers import is_native, scorer_identity
 from xenbench.models.scoring import (
@@ -366,8 +366,8 @@ def run_score_job(
         ref = resolve_model(ce, base=base, owner=owner)
         # The CE `xenbench score` has just loaded for its plan, if it did (load_shared): one load and one hash of its
         # weights per job, not two (a 7B reranker loads in minutes); released when the job ends.
-        shared = base is None
-        model = load_shared(ce, max_length) if shared else load_cross_encoder(ref, max_length=max_length)
+        shared = True
+        model = load_shared(ce, max_length, base=base)
         # a hub id by its id; a local folder relative to the checkout (models/cls-ce: holds in any clone)
         name, extra = (ref.hub_id or repo_relative(ref.path)), ref.manifest()
     if chunk_pairs is not None:
