@@ -61,6 +61,57 @@ def _fresh_recorded_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(provenance, "_INPUTS", {})
 
 
+def _digest(value: Any) -> str:
+    """sha256 of an array's (or a scipy sparse matrix's) dtype, shape and values."""
+    import hashlib
+
+    import numpy as np
+
+    parts = [value.data, value.indices, value.indptr] if hasattr(value, "indptr") else [value]
+    h = hashlib.sha256(repr(getattr(value, "shape", None)).encode())
+    for part in parts:
+        a = np.ascontiguousarray(part)
+        # an object array's bytes are pointers: its values instead (a split's "dev"/"test" labels)
+        h.update(a.dtype.str.encode() + repr(a.shape).encode() + (repr(a.tolist()).encode() if a.dtype == object
+                                                                   else a.tobytes()))
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def _ccsa_models() -> dict:
+    return {}
+
+
+@pytest.fixture
+def ccsa_trained_once(monkeypatch: pytest.MonkeyPatch, _ccsa_models: dict) -> None:
+    """Notebook 06's witness trains one CCSA per λ at its full settings (about 20 s each here). The committed results'
+    check (tests/test_witnesses.py) and the tamper test of a raw record (tests/test_tamper.py: a committed value
+    changed, the code not) train each (λ, B) on the same inputs once between them: they run on one worker (TOGETHER).
+    A test that changes the code (a method constant) must not take this fixture."""
+    import pandas as pd
+    import torch
+
+    from xenbench.studies import ccsa
+
+    sweep = ccsa.balance_sweep
+
+    def once(train, items, queries, settings, **kwargs):  # the models of balance_sweep are independent per setting
+        arrays = {name: kwargs.pop(name) for name in ("exact", "relevant", "split")}
+        inputs = (*(_digest(a) for a in (train, items, queries, *arrays.values())), repr(sorted(kwargs.items())),
+                  torch.get_num_threads())
+        frames, frequencies = [], {}
+        for setting in settings:
+            key = (inputs, tuple(setting))
+            if key not in _ccsa_models:
+                _ccsa_models[key] = sweep(train, items, queries, [setting], **arrays, **kwargs)
+            frame, freq = _ccsa_models[key]
+            frames.append(frame)
+            frequencies.update(freq)
+        return pd.concat(frames, ignore_index=True), frequencies
+
+    monkeypatch.setattr(ccsa, "balance_sweep", once)
+
+
 @pytest.fixture
 def reports_dir(tmp_path: Path) -> Path:
     """Where a test's notebook outputs go (``run_notebook`` creates it)."""

@@ -57,10 +57,10 @@ def _rank_computed_once():
 
 
 @pytest.mark.slow
-def test_the_committed_results_hold_with_todays_code(capsys):
+def test_the_committed_results_hold_with_todays_code(capsys, ccsa_trained_once):
     """`make test`'s check of the committed results, `xenbench findings --verify` as the CLI runs it: here, so that it
     runs on one pytest-xdist worker while the others test (and shares 02's cells with the tests below; tests/test_tamper.py
-    follows it on the same worker)."""
+    follows it on the same worker and reuses 06's λ = 0 model: ``ccsa_trained_once``)."""
     code = main(["findings", "--verify"])
     out, err = capsys.readouterr()
     assert code == 0, err[-4000:]
