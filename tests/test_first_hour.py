@@ -162,11 +162,11 @@ def test_xenbench_sweep_checks_every_point_before_any_kernel(tmp_path, capsys, k
 
 @pytest.fixture(scope="module")
 def own_stores(tmp_path_factory, data) -> Path:
-    """A user's two score stores of 45 queries x 60 items of the BEIR folder, named as they like."""
+    """A user's two score stores of 30 queries x 40 items of the BEIR folder, named as they like."""
     scores = tmp_path_factory.mktemp("own-stores") / "scores"
     for ce, name in (("cls-ce", "my-reranker"), ("emb-ce", "their-emb")):
         assert main(["score", str(REPO / "models" / ce), data["good"], "--out", str(scores / name), "--n-queries",
-                     "45", "--n-items", "60", "--device", "cpu"]) == 0
+                     "30", "--n-items", "40", "--device", "cpu"]) == 0
     return scores
 
 
@@ -175,20 +175,20 @@ def test_02_sizes_its_grid_from_the_data_and_reads_stores_by_any_name(own_stores
     scores = own_stores
     values = {**xh.profile_values("02_rank_cls_vs_emb"), "scores_dir": str(scores)}
     filled: dict = {}
-    assert xh.check_sizes("02_rank_cls_vs_emb", values, _filled=filled) == {"queries": 45, "items": 60}
+    assert xh.check_sizes("02_rank_cls_vs_emb", values, _filled=filled) == {"queries": 30, "items": 40}
     assert {k: filled[k] for k in ("n_test", "k_q_values", "k_i_values", "budget", "m")} == {
-        "n_test": 15, "k_q_values": [3, 8, 15, 30], "k_i_values": [3, 8, 15, 30], "budget": 45, "m": 45}
+        "n_test": 10, "k_q_values": [2, 5, 10, 20], "k_i_values": [2, 5, 10, 20], "budget": 30, "m": 30}
     from xenbench.studies.rank import available_ces
 
     assert available_ces(scores, None, ["emb-ce-marker"]) == ["my-reranker", "their-emb"]  # roles from manifests
     xh.preflight("02_rank_cls_vs_emb", {**values, "profile": "quick"})  # passes before any kernel
     # a size the user gives is kept, and the others are sized around it
     with pytest.raises(ParameterError, match=r"'k_q_values' parameter of notebook 02_rank_cls_vs_emb must be ints "
-                                             r"each <= the 45 queries"):
-        xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 50]})
+                                             r"each <= the 30 queries"):
+        xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 35]})
     filled.clear()
     xh.check_sizes("02_rank_cls_vs_emb", {**values, "k_q_values": [10, 25]}, _filled=filled)
-    assert (filled["n_test"], filled["k_q_values"], filled["k_i_values"]) == (20, [10, 25], [2, 6, 12, 25])
+    assert (filled["n_test"], filled["k_q_values"], filled["k_i_values"]) == (5, [10, 25], [2, 6, 12, 25])
 
 
 @pytest.mark.notebook
@@ -201,9 +201,9 @@ def test_02_runs_on_your_stores_and_its_report_names_the_ces_and_the_data(tmp_pa
     [path] = reports.glob("02_rank_cls_vs_emb.quick.scores.results.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["results"]["ces"] == ["my-reranker", "their-emb"] and doc["caveats"] == []
-    assert doc["results"]["params"]["k_q_values"] == [3, 8, 15, 30]  # sized from the 45 x 60 stores
+    assert doc["results"]["params"]["k_q_values"] == [2, 5, 10, 20]  # sized from the 30 x 40 stores
     html = path.with_name("02_rank_cls_vs_emb.quick.scores.html").read_text(encoding="utf-8")
-    assert "my-reranker ([CLS]-CE, " in html and "their-emb ([EMB]-CE, " in html and "45 queries x 60 items of mine" in html
+    assert "my-reranker ([CLS]-CE, " in html and "their-emb ([EMB]-CE, " in html and "30 queries x 40 items of mine" in html
     top = html[: html.index("<h2")]  # the answer first: the figure naming CEs and data, then the findings in words
     assert "my-reranker, their-emb on mine" in top and "Findings of this run" in top
 
