@@ -1,7 +1,8 @@
-"""Shared fixtures: a private embedding cache per session, a local Ray per module, a temporary reports folder, notebook
-settings, a guard that fails a test which would start a kernel."""
+"""Shared fixtures: a private embedding cache per session, one local Ray for the tests that use it, a temporary reports
+folder, notebook settings, a guard that fails a test which would start a kernel."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,29 @@ def xenbench_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         yield cache
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    """A local two-CPU Ray for one test module, shut down after it (the ray extra: make setup installs it). Per module,
-    not per session: an idle Ray's daemons would take CPU from every later test, and a module may kill its workers."""
-    from xenbench._ray import ray_session
+#: The files whose tests use a local Ray (``ray_cluster``): one unit for pytest-xdist, so that one Ray serves them all.
+RAY_FILES = ("test_rerankers.py", "test_scorers.py", "test_scoring.py", "test_sweep.py")
+_RAY = contextlib.ExitStack()
 
-    with ray_session(num_cpus=2) as ray:
-        yield ray
+
+@pytest.fixture
+def ray_cluster() -> Any:
+    """A local two-CPU Ray (the ray extra: make setup installs it), started by the first test that asks for it and
+    shut down after the last test of :data:`RAY_FILES` that runs in a row (:func:`pytest_runtest_teardown`): one start
+    (about 8 CPU-s of Ray's daemons) instead of one per file, and no idle daemons taking CPU from the other files'
+    tests. A test may kill its workers: Ray starts new ones."""
+    import ray
+
+    if not ray.is_initialized():
+        from xenbench._ray import ray_session
+
+        _RAY.enter_context(ray_session(num_cpus=2))
+    return ray
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or nextitem.path.name not in RAY_FILES:
+        _RAY.close()
 
 
 @pytest.fixture(autouse=True)
@@ -154,8 +170,9 @@ TOGETHER = ("test_witnesses.py", "test_tamper.py")
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` (a file's tests on one worker, sharing its module fixtures), except that each test of
-    :data:`SPREAD` is a unit of its own, the files of :data:`TOGETHER` are one unit, and the units go out in collection
-    order (:data:`LONGEST_FIRST` first) rather than by their number of tests."""
+    :data:`SPREAD` is a unit of its own, the files of :data:`TOGETHER` are one unit and so are those of
+    :data:`RAY_FILES`, and the units go out in collection order (:data:`LONGEST_FIRST` first) rather than by their
+    number of tests."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -163,8 +180,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class LongestFirst(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            if path.endswith(TOGETHER):
-                return " + ".join(TOGETHER)
+            for group in (TOGETHER, RAY_FILES):
+                if path.endswith(group):
+                    return " + ".join(group)
             return nodeid if path.endswith(SPREAD) else path
 
     config.option.loadscopereorder = False

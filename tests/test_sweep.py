@@ -73,7 +73,8 @@ def test_sweep_validates_every_value_before_running(tmp_path):
 
 
 @pytest.mark.notebook
-def test_cli_sweep_of_notebook_05_over_three_lambdas_local_and_ray(tmp_path, capsys):
+def test_cli_sweep_of_notebook_05_over_three_lambdas_local_and_ray(tmp_path, capsys, ray_cluster):
+    # the sweep's ray_session runs its points on the Ray that ray_cluster started (one for the Ray tests)
     lambdas = ["0.0", "0.5", "1.0"]  # three points on two jobs: one job runs two of them
     for backend in ("local", "ray"):
         out = tmp_path / backend
