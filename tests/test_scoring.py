@@ -490,6 +490,25 @@ def test_ray_backend_recovers_a_killed_worker(ray_cluster, tmp_path):
     assert store.is_complete and np.array_equal(store.to_numpy(), ref)
 
 
+def test_a_failed_ray_job_releases_its_workers_at_once(ray_cluster, tmp_path):
+    """A notebook keeps the last exception, and with its traceback the job's frames and actor handles: the actors are
+    killed when the job ends, or they would hold their CPU (or GPU) slots on the cluster for as long (before: still
+    held 5 s after the failure, with the exception kept)."""
+    ce, queries, items = _ray_job()
+
+    def fail(actors):
+        ray_cluster.get([actor.pid.remote() for actor in actors])  # the actor is up, holding its CPU
+        raise RuntimeError("the job failed")
+
+    with pytest.raises(RuntimeError, match="the job failed") as kept:
+        score_to_store(ce, queries, items, tmp_path / "ray", backend="ray", batch_size=16, query_chunk=1,
+                       progress=False, ray_options={"workers": 1, "on_actors": fail})
+    deadline = time.monotonic() + 30
+    while ray_cluster.available_resources().get("CPU") != 2.0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray_cluster.available_resources().get("CPU") == 2.0 and kept.value is not None
+
+
 def test_a_store_needs_a_folder(small_ce):
     with pytest.raises(ParameterError, match="'out' parameter of score_to_store must be a store folder"):
         score_to_store(small_ce, QUERIES, ITEMS, None, backend="ray")

@@ -58,7 +58,8 @@ def score_blocks_ray(ce: Any, queries: Sequence[Query], items: Sequence[Item], s
     One actor per worker holds the model (``gpus_per_worker`` GPUs each, default 1 on CUDA; else one CPU
     slot). Blocks are handed out one at a time to whichever actor is free. An actor that dies (a killed worker
     process, a lost node) is restarted and its block retried (``max_restarts``/``max_task_retries``); blocks
-    already written stay written, so even a job that fails can be resumed.
+    already written stay written, so even a job that fails can be resumed. The actors are killed when the job ends,
+    done or failed, so that their slots are free for the cluster's next job.
     """
     from xenbench._ray import ray_session
 
@@ -71,25 +72,31 @@ def score_blocks_ray(ce: Any, queries: Sequence[Query], items: Sequence[Item], s
         ce_ref = ray.put(ce)
         actors = [actor_cls.remote(ce_ref, list(queries), list(items), str(device), batch_size, precision)
                   for _ in range(workers)]
-        if on_actors is not None:
-            on_actors(actors)
-        queue = list(todo)
-        running: dict[Any, tuple[int, Any]] = {}
+        try:
+            if on_actors is not None:
+                on_actors(actors)
+            queue = list(todo)
+            running: dict[Any, tuple[int, Any]] = {}
 
-        def submit(actor: Any) -> None:
-            if queue:
-                k = queue.pop(0)
-                running[actor.score.remote(*rows_of(k))] = (k, actor)
+            def submit(actor: Any) -> None:
+                if queue:
+                    k = queue.pop(0)
+                    running[actor.score.remote(*rows_of(k))] = (k, actor)
 
-        for actor in actors:
-            submit(actor)
-        while running:
-            ready, _ = ray.wait(list(running), num_returns=1)
-            k, actor = running.pop(ready[0])
-            block, wall_s, worker = ray.get(ready[0])
-            a, b = rows_of(k)
-            store.write_chunk(k, block, {"wall_s": wall_s, "n_pairs": (b - a) * len(items), "device": str(device),
-                                         "precision": precision, "batch_size": batch_size, "worker": worker})
-            store.update_attrs({"wall_s": store.wall_s, "chunks_done": len(store.done_chunks())})
-            on_pairs((b - a) * len(items))
-            submit(actor)
+            for actor in actors:
+                submit(actor)
+            while running:
+                ready, _ = ray.wait(list(running), num_returns=1)
+                k, actor = running.pop(ready[0])
+                block, wall_s, worker = ray.get(ready[0])
+                a, b = rows_of(k)
+                store.write_chunk(k, block, {"wall_s": wall_s, "n_pairs": (b - a) * len(items), "device": str(device),
+                                             "precision": precision, "batch_size": batch_size, "worker": worker})
+                store.update_attrs({"wall_s": store.wall_s, "chunks_done": len(store.done_chunks())})
+                on_pairs((b - a) * len(items))
+                submit(actor)
+        finally:
+            # Released when the job ends, not when the last handle is collected: a failed job's traceback (kept by a
+            # notebook) would otherwise keep the actors, and the CPU or GPU slots they hold on a shared cluster.
+            for actor in actors:
+                ray.kill(actor)
