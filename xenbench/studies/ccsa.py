@@ -280,19 +280,17 @@ def faiss_ivf(spec: str, train: np.ndarray, items: np.ndarray, seed: int = 0) ->
     index = faiss.index_factory(train.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
     ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
     ivf.cp.seed = seed
-    opq = None
     if hasattr(ivf, "pq"):
         ivf.pq.cp.seed = seed
         ivf.do_polysemous_training = False
-        if isinstance(index, faiss.IndexPreTransform):
-            opq = faiss.downcast_VectorTransform(index.chain.at(0))
-    if isinstance(opq, faiss.OPQMatrix):
-        own_pq = faiss.ProductQuantizer(opq.d_out, opq.M, ivf.pq.nbits)  # alive until training ends (faiss keeps a
-        opq.pq = own_pq                                                  # bare pointer to it)
+    opq = faiss.downcast_VectorTransform(index.chain.at(0)) if isinstance(index, faiss.IndexPreTransform) else None
+    own_pq = None  # alive until training ends: faiss keeps a bare pointer to it
+    if isinstance(opq, faiss.OPQMatrix) and hasattr(ivf, "pq"):
+        own_pq = opq.pq = faiss.ProductQuantizer(opq.d_out, opq.M, ivf.pq.nbits)
     try:
         index.train(np.ascontiguousarray(train, dtype=np.float32))
     finally:
-        if isinstance(opq, faiss.OPQMatrix):
+        if own_pq is not None:
             opq.pq = None
     index.add(np.ascontiguousarray(items, dtype=np.float32))
     return index, ivf
