@@ -130,3 +130,27 @@ def test_03_and_07_finish_at_the_readme_first_run_sizes_with_every_label_number_
     html = next(reports.glob("03_adacur_rounds.*.html")).read_text(encoding="utf-8")
     assert "each run on 10 test queries with a relevant item" in html
     assert "drawn at random" in html  # the sample's make-up is said
+
+
+def test_fit_sizes_the_sample_to_the_timeout_keeping_ten_test_queries(corpus):
+    """xenbench run --fit: the fewest queries that leave FIT_MIN_TEST test queries beside the anchor and dev ones, and
+    as many items as the share of the timeout scores at the measured rate; the whole corpus and more queries when it
+    fits; a refusal naming the timeout when even the least sample does not."""
+    from xenbench.harness import load_spec, profile_values
+    from xenbench.harness.preflight import FIT_MIN_TEST, FIT_SHARE, fit_sizes
+    from xenbench.harness.sizes import check_sizes
+
+    spec = load_spec("03_adacur_rounds")
+    values = {**profile_values(spec, "quick"), "dataset": corpus, "model": "x", "n_anchor_queries": 20,
+              "n_dev_queries": 10, "max_test_queries": None}
+    ds = load_dataset(corpus)
+    caps = fit_sizes(spec, values, {}, ds, pairs_per_s=100.0, timeout=100)
+    assert caps == {"max_queries": 20 + 10 + FIT_MIN_TEST, "max_items": int(FIT_SHARE * 100 * 100 // 40)}
+    assert check_sizes(spec, {**values, **caps}) == {"queries": 40, "items": 150}
+    labelled = corpus_sample(ds).queries.size
+    everything = fit_sizes(spec, values, {}, ds, pairs_per_s=1e6, timeout=100)  # 6e7 pairs: the whole corpus fits
+    assert everything == {"max_queries": None, "max_items": None} and labelled * 3000 <= 6e7
+    with pytest.raises(ParameterError, match=r"'timeout' parameter of notebook 03_adacur_rounds must be longer for "
+                                             r"--fit to find a sample: the least this notebook needs \(max_queries 40, "
+                                             r"max_items \d+\)"):
+        fit_sizes(spec, values, {}, ds, pairs_per_s=1.0, timeout=100)

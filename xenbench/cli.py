@@ -367,7 +367,7 @@ def _run(args: argparse.Namespace) -> None:
         params = parse_cli_params(load_spec(name), args.param)
         out = run_notebook(name, profile=args.profile, params=params, out_dir=Path(args.out or REPO_ROOT / "reports"),
                            html=not args.no_html, self_contained=not args.shared_plotly, log_output=args.log_output,
-                           timeout=args.timeout)
+                           timeout=args.timeout, fit=args.fit)
         print(out)
 
 
@@ -503,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "each warning once) is shown anyway")
     r.add_argument("--timeout", type=int, default=1200,
                    help="seconds a cell may run (default 1200; the full profiles need more on a small CPU)")
+    r.add_argument("--fit", action="store_true",
+                   help="with -p model (03, 04, 07): choose max_queries and max_items so that scoring fits the cell "
+                        "timeout at the rate measured here, keeping at least 10 test queries (with labels) per split")
     r.set_defaults(func=_run)
 
     w = sub.add_parser("sweep", help="run a notebook over a parameter grid; one tidy table + HTML summary")

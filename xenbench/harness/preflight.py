@@ -89,7 +89,7 @@ def check_ce_path(value: Any, name: str, owner: str) -> Path:
 
 
 def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
-              timeout: int | None = None) -> dict[str, int]:
+              timeout: int | None = None, fit: bool = False) -> dict[str, int]:
     """Check a run against this machine and its data before a kernel starts; ``values`` are already validated.
 
     Cheapest first: every device parameter (:data:`DEVICE_PARAMS`) resolves here; every folder
@@ -98,6 +98,10 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
     line); every size relation holds (:func:`~xenbench.harness.sizes.check_sizes`); with a non-empty ``model``, the
     CE loads and the on-demand scoring is planned (:func:`plan_scoring`: one line with the pairs and the time they
     take, refused past ``timeout``). Relative paths are read from the notebook's folder, as the kernel does.
+
+    With ``fit`` (``xenbench run --fit``; a run with ``model``): instead of refusing a scoring past ``timeout``,
+    ``max_queries`` and ``max_items`` are chosen to fit it (:func:`fit_sizes`) and written into ``values`` (a
+    mutable mapping), which the kernel then runs with.
 
     Returns
     -------
@@ -110,6 +114,9 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
         One line naming the parameter (and the file and line, for a malformed dataset).
     """
     spec = as_spec(name_or_spec)
+    if fit and not (values.get("model") and "max_items" in spec.data):
+        raise ParameterError("fit", "a run that scores a CE on demand (notebooks 03, 04 and 07 with model): it sizes "
+                                    "max_queries and max_items to the cell timeout", True, spec.owner)
     loaded: dict[str, Any] = {}
     model = values.get("model") if "model" in spec.params else None
     with in_folder(spec.path.parent):
@@ -160,7 +167,13 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
                     raise ParameterError(name, f"dataset specs that open (wordnet-el:<domain>, beir:<folder>, "
                                                f"zeshel:<root>:<world>); {text!r} does not: {err}", values[name],
                                          spec.owner) from None
-        check_first_stages(spec, values, loaded)
+        if not fit:  # fitted sizes are checked once chosen
+            check_first_stages(spec, values, loaded)
+    if fit:
+        plan_scoring(spec, values, timeout=timeout, _loaded=loaded, fit=True)
+        with in_folder(spec.path.parent):
+            check_first_stages(spec, values, loaded)
+        return check_sizes(spec, values, _loaded=loaded)
     sizes = check_sizes(spec, values, _loaded=loaded)
     if model:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded)
@@ -247,7 +260,8 @@ def quiet_transformers() -> Iterator[None]:
 
 
 def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
-                 timeout: int | None = None, _loaded: dict[str, Any] | None = None) -> dict[str, Any]:
+                 timeout: int | None = None, _loaded: dict[str, Any] | None = None, fit: bool = False
+                 ) -> dict[str, Any]:
     """Plan the on-demand scoring of a notebook run with ``model`` (03, 04, 07): the seeded sample the kernel will
     score (``max_queries`` x ``max_items`` of ``dataset``, as :func:`xenbench.studies.setup.load_setup` draws
     it), whether the score cache already holds it, and, if not, how long it takes at the rate the CE reaches here on
@@ -282,12 +296,13 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     from xenbench.models.fingerprint import release_shared
 
     try:
-        return _plan(as_spec(name_or_spec), values, timeout, {} if _loaded is None else _loaded)
+        return _plan(as_spec(name_or_spec), values, timeout, {} if _loaded is None else _loaded, fit)
     finally:
         release_shared()  # this process needs the CE no more; the kernel finds the cache by the fingerprint
 
 
-def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any]) -> dict[str, Any]:
+def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any],
+          fit: bool = False) -> dict[str, Any]:
     from xenbench.data.store import ScoreStore
     from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
     from xenbench.models.probe import (  # the scorer loads in probe_rate only
@@ -332,6 +347,14 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     warning = degenerate_scores(probe.scores, name)
     if warning:
         log.warning(warning)
+    if fit:
+        caps = fit_sizes(spec, values, loaded, ds, pairs_per_s=rate, timeout=timeout or 1200)
+        values.update(caps)  # type: ignore[attr-defined]  (preflight's documented contract with fit)
+        sample = run_sample(spec, values, ds)
+        sub = ds.subset([ds.queries[r].id for r in sample.queries], [ds.items[i].id for i in sample.items])
+        nq, ni = len(sub.queries), len(sub.items)
+        out, pairs = cache_path(fingerprint, sub), nq * ni
+        log.info("%s: --fit chose %s", spec.name, ", ".join(f"{k} {v}" for k, v in caps.items()))
     seconds = pairs / rate
     what = scoring_line(name, nq, ni, pairs, probe)
     if timeout is not None and seconds > timeout:
@@ -339,6 +362,53 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
                              seconds=seconds)
     log.info("%s: %s (once: cached in %s for later runs)", spec.name, what, out)
     return {"pairs": pairs, "seconds": seconds, "pairs_per_s": rate, "cache": out}
+
+
+#: Test queries (with a relevant item, when the data has labels) that ``--fit`` keeps per split at least.
+FIT_MIN_TEST = 10
+#: The share of the cell timeout ``--fit`` sizes the scoring to (the rest: the probe's error, the methods' own time).
+FIT_SHARE = 0.6
+
+
+def fit_sizes(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any], dataset: Any, *,
+              pairs_per_s: float, timeout: int) -> dict[str, int | None]:
+    """``max_queries`` and ``max_items`` for ``xenbench run --fit``: the scoring at ``pairs_per_s`` takes at most
+    :data:`FIT_SHARE` of ``timeout``, with the fewest queries that leave :data:`FIT_MIN_TEST` test queries beside the
+    anchor and dev ones (every size relation of the notebook holds), as many items as then fit, and, when the whole
+    corpus fits, as many more queries (of those with a relevant item) as fit.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``timeout`` (with the time the smallest such sample takes) when even it does not fit.
+    """
+    cap_q, cap_i = spec.data.get("max_queries", "max_queries"), spec.data.get("max_items", "max_items")
+    every = run_sample(spec, {**values, cap_q: None, cap_i: None}, dataset)
+    n_q, n_i = int(every.queries.size), int(every.items.size)
+
+    def fits(q: int, i: int | None) -> bool:
+        try:
+            check_sizes(spec, {**values, cap_q: q, cap_i: i}, _loaded=loaded)
+        except ParameterError:
+            return False
+        return True
+
+    least = _smallest(lambda q: fits(q, None), 1, n_q)  # the notebook's own floor (anchor + dev + 1 test query)
+    if least is None:  # not even every query fits the other sizes: that check's own message names them
+        check_sizes(spec, {**values, cap_q: None, cap_i: None}, _loaded=loaded)
+    q = min(n_q, (least or n_q) - 1 + FIT_MIN_TEST)
+    pairs = FIT_SHARE * timeout * pairs_per_s
+    i = min(n_i, int(pairs // q))
+    if i >= n_i:
+        q = min(n_q, max(q, int(pairs // n_i)))
+        i = n_i
+    if not fits(q, i):
+        i_least = _smallest(lambda n: fits(q, n), 1, n_i) or n_i
+        raise ParameterError("timeout", f"longer for --fit to find a sample: the least this notebook needs ({cap_q} {q}, "
+                                        f"{cap_i} {i_least}) takes about {duration(q * i_least / pairs_per_s)} to "
+                                        f"score at the {pairs_per_s:.0f} pairs/s measured here, more than "
+                                        f"{FIT_SHARE:.0%} of the {timeout} s cell timeout", timeout, spec.owner)
+    return {cap_q: None if q >= n_q else q, cap_i: None if i >= n_i else i}
 
 
 def _smallest(fits: Any, lo: int, hi: int) -> int | None:

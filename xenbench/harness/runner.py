@@ -186,6 +186,7 @@ def run_notebook(
     self_contained: bool = True,
     progress_bar: bool | None = None,
     log_output: bool = False,
+    fit: bool = False,
 ) -> Path:
     """Execute a notebook under a profile with papermill and export its HTML report.
 
@@ -218,6 +219,9 @@ def run_notebook(
         library warning once). Default on, except under CI (``$CI`` set).
     log_output
         Also echo the kernel's stdout (what the cells print) to this process's stdout.
+    fit
+        With ``model`` (03, 04, 07): choose ``max_queries`` and ``max_items`` so that the on-demand scoring fits the
+        cell timeout at the rate measured here (:func:`~xenbench.harness.preflight.fit_sizes`), instead of refusing.
 
     Returns
     -------
@@ -262,7 +266,7 @@ def run_notebook(
                              dict(params), "run_notebook")
     values = {**profile_values(spec, profile), **validate_params(spec, dict(params or {}))}
     values["profile"] = profile
-    preflight(spec, values, timeout=timeout)
+    preflight(spec, values, timeout=timeout, fit=fit)
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
