@@ -173,11 +173,26 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded, fit=True)
         with in_folder(spec.path.parent):
             check_first_stages(spec, values, loaded)
-        return check_sizes(spec, values, _loaded=loaded)
+        sizes = check_sizes(spec, values, _loaded=loaded)
+        _log_scale(spec, values, sizes)
+        return sizes
     sizes = check_sizes(spec, values, _loaded=loaded)
     if model:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded)
+    _log_scale(spec, values, sizes)
     return sizes
+
+
+def _log_scale(spec: NotebookSpec, values: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
+    """One line before the kernel: the queries and items a run works on and its CE budgets as a share of the items
+    (a budget of 100 is a third of a 300-item sample, 0.1% of a 10^5-item corpus: where the methods differ)."""
+    budgets = values.get("budgets")
+    if not sizes or not isinstance(budgets, list) or not budgets or "max_items" not in spec.data:
+        return
+    items = sizes["items"]
+    share = ", ".join(f"{b} ({100 * b / items:.2g}%)" for b in sorted(budgets))
+    log.info("%s: %s queries x %s items; CE budgets %s of the items", spec.name, f"{sizes['queries']:,}",
+             f"{items:,}", share)
 
 
 def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any] | None = None) -> None:

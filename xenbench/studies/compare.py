@@ -558,8 +558,13 @@ def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float
     out["search_ms"] = 1e3 * out.pop("search_s")
     out["wall_ms"] = out["search_ms"] + 1e3 * out["calls"] * float(ce_seconds)
     out[value], out[f"{value}_se"] = out["mean"], out["sd_runs"] / np.sqrt(out["n_runs"])
-    return out[["method", "stage", "budget", cell, "mean", "lo", "hi", "n_runs", "setting", "calls", "search_ms",
-                "wall_ms", value, f"{value}_se"]]
+    # what each mean rests on: test queries per run (label records count those with a relevant kept item)
+    queries = (distinct["n_queries"] if "n_queries" in distinct else distinct["rows"].map(len) if "rows" in distinct
+               else pd.Series(np.nan, index=distinct.index))
+    counts = distinct.assign(n_queries=queries).groupby(group)["n_queries"].min().reset_index()
+    out = out.merge(counts, on=group, how="left")
+    return out[["method", "stage", "budget", cell, "mean", "lo", "hi", "n_runs", "n_queries", "setting", "calls",
+                "search_ms", "wall_ms", value, f"{value}_se"]]
 
 
 def _stage(method: str) -> str:
@@ -631,11 +636,12 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str =
         others = [m for m in dev.index if m != best]
         distinct = g[(g["method"] == best) & (~_is_deterministic(g["method"]) | (g["anchor_seed"] == first_seed))]
         s = summarize(distinct, ["method"], value=value, se=f"{value}_se", confidence=confidence).iloc[0]
-        n_queries = (distinct["n_queries"] if "n_queries" in distinct else distinct["rows"].map(len)).astype(int)
+        n_queries = (distinct["n_queries"] if "n_queries" in distinct else distinct["rows"].map(len) if "rows" in distinct
+                     else pd.Series([np.nan]))
         row = {"budget": int(budget), cell: int(key) if cell == "k" else key, "best": best, "best_dev": float(dev[best]),
                "best_mean": float(s["mean"]), "best_lo": float(s["lo"]), "best_hi": float(s["hi"]),
                "within_noise": [], "below": [], "above": [], "n_methods": int(len(dev)),
-               "n_queries": int(n_queries.min()), "n_runs": int(len(distinct))}
+               "n_queries": float(n_queries.min()), "n_runs": int(len(distinct))}
         if others:
             c = adacur_paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence, cell=cell)
             comps.append(c)
