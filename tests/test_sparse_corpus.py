@@ -154,3 +154,26 @@ def test_fit_sizes_the_sample_to_the_timeout_keeping_ten_test_queries(corpus):
                                              r"--fit to find a sample: the least this notebook needs \(max_queries 40, "
                                              r"max_items \d+\)"):
         fit_sizes(spec, values, {}, ds, pairs_per_s=1.0, timeout=100)
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    # 20 anchor + 10 dev of 33 sampled queries leave 3 test queries per split: too few for a label measure
+    (["-p", "max_queries", "33"], r"The 'max_queries' parameter of notebook 03_adacur_rounds must be at least "
+                                  r"n_anchor_queries \+ n_dev_queries \+ 5 = 35 queries of the sample \(33 now\)"),
+    (["-p", "max_test_queries", "2"], r"The 'max_test_queries' parameter of notebook 03_adacur_rounds must be at "
+                                      r"least 5: test queries with a relevant item per split"),
+    # 40 sampled queries hold more relevant items than 20 items
+    (["-p", "max_items", "20", "-p", "budgets", "[10]", "-p", "focus_budgets", "[10]", "-p", "k_values", "[1]"],
+     r"The 'max_items' parameter of notebook 03_adacur_rounds must be at least \d+ here: the 40 sampled queries"),
+])
+def test_label_coverage_is_checked_before_the_kernel(corpus, tmp_path, kernel_calls, capsys, params, message):
+    import re
+
+    from xenbench.cli import main
+
+    code = main(["run", "03_adacur_rounds", "--out", str(tmp_path / "r"), "-p", "dataset", corpus, "-p", "model",
+                 str(REPO / "models" / "cls-ce"), "-p", "max_queries", "40", "-p", "max_items", "100",
+                 "-p", "n_anchor_queries", "20", "-p", "n_dev_queries", "10", *params])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and re.search(message, err[0]), err
+    assert not kernel_calls and not (tmp_path / "r").exists()

@@ -177,10 +177,39 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
         _log_scale(spec, values, sizes)
         return sizes
     sizes = check_sizes(spec, values, _loaded=loaded)
+    check_label_coverage(spec, values, sizes)
     if model:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded)
     _log_scale(spec, values, sizes)
     return sizes
+
+
+#: Test queries with a relevant item that each split of a labelled run keeps at least: fewer, and a label measure's
+#: mean and interval rest on a handful of queries.
+MIN_LABELLED_TEST = 5
+
+
+def check_label_coverage(spec: NotebookSpec, values: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
+    """Refuse, before the kernel, a run of 03, 04 or 07 whose splits would keep fewer than :data:`MIN_LABELLED_TEST`
+    test queries. Every sampled query has a relevant kept item when the data has labels
+    (:func:`xenbench.data.datasets.corpus_sample`), so each split's dev and test queries all count: this bounds the
+    test queries left beside the anchor and dev ones (and ``max_test_queries``), naming the knob to change."""
+    needed = ("n_anchor_queries", "n_dev_queries")
+    if not sizes or not all(n in spec.params for n in needed) or "max_items" not in spec.data:
+        return
+    left = sizes["queries"] - values["n_anchor_queries"] - values["n_dev_queries"]
+    cap = values.get("max_test_queries")
+    if cap is not None and cap < MIN_LABELLED_TEST and left >= MIN_LABELLED_TEST:
+        raise ParameterError("max_test_queries", f"at least {MIN_LABELLED_TEST}: test queries with a relevant item "
+                                                 "per split, for the label measures to rest on more than a handful",
+                             cap, spec.owner)
+    if left < MIN_LABELLED_TEST:
+        knob = spec.data.get("max_queries", "max_queries")
+        raise ParameterError(knob, f"at least n_anchor_queries + n_dev_queries + {MIN_LABELLED_TEST} = "
+                                   f"{values['n_anchor_queries'] + values['n_dev_queries'] + MIN_LABELLED_TEST} "
+                                   f"queries of the sample ({sizes['queries']} now): each split keeps at least "
+                                   f"{MIN_LABELLED_TEST} test queries (with a relevant item, when the data has labels). "
+                                   "Or lower n_anchor_queries or n_dev_queries", values.get(knob), spec.owner)
 
 
 def _log_scale(spec: NotebookSpec, values: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
