@@ -42,6 +42,27 @@ def test_dual_encoder_embeddings_cache_round_trip(tmp_path) -> None:
     assert I[:, 0].tolist() == [2, 0, 1]
 
 
+def test_a_change_to_the_encoding_code_misses_the_embedding_cache(tmp_path, monkeypatch) -> None:
+    """The cache key holds the encoding code's digest: embeddings cached by other code (a changed pooling, say) are not
+    served to this code, even on a warm cache."""
+    from xenbench.models import retrievers
+
+    texts = [q.text for q in QUERIES]
+    DualEncoder(cache_dir=tmp_path).encode(texts)
+    original = DualEncoder.encode
+
+    def encode_changed(self, texts, *, desc="embedding"):  # other source: stands for an edited encode
+        return original(self, texts, desc=desc)
+
+    monkeypatch.setattr(DualEncoder, "encode", encode_changed)
+    retrievers._encoding_digest.cache_clear()
+    try:
+        DualEncoder(cache_dir=tmp_path).encode(texts)
+    finally:
+        retrievers._encoding_digest.cache_clear()
+    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 2  # recomputed under a new key, not served
+
+
 def test_a_dual_encoder_whose_texts_are_cached_loads_no_model(tmp_path) -> None:
     """The model loads on the first text the cache lacks: a notebook whose embeddings are cached skips transformers."""
     texts = [q.text for q in QUERIES]

@@ -133,7 +133,7 @@ class DualEncoder:
     def encode(self, texts: Sequence[str], *, desc: str = "embedding") -> np.ndarray:
         """L2-normalized embeddings, float32 of shape (len(texts), d); read from/written to the cache."""
         key = hashlib.sha256(
-            (self._model_key + f"|{self.max_length}|" + "\x1e".join(texts)).encode()
+            (self._model_key + f"|{self.max_length}|{_encoding_digest()}|" + "\x1e".join(texts)).encode()
         ).hexdigest()[:32]
         cached = self.cache_dir / f"{key}.npy" if self.cache_dir else None
         if cached is not None and cached.exists():
@@ -321,6 +321,15 @@ def make_retriever(spec: str, *, device: str | torch.device = "auto", owner: str
     if path is not None:
         return RunRetriever(path)
     return {"de": lambda: DualEncoder(device=device), "tfidf": TfidfRetriever, "bm25": BM25Retriever}[spec]()
+
+
+@functools.cache
+def _encoding_digest() -> str:
+    """SHA-256 of :meth:`DualEncoder.encode`'s source: part of the embedding cache's key, so a change to how texts are
+    encoded (pooling, normalization, truncation) misses the cache instead of serving the old code's embeddings."""
+    import inspect
+
+    return hashlib.sha256(inspect.getsource(DualEncoder.encode).encode()).hexdigest()[:16]
 
 
 def _read_cache(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
