@@ -73,7 +73,8 @@ def _trec_eval(qrels_path, run_path, measures: set[str]) -> dict[str, dict[str, 
         run = pytrec_eval.parse_run(f)
     out = pytrec_eval.RelevanceEvaluator(qrels, measures - {"recip_rank"}).evaluate(run)
     if "recip_rank" in measures:
-        top10 = {q: dict(sorted(docs.items(), key=lambda d: (d[1], d[0]), reverse=True)[:10]) for q, docs in run.items()}
+        # trec_eval's order: score descending, equal scores by doc id descending (strcmp; Python's str order on ids)
+        top10 = {q: dict(sorted(d.items(), key=lambda x: (x[1], x[0]), reverse=True)[:10]) for q, d in run.items()}
         for q, v in pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10).items():
             out[q]["recip_rank"] = v["recip_rank"]
     return out
