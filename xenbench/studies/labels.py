@@ -14,7 +14,7 @@ query: the list :func:`export_runs` writes and ir-measures re-scores to the same
 ==========================  ==================================================================================
 :func:`choose_by_labels`    one method's setting chosen on dev by nDCG@10; its test values of every measure
 :func:`label_summary`       per (method, budget, measure): the mean over runs with its interval across runs
-:func:`export_runs`         the lists as TREC run files (and the qrels that score them); the table of files
+:func:`export_runs`         the lists as TREC run files, each with a qrels file of its queries; the table of files
 ==========================  ==================================================================================
 """
 from __future__ import annotations
