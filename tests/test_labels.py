@@ -3,6 +3,7 @@ chosen on dev by nDCG@10, ranked lists written as TREC run files that ir-measure
 same numbers, and Top-k-Recall left exactly as it was."""
 from __future__ import annotations
 
+import gzip
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from xenbench.methods.protocol import query_splits
 from xenbench.metrics import LABEL_MEASURES, BudgetCounter, label_metrics, topk_indices
 from xenbench.studies.adacur import adacur_protocol_runs
 from xenbench.studies.axn import axn_paired_comparisons, axn_protocol_runs
-from xenbench.studies.labels import GZIP_LINES, choose_by_labels, export_runs, label_summary
+from xenbench.studies.labels import choose_by_labels, export_runs, label_summary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -69,12 +70,13 @@ def _toy(n_queries: int = 30, n_items: int = 40) -> Dataset:
     return Dataset("toy", items, queries, {}, {}, qrels)
 
 
-@pytest.mark.parametrize("depth", [12, GZIP_LINES // 10 + 1])
-def test_exported_runs_score_to_the_reported_numbers(tmp_path, depth):
+@pytest.mark.parametrize("compress", [False, True])
+def test_exported_runs_score_to_the_reported_numbers(tmp_path, compress):
     import ir_measures
     import pytrec_eval
 
-    ds = _toy(n_items=max(40, depth))
+    depth = 12
+    ds = _toy()
     items = np.arange(len(ds.items))[::-1]  # the kept items in another order than the dataset's
     grades = ds.grades(items=[ds.items[i].id for i in items])
     rng = np.random.default_rng(0)
@@ -88,28 +90,30 @@ def test_exported_runs_score_to_the_reported_numbers(tmp_path, depth):
         records += [{"split_seed": split_seed, "anchor_seed": 0, "method": "A method, tuned λ", "budget": depth, **r}
                     for r in recs]
     runs = pd.DataFrame(records)
-    out = export_runs(tmp_path / "nb.quick.runs", runs, ds, items, relative_to=tmp_path)
+    out = export_runs(tmp_path / "nb.quick.runs", runs, ds, items, compress=compress, relative_to=tmp_path)
+    gz = ".gz" if compress else ""
     assert out["folder"] == "nb.quick.runs"
     measures = [ir_measures.parse_measure(m) for m in LABEL_MEASURES]
     for f in out["files"]:
-        assert f["qrels"] == f"nb.quick.runs/qrels.split{f['split_seed']}.txt"
+        assert f["qrels"] == f"nb.quick.runs/qrels.split{f['split_seed']}.txt{gz}"
         qrels = list(ir_measures.read_trec_qrels(str(tmp_path / f["qrels"])))
         path = tmp_path / f["file"]
-        assert path.name == f"A-method-tuned.B{depth}.split{f['split_seed']}.seed0.trec" + (
-            ".gz" if 12 * depth > GZIP_LINES else "")
+        assert path.name == f"A-method-tuned.B{depth}.split{f['split_seed']}.seed0.trec{gz}"
         mine = runs[runs["split_seed"] == f["split_seed"]]
-        # round trip: the file holds each test query's list, in order, as dataset ids
+        # round trip: the file holds the list of each test query with a relevant item (those scored), in order
         first = mine.iloc[0]
         lists = read_trec_run(path).lists
-        assert list(lists) == [ds.queries[r].id for r in first["list_rows"]]
+        assert list(lists) == [ds.queries[r].id for r in first["rows"]] and f["n_queries"] == first["n_queries"]
+        assert {q.query_id for q in qrels} == set(lists)  # the qrels judge exactly the run's queries
         for r, row in zip(first["list_rows"], first["ranked"]):
-            assert lists[ds.queries[r].id] == [ds.items[items[j]].id for j in row if j >= 0]
+            if r in first["rows"]:
+                assert lists[ds.queries[r].id] == [ds.items[items[j]].id for j in row if j >= 0]
         # ir-measures on the files gives the reported means; trec_eval's code (pytrec_eval) the per-query nDCG@10
         got = ir_measures.calc_aggregate(measures, qrels, ir_measures.read_trec_run(str(path)))
         want = dict(zip(mine["measure"], mine["value"]))
         assert {str(m): v for m, v in got.items()} == pytest.approx(want, abs=1e-12)
         run = {q: {d: float(len(v) - i) for i, d in enumerate(v)} for q, v in lists.items()}
-        with open(tmp_path / f["qrels"]) as handle:
+        with (gzip.open if compress else open)(tmp_path / f["qrels"], "rt") as handle:
             evaluator = pytrec_eval.RelevanceEvaluator(pytrec_eval.parse_qrel(handle), {"ndcg_cut.10"})
         per_query = evaluator.evaluate(run)
         nd = mine[mine["measure"] == "nDCG@10"].iloc[0]

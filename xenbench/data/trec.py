@@ -7,7 +7,10 @@ A **run** line is ``query-id Q0 doc-id rank score tag`` (whitespace-separated); 
   ir-measures read them (score descending; equal scores by the rank column). A duplicate doc id or a duplicate rank
   within a query, a malformed line or an empty file fails naming the file and the line.
 * :func:`write_trec_run` writes ranked lists xenbench produced. Its score column is ``n − rank + 1`` (n = the
-  list's length): strictly decreasing, so every tool reads the list in xenbench's order whatever it does with ties.
+  list's length): strictly decreasing, so every tool reads the list in xenbench's order. trec_eval ignores the rank
+  column and sorts by score descending, equal scores by doc id descending (``strcmp``); ranx and ir-measures sort by
+  score too. A list's own scores may tie (xenbench puts equal scores in item-index order,
+  :func:`xenbench.metrics.topk_indices`), so they are not written: the written score is the list's order itself.
 * :func:`read_trec_qrels` / :func:`write_trec_qrels`: query id → {doc id: grade}.
 * :func:`check_run`: a run used as a first stage names only queries and items of the dataset, and ranks every query
   the notebook evaluates (one line each, before any work).
@@ -156,7 +159,9 @@ def write_trec_run(path: str | os.PathLike[str], lists: Mapping[str, Sequence[st
     Returns
     -------
     Path
-        ``path``. Ranks count from 1; the score of rank r in a list of n is ``n − r + 1``.
+        ``path``. Ranks count from 1; the score of rank r in a list of n is ``n − r + 1``: distinct integers
+        decreasing with rank, so trec_eval (which ignores the rank column and breaks equal scores by doc id), ranx
+        and ir-measures read each list in the order given, and the order is read back from the scores alone.
     """
     owner = "write_trec_run"
     path = Path(path)

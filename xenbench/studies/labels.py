@@ -14,7 +14,7 @@ query: the list :func:`export_runs` writes and ir-measures re-scores to the same
 ==========================  ==================================================================================
 :func:`choose_by_labels`    one method's setting chosen on dev by nDCG@10; its test values of every measure
 :func:`label_summary`       per (method, budget, measure): the mean over runs with its interval across runs
-:func:`export_runs`         the lists as TREC run files (and the qrels that score them); the table of files
+:func:`export_runs`         the lists as TREC run files, each with a qrels file of its queries; the table of files
 ==========================  ==================================================================================
 """
 from __future__ import annotations
@@ -34,13 +34,11 @@ from xenbench.metrics import LABEL_MEASURES, label_metrics, mean_se
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GZIP_LINES", "LABEL_COLUMNS", "choose_by_labels", "export_runs", "label_summary"]
+__all__ = ["LABEL_COLUMNS", "choose_by_labels", "export_runs", "label_summary"]
 
 #: Columns of a label record besides the run's and method's keys.
 LABEL_COLUMNS = ["setting", "measure", "value", "value_se", "dev_value", "n_queries", "rows", "per_query",
                  "list_rows", "ranked"]
-#: Run files of more lines than this are gzipped (``.trec.gz``: ir-measures, ranx and pyserini read them as they are).
-GZIP_LINES = 10_000
 
 
 def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray],
@@ -141,9 +139,25 @@ _PREFIX = {"budget": "B", "k": "k", "split_seed": "split", "anchor_seed": "seed"
 
 def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: Any, items: Sequence[int] | None = None,
                 *, keys: Sequence[str] = ("method", "budget", "split_seed", "anchor_seed"),
-                qrels_by: Sequence[str] = ("split_seed",),
+                qrels_by: Sequence[str] = ("split_seed",), compress: bool = False,
                 relative_to: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Write each (run, method, budget)'s test-query lists as a TREC run file, and the qrels that score them.
+    """Write each (run, method, budget)'s test-query lists as a TREC run file, with a qrels file of the same queries.
+
+    Each pair evaluates as written, with xenbench's numbers: ``ranx.evaluate(qrels, run, metrics)`` with its default
+    arguments (it refuses a pair whose query ids differ), ``trec_eval qrels run`` and ir-measures give the label values
+    of :func:`choose_by_labels` (``tests/test_exported_runs.py``).
+
+    * **Queries.** A run file and its qrels list the same queries: the listed test queries that have a relevant item
+      (grade > 0) among the kept items, exactly those xenbench's label means are over (``n_queries`` of a label
+      record). A listed query without one is in neither file: xenbench counts it nowhere, while trec_eval and ranx
+      would count a judged query without a relevant item as 0 and ranx refuses a run query missing from the qrels.
+      How many were left out is in the returned ``qrels`` table; a list set none of whose queries has a relevant
+      kept item writes no run file (and is not in ``files``).
+    * **Order.** The score column is ``n − rank + 1`` (:func:`xenbench.data.trec.write_trec_run`): strictly
+      decreasing, so trec_eval (score descending; equal scores by doc id, descending), ranx and ir-measures read each
+      list in xenbench's order, whatever the ties among the method's own scores.
+    * **Text.** Plain text by default; ``compress=True`` gzips every file (``.trec.gz``, ``qrels.<split>.txt.gz``):
+      ranx and ir-measures read those, trec_eval does not.
 
     Parameters
     ----------
@@ -161,37 +175,44 @@ def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: An
     keys : sequence of str
         Columns naming a list set: the file is ``<key values joined by '.'>.trec`` (``budget`` written ``B<n>``,
         seeds ``split<n>``/``seed<n>``; other values with every character but letters, digits and ``.+_-`` as
-        ``-``), gzipped as ``.trec.gz`` past :data:`GZIP_LINES` lines; its tag (last column) is the same name.
+        ``-``); its tag (last column) is the same name.
     qrels_by : sequence of str
         The columns of ``keys`` that fix which queries a file lists (the split): the files of one value list the same
         test queries and share one qrels file, ``qrels.<values>.txt``.
+    compress : bool, default False
+        Gzip the run and qrels files (``.gz`` added to their names).
     relative_to : path, optional
         Paths in the returned table are relative to it (the results file's folder); default ``folder``'s parent.
 
     Returns
     -------
     dict
-        ``folder`` (relative) and ``files``: one record per run file with the ``keys``, ``setting`` (when ``lists``
-        has it), ``file`` (relative path), ``qrels`` (its qrels file: the judgements, on the kept items, of its
-        queries that have a relevant kept item, so that trec_eval, pytrec_eval and ir-measures, which differ on a
-        judged query missing from a run, all score the same queries xenbench scored), ``n_queries`` and ``depth``
-        (the longest list).
+        ``folder`` (relative); ``files``: one record per run file with the ``keys``, ``setting`` (when ``lists``
+        has it), ``file`` (relative path), ``qrels`` (its qrels file, the judgements on the kept items of exactly its
+        queries), ``n_queries`` (queries in both files) and ``depth`` (the longest list); ``qrels``: one record per
+        ``qrels_by`` value with ``qrels`` (None when no listed query has a relevant kept item), ``n_listed`` (test
+        queries listed) and ``n_judged`` (those with a relevant kept item: the queries written).
 
     Raises
     ------
     ParameterError
-        When ``lists`` lacks a column, or two list sets of one ``qrels_by`` value list different queries.
+        When ``lists`` lacks a column, two list sets of one ``qrels_by`` value list different queries, a query with a
+        relevant kept item has an empty list (a run file cannot hold one: trec_eval would skip the query, ranx refuse
+        the pair, xenbench counts it 0), or ``compress`` is not a bool.
     """
     from xenbench.data.trec import write_trec_qrels, write_trec_run
 
+    owner = "export_runs"
     folder = Path(folder)
     base = Path(relative_to) if relative_to is not None else folder.parent
     keys, qrels_by = list(keys), list(qrels_by)
     needed = [*keys, "list_rows", "ranked"]
     if not isinstance(lists, pd.DataFrame) or not set(needed) <= set(lists.columns) or not set(qrels_by) <= set(keys):
         raise ParameterError("lists", f"a DataFrame with columns {needed} (qrels_by among the keys)",
-                             sorted(lists.columns) if isinstance(lists, pd.DataFrame) else type(lists).__name__,
-                             "export_runs")
+                             sorted(lists.columns) if isinstance(lists, pd.DataFrame) else type(lists).__name__, owner)
+    if not isinstance(compress, bool):
+        raise ParameterError("compress", "True or False", compress, owner)
+    gz = ".gz" if compress else ""
     cols = np.arange(len(dataset.items)) if items is None else np.asarray(items)
     item_ids = [dataset.items[int(i)].id for i in cols]
     kept = set(item_ids)
@@ -200,30 +221,39 @@ def export_runs(folder: str | os.PathLike[str], lists: pd.DataFrame, dataset: An
     def name_of(names: Sequence[str], values: Sequence[Any]) -> str:
         return ".".join(f"{_PREFIX.get(k, '')}{_slug(v)}" for k, v in zip(names, values))
 
-    files, qrels_of = [], {}
+    files: list[dict[str, Any]] = []
+    groups: dict[str, dict[str, Any]] = {}  # qrels_by name -> its listed queries, judgements and record
     for key, g in lists.groupby(keys, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         record = dict(zip(keys, key))
         first = g.iloc[0]
         rows, ranked = np.asarray(first["list_rows"]), np.asarray(first["ranked"])
-        run = {dataset.queries[int(r)].id: [item_ids[j] for j in ranked[n] if j >= 0] for n, r in enumerate(rows)}
-        group = name_of(qrels_by, [record[k] for k in qrels_by])
-        if group not in qrels_of:
-            judged = {q: {i: grade for i, grade in dataset.qrels.get(q, {}).items() if i in kept} for q in run}
-            qrels_path = folder / f"qrels.{group}.txt"
+        listed = {dataset.queries[int(r)].id: [item_ids[j] for j in ranked[n] if j >= 0] for n, r in enumerate(rows)}
+        name = name_of(qrels_by, [record[k] for k in qrels_by])
+        if name not in groups:
+            # the judgements on the kept items of the listed queries that have a relevant one: the queries counted
+            judged = {q: {i: grade for i, grade in dataset.qrels.get(q, {}).items() if i in kept} for q in listed}
             qrels = {q: j for q, j in judged.items() if any(grade > 0 for grade in j.values())}
-            if qrels:
-                write_trec_qrels(qrels_path, qrels)
-            qrels_of[group] = (set(run), qrels_path.relative_to(base).as_posix() if qrels else None)
-        elif qrels_of[group][0] != set(run):
+            path = write_trec_qrels(folder / f"qrels.{name}.txt{gz}", qrels) if qrels else None
+            groups[name] = {"listed": set(listed), "qrels": qrels,
+                            "record": {k: record[k] for k in qrels_by}
+                            | {"qrels": path.relative_to(base).as_posix() if path else None,
+                               "n_listed": len(listed), "n_judged": len(qrels)}}
+        group = groups[name]
+        if group["listed"] != set(listed):
             raise ParameterError("lists", f"the same queries in every list set of {dict(zip(qrels_by, key))}",
-                                 f"{record} lists other queries", "export_runs")
-        name = name_of(keys, key)
-        lines = sum(len(v) for v in run.values())
-        path = folder / f"{name}.trec{'.gz' if lines > GZIP_LINES else ''}"
-        write_trec_run(path, run, tag=name)
+                                 f"{record} lists other queries", owner)
+        run = {q: docs for q, docs in listed.items() if q in group["qrels"]}
+        empty = [q for q, docs in run.items() if not docs]
+        if empty:
+            raise ParameterError("lists", "a non-empty list for every query with a relevant item (a TREC run file "
+                                          "cannot hold an empty list)", f"{record}: query {empty[0]!r}", owner)
+        if not run:
+            continue
+        path = write_trec_run(folder / f"{name_of(keys, key)}.trec{gz}", run, tag=name_of(keys, key))
         if "setting" in g.columns:
             record["setting"] = float(first["setting"])
-        files.append(record | {"file": path.relative_to(base).as_posix(), "qrels": qrels_of[group][1],
-                               "n_queries": len(run), "depth": int(max((len(v) for v in run.values()), default=0))})
-    return {"folder": folder.relative_to(base).as_posix(), "files": files}
+        files.append(record | {"file": path.relative_to(base).as_posix(), "qrels": group["record"]["qrels"],
+                               "n_queries": len(run), "depth": max(len(v) for v in run.values())})
+    return {"folder": folder.relative_to(base).as_posix(), "files": files,
+            "qrels": [g["record"] for g in groups.values()]}
