@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 from xenbench._io import REPO_ROOT, write_text_atomic
@@ -33,7 +34,8 @@ def _data(args: argparse.Namespace) -> None:
 def _check_data(spec: str) -> str:
     """``xenbench data check``: the dataset of ``spec`` opened as every command opens it (a malformed line fails naming
     its file and line; every qrels line must name a loaded query and item) and summarized, without embedding or
-    scoring anything: its counts, the first and last ids, and how many queries have gold items."""
+    scoring anything: its counts, the first and last ids, how many queries have gold items, and the judged pairs per
+    relevance grade (graded qrels: how many pairs each grade has, grade 0 or below being judged not relevant)."""
     from xenbench.data.sources import load_dataset
 
     ds = load_dataset(spec)
@@ -44,11 +46,17 @@ def _check_data(spec: str) -> str:
     pairs = sum(len(g) for g in ds.gold.values())
     with_gold = sum(1 for g in ds.gold.values() if g)
     splits = ", ".join(f"{name} {len(q):,}" for name, q in ds.splits.items()) or "none"
+    per_grade = Counter(g for judged in ds.qrels.values() for g in judged.values())
+    grades = ", ".join(f"grade {g}: {n:,}" for g, n in sorted(per_grade.items(), reverse=True)) or "none"
+    not_relevant = sum(n for g, n in per_grade.items() if g <= 0)
     return "\n".join([
         f"{spec}: readable",
         f"  items    {len(ds.items):>9,}  ids {ids(ds.items)}",
         f"  queries  {len(ds.queries):>9,}  ids {ids(ds.queries)}",
         f"  gold     {pairs:>9,}  pairs (query, relevant item) for {with_gold:,} queries, every id resolved",
+        f"  grades   {sum(per_grade.values()):>9,}  judged pairs: {grades}",
+        f"  grade<=0 {not_relevant:>9,}  pairs judged not relevant (of queries with a relevant item; the others "
+        "cannot be evaluated and are left out)",
         f"  splits   {splits}",
     ])
 
