@@ -104,7 +104,9 @@ def test_a_run_reports_its_data_its_own_results_file_and_only_used_parameters(tm
     nb.cells[2].source = 'profile = "quick"\nn = 3\nmodel = ""\nmax_queries = None\nfirst_stages = ["bm25"]'
     nbformat.write(nb, nb_path)
     out = tmp_path / "reports"
+    source = nb_path.read_bytes()
     executed = xh.run_notebook(nb_path, params={"n": 4}, out_dir=out, html=False, progress_bar=False)
+    assert nb_path.read_bytes() == source  # the executed copy goes to the reports, never back to the notebook
     stem = executed.name.removesuffix(".ipynb")
     assert stem.startswith("withmodel.quick.p")  # n differs from the profile: the run has its own stem
     run = nbformat.read(executed, as_version=4)

@@ -388,6 +388,17 @@ def _sweep(args: argparse.Namespace) -> None:
     print(f"{table['point'].nunique()} points with results, {len(table)} rows")
 
 
+def _notebooks(args: argparse.Namespace) -> int:
+    """``xenbench notebooks normalize``: the tracked notebooks in the form JupyterLab's saves keep
+    (:func:`xenbench.harness.lab.normalize_files`); ``--check`` only lists those not in it (exit 1)."""
+    from xenbench.harness.lab import normalize_files
+
+    changed = normalize_files(args.paths or None, write=not args.check)
+    for path in changed:
+        print(f"{'not normalized' if args.check else 'normalized'}: {path}")
+    return 1 if args.check and changed else 0
+
+
 def _findings(args: argparse.Namespace) -> int:
     from xenbench._io import REPO_ROOT
     from xenbench.studies import findings
@@ -539,6 +550,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "from the stores with today's code; exit 1 naming every cell that no longer matches "
                            "(xenbench.studies.witnesses)")
     f.set_defaults(func=_findings)
+
+    n = sub.add_parser("notebooks", help="the tracked notebooks in the normalized form JupyterLab's saves keep")
+    nsub = n.add_subparsers(dest="notebooks_cmd", required=True)
+    norm = nsub.add_parser("normalize", help="rewrite notebooks without outputs, execution counts or view metadata, "
+                                             "as the Jupyter server writes them (default: every notebook in notebooks/)")
+    norm.add_argument("paths", nargs="*", help="notebook files (default: notebooks/*.ipynb)")
+    norm.add_argument("--check", action="store_true", help="write nothing; list the files not normalized, exit 1 if any")
+    n.set_defaults(func=_notebooks)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
     e.add_argument("ce", help="cross-encoder folder")
