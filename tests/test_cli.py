@@ -76,7 +76,20 @@ def test_data_check_counts_and_resolves_without_embedding(tmp_path, capsys, monk
         "  items            5  ids 'd0' ... 'd4'",
         "  queries          3  ids 'q0' ... 'q2'",
         "  gold             3  pairs (query, relevant item) for 2 queries, every id resolved",
+        "  grades           3  judged pairs: grade 1: 3",
+        "  grade<=0         0  pairs judged not relevant (of queries with a relevant item; the others cannot be evaluated "
+        "and are left out)",
         "  splits   test 2",
+    ]
+    # graded qrels (as TREC-style BEIR sets have): each grade counted, grade 0 judged not relevant
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td1\t2\nq0\td2\t1\nq0\td3\t0\n"
+                                               "q1\td0\t0\nq1\td4\t0\nq2\td4\t1\n", encoding="utf-8")
+    assert main(["data", "check", f"beir:{folder}"]) == 0
+    assert capsys.readouterr().out.splitlines()[3:6] == [
+        "  gold             3  pairs (query, relevant item) for 2 queries, every id resolved",
+        "  grades           4  judged pairs: grade 2: 1, grade 1: 2, grade 0: 1",  # q1 has no relevant item: left out
+        "  grade<=0         1  pairs judged not relevant (of queries with a relevant item; the others cannot be evaluated "
+        "and are left out)",
     ]
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td9\t1\n", encoding="utf-8")
     assert main(["data", "check", f"beir:{folder}"]) == 2

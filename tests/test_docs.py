@@ -226,7 +226,8 @@ def test_readme_is_short_and_in_the_order_a_newcomer_needs():
     first = text.split("\n## ", 1)[0]
     assert "**xenbench** is a workbench" in first  # what it is comes first ...
     commands = _shell_commands(first)
-    assert commands[:2] == [["make", "demo"], ["make", "test"]]  # ... then the two commands
+    # ... then the commands: the set-up every .venv/bin command below needs, the demo and the tests
+    assert commands[:3] == [["make", "setup"], ["make", "demo"], ["make", "test"]]
     headings = re.findall(r"^## (.+)$", text, re.M)
     order = ["The venv and JupyterLab", "Your data and your CE: a first run", "Notebooks",
              "What we found on the bundled data", "Documentation"]

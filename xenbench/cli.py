@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 from xenbench._io import REPO_ROOT, write_text_atomic
@@ -33,7 +34,8 @@ def _data(args: argparse.Namespace) -> None:
 def _check_data(spec: str) -> str:
     """``xenbench data check``: the dataset of ``spec`` opened as every command opens it (a malformed line fails naming
     its file and line; every qrels line must name a loaded query and item) and summarized, without embedding or
-    scoring anything: its counts, the first and last ids, and how many queries have gold items."""
+    scoring anything: its counts, the first and last ids, how many queries have gold items, and the judged pairs per
+    relevance grade (graded qrels: how many pairs each grade has, grade 0 or below being judged not relevant)."""
     from xenbench.data.sources import load_dataset
 
     ds = load_dataset(spec)
@@ -44,11 +46,17 @@ def _check_data(spec: str) -> str:
     pairs = sum(len(g) for g in ds.gold.values())
     with_gold = sum(1 for g in ds.gold.values() if g)
     splits = ", ".join(f"{name} {len(q):,}" for name, q in ds.splits.items()) or "none"
+    per_grade = Counter(g for judged in ds.qrels.values() for g in judged.values())
+    grades = ", ".join(f"grade {g}: {n:,}" for g, n in sorted(per_grade.items(), reverse=True)) or "none"
+    not_relevant = sum(n for g, n in per_grade.items() if g <= 0)
     return "\n".join([
         f"{spec}: readable",
         f"  items    {len(ds.items):>9,}  ids {ids(ds.items)}",
         f"  queries  {len(ds.queries):>9,}  ids {ids(ds.queries)}",
         f"  gold     {pairs:>9,}  pairs (query, relevant item) for {with_gold:,} queries, every id resolved",
+        f"  grades   {sum(per_grade.values()):>9,}  judged pairs: {grades}",
+        f"  grade<=0 {not_relevant:>9,}  pairs judged not relevant (of queries with a relevant item; the others "
+        "cannot be evaluated and are left out)",
         f"  splits   {splits}",
     ])
 
@@ -380,6 +388,17 @@ def _sweep(args: argparse.Namespace) -> None:
     print(f"{table['point'].nunique()} points with results, {len(table)} rows")
 
 
+def _notebooks(args: argparse.Namespace) -> int:
+    """``xenbench notebooks normalize``: the tracked notebooks in the form JupyterLab's saves keep
+    (:func:`xenbench.harness.lab.normalize_files`); ``--check`` only lists those not in it (exit 1)."""
+    from xenbench.harness.lab import normalize_files
+
+    changed = normalize_files(args.paths or None, write=not args.check)
+    for path in changed:
+        print(f"{'not normalized' if args.check else 'normalized'}: {path}")
+    return 1 if args.check and changed else 0
+
+
 def _findings(args: argparse.Namespace) -> int:
     from xenbench._io import REPO_ROOT
     from xenbench.studies import findings
@@ -534,6 +553,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "from the stores with today's code; exit 1 naming every cell that no longer matches "
                            "(xenbench.studies.witnesses)")
     f.set_defaults(func=_findings)
+
+    n = sub.add_parser("notebooks", help="the tracked notebooks in the normalized form JupyterLab's saves keep")
+    nsub = n.add_subparsers(dest="notebooks_cmd", required=True)
+    norm = nsub.add_parser("normalize", help="rewrite notebooks without outputs, execution counts or view metadata, "
+                                             "as the Jupyter server writes them (default: every notebook in notebooks/)")
+    norm.add_argument("paths", nargs="*", help="notebook files (default: notebooks/*.ipynb)")
+    norm.add_argument("--check", action="store_true", help="write nothing; list the files not normalized, exit 1 if any")
+    n.set_defaults(func=_notebooks)
 
     e = sub.add_parser("eval-ce", help="accuracy@1 of a CE re-ranking the DE's top-64 on WordNet-EL domains")
     e.add_argument("ce", help="cross-encoder folder")

@@ -65,13 +65,15 @@ def verify(folder: str | os.PathLike[str], backbone: str | os.PathLike[str] | No
         doc = json.loads(path.read_text(encoding="utf-8"))
         files = dict(doc["files"])
     except FileNotFoundError:
-        raise DataError(path, "missing: the weights cannot be verified (saved by an older xenbench? re-save the model "
-                              "with CrossEncoder.save, or record its checksums with xenbench.integrity.record)") from None
+        raise DataError(path, "missing: the weights cannot be verified (a folder made by hand or by an older "
+                              "xenbench? record its checksums: xb.loading.record_checksums(FOLDER), docs/MODELS.md)"
+                        ) from None
     except (ValueError, KeyError, TypeError) as err:
         raise DataError(path, f"unreadable checksums ({err})") from None
     for name, digest in files.items():
         _check(folder / name, digest, "is corrupted or was replaced: its SHA-256 differs from the one recorded "
-                                      "when the model was saved")
+                                      f"when the model was saved (in {path}; replaced on purpose? record the "
+                                      "folder's checksums again: xb.loading.record_checksums(FOLDER), docs/MODELS.md)")
     recorded = doc.get("backbone")
     if recorded and backbone is not None:
         for name, digest in dict(recorded.get("files", {})).items():

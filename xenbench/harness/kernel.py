@@ -129,7 +129,8 @@ def setup_plotly() -> None:
 
 def _show_header(values: Mapping[str, Any]) -> None:
     """Remember the resolved parameters for :func:`~xenbench.harness.results.save_results` and, in a kernel, show where
-    the run comes from (commit, versions, machine; :func:`xenbench.provenance.summary`) as the report's first output."""
+    the run comes from (commit, versions, machine; :func:`xenbench.provenance.summary`) as the report's first output,
+    then the data and CE it uses (:func:`xenbench.studies.findings.about.run_markdown`)."""
     remember_params(values)
     try:
         from IPython import get_ipython
@@ -139,5 +140,10 @@ def _show_header(values: Mapping[str, Any]) -> None:
         return
     from IPython.display import Markdown, display
 
+    from xenbench.studies.findings.about import run_markdown
+
     prov = {"git": provenance.run_git_state(), **provenance.environment()}  # inputs come later: the results file
     display(Markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n")))
+    about = run_markdown(values)  # the data and CE this run uses, named from its parameters (the intros are general)
+    if about:
+        display(Markdown(about))

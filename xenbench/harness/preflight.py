@@ -20,9 +20,9 @@ from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_d
 from xenbench.harness.spec import NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
-__all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "FIRST_STAGE_PARAMS", "MODEL_OVERRIDES",
-           "ce_name", "refuse_checkpoint", "check_ce_path", "check_first_stages", "check_store_name", "preflight",
-           "plan_scoring", "quiet_transformers"]
+__all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "FIRST_STAGE_PARAMS", "MODEL_ONLY",
+           "MODEL_OVERRIDES", "ce_name", "unused_params", "refuse_checkpoint", "check_ce_path", "check_first_stages",
+           "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,9 @@ CE_PARAMS = ("ces",)
 FIRST_STAGE_PARAMS = ("first_stage", "first_stages")
 #: Parameters that a non-empty ``model`` replaces: its on-demand scores stand in for the store ``scores_dir``/``ce``.
 MODEL_OVERRIDES = ("scores_dir", "ce")
+#: Parameters of a notebook with a ``model`` parameter that only a model uses: the sample it scores (a store is read
+#: whole; :func:`xenbench.studies.setup.load_setup` refuses them without a model).
+MODEL_ONLY = ("max_queries", "max_length")
 _CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or a Hugging Face or "
                 "sentence-transformers folder (config.json), or a Hugging Face hub id org/name[@revision]")
 # An authors' Lightning checkpoint loads only with its base model (load_cross_encoder(path, base=...)), which no
@@ -55,6 +58,21 @@ def ce_name(model: str | os.PathLike[str]) -> str:
     return model_name(model)
 
 
+def unused_params(spec: NotebookSpec, values: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
+    """The parameters a run with ``values`` does not use, and why (one phrase), for the report's injected parameters.
+
+    With a non-empty ``model``, the store it replaces (:data:`MODEL_OVERRIDES`); without one, the sample sizes only a
+    model uses (:data:`MODEL_ONLY`) left at None (another value is an error the kernel reports, so it is shown).
+    A notebook without a ``model`` parameter uses every parameter: ``((), "")``.
+    """
+    if "model" not in spec.params:
+        return (), ""
+    if values.get("model"):
+        return tuple(n for n in MODEL_OVERRIDES if n in spec.params), "model replaces the score store"
+    unused = tuple(n for n in MODEL_ONLY if n in spec.params and values.get(n) is None)
+    return unused, "only a model's sample uses them"
+
+
 def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
     """Refuse a Lightning ``.ckpt`` file as the CE of parameter ``name``: it loads only with its base model
     (:func:`xenbench.models.loading.load_cross_encoder` ``base=``), which no notebook parameter passes; the
@@ -63,9 +81,18 @@ def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
         raise ParameterError(name, _CE_EXPECTED + _CKPT, value, owner)
 
 
+def _untrained(value: Any, name: str, owner: str) -> Any:
+    """The CE of an :data:`xenbench.models.loading.UNTRAINED` name (``untrained-cls``: a random head on the bundled
+    backbone, seed 0), or a ParameterError naming the parameter; imports torch only for such a name."""
+    from xenbench.models.loading import untrained_cross_encoder
+
+    return untrained_cross_encoder(str(value), owner=owner, param=name)
+
+
 def check_ce_path(value: Any, name: str, owner: str) -> Path:
     """``value`` as the path of a CE folder (a hub id's snapshot folder,
-    :func:`xenbench.models.references.resolve_model`), without loading it.
+    :func:`xenbench.models.references.resolve_model`), without loading it; an untrained head's name
+    (``untrained-cls``, ``untrained-emb``: :func:`xenbench.models.loading.untrained_cross_encoder`) as itself.
 
     Raises
     ------
@@ -78,6 +105,13 @@ def check_ce_path(value: Any, name: str, owner: str) -> Path:
     from xenbench.models.references import parse_hub_id, resolve_model
 
     refuse_checkpoint(value, name, owner)
+    if str(value).startswith("untrained"):  # xenbench's random heads (for testing the pipeline), as xenbench score
+        from xenbench.models.loading import UNTRAINED
+
+        if value not in UNTRAINED:
+            raise ParameterError(name, f"one of {sorted(UNTRAINED)} (an untrained head, for testing only), or "
+                                 + _CE_EXPECTED, value, owner)
+        return Path(str(value))
     path = Path(str(value)).expanduser()
     if not path.exists() and parse_hub_id(str(value)) is not None:
         # a hub id: from the local cache when HF_HUB_OFFLINE is set (an uncached one is one line naming it)
@@ -348,17 +382,27 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
 def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any],
           fit: bool = False) -> dict[str, Any]:
     from xenbench.data.store import ScoreStore
-    from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
+    from xenbench.models.fingerprint import (cache_path, folder_fingerprint, load_shared, model_fingerprint,
+                                             stored_fingerprint)
     from xenbench.models.probe import (  # the scorer loads in probe_rate only
         PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line, warn_if_collapsed)
 
     data = spec.data
     model = values["model"]
+    untrained = str(model).startswith("untrained")
     with in_folder(spec.path.parent):
         path = check_ce_path(model, "model", spec.owner).resolve()
         (ds,) = [load_dataset_once(s, loaded) for s in dataset_specs(spec, data["dataset"], values[data["dataset"]])]
     max_length = values.get("max_length")
-    fingerprint = stored_fingerprint(path, max_length)  # a CE used before: no load (transformers is not even imported)
+    if untrained:  # built (seconds), keyed by its weights as the kernel's cached_scores keys it
+        if max_length is not None:
+            raise ParameterError("max_length", f"null with {model} (the bundled backbone's own length)", max_length,
+                                 spec.owner)
+        with quiet_transformers():
+            built = _untrained(model, "model", spec.owner)
+        fingerprint = model_fingerprint(built)
+    else:
+        fingerprint = stored_fingerprint(path, max_length)  # a CE used before: no load (transformers not imported)
     if fingerprint is None:
         with quiet_transformers():
             fingerprint = folder_fingerprint(path, max_length)
@@ -381,8 +425,11 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
             return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}
         todo = len(store.missing_chunks()) / max(store.n_chunks, 1)
     pairs = int(round(nq * ni * todo))
-    with quiet_transformers():
-        ce = load_shared(path, max_length)  # the CE the fingerprint was just computed from, if it was: loaded once
+    if untrained:
+        ce = built
+    else:
+        with quiet_transformers():
+            ce = load_shared(path, max_length)  # the CE the fingerprint was just computed from, if it was: loaded once
     probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))
     rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
     broken = nonfinite_scores(probe.scores, name)

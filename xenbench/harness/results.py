@@ -47,19 +47,27 @@ def reports_dir() -> Path:
     return Path(env) if env else REPO_ROOT / "reports"
 
 
+def _run_stem(name: str, profile: str) -> str:
+    """The stem of a run's outputs: under run_notebook its ``$XENBENCH_RUN_STEM`` (``<name>.<profile>`` and the tags of
+    the data and CE), so the results file is named as the report it belongs to; else ``<name>.<profile>.lab``."""
+    if not os.environ.get(REPORTS_ENV):
+        # Outside run_notebook (a kernel in JupyterLab) the file gets its own name, so an interactive session never
+        # overwrites the results of a `xenbench run`.
+        return f"{name}.{profile}.lab"
+    stem = os.environ.get(RUN_STEM_ENV) or ""
+    base = f"{name}.{profile}"
+    return stem if stem == base or stem.startswith(base + ".") else base  # another notebook's stem is not this one's
+
+
 def _results_name(name: str, profile: str) -> str:
-    # Outside run_notebook (a kernel in JupyterLab) the file gets its own name, so an interactive session never
-    # overwrites the results of a `xenbench run`.
-    lab = "" if os.environ.get(REPORTS_ENV) else ".lab"
-    return f"{name}.{profile}{lab}.results.json"
+    return f"{_run_stem(name, profile)}.results.json"
 
 
 def runs_dir(name: str, profile: str, *, out_dir: Path | None = None) -> Path:
     """The folder of a run's ranked lists (TREC run files, :func:`xenbench.studies.labels.export_runs`): beside its
     results file and named like it, ``<out_dir>/<stem>.runs`` (``<name>.<profile>.runs``, with the dataset's tag when
     :func:`~xenbench.harness.runner.run_notebook` gives the run another stem; ``.lab.runs`` in JupyterLab)."""
-    stem = os.environ.get(RUN_STEM_ENV) if os.environ.get(REPORTS_ENV) else None
-    stem = stem or _results_name(name, profile).removesuffix(".results.json")
+    stem = _run_stem(name, profile)
     return (Path(out_dir) if out_dir is not None else reports_dir()) / f"{stem}.runs"
 
 
@@ -87,7 +95,9 @@ def _resources() -> dict[str, float]:
 
 def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir: Path | None = None,
                  params: Mapping[str, Any] | None = None) -> Path:
-    """Write a notebook's key numbers to ``<out_dir>/<name>.<profile>.results.json`` (atomically).
+    """Write a notebook's key numbers to ``<out_dir>/<stem>.results.json`` (atomically): the stem of the run's report
+    under :func:`~xenbench.harness.runner.run_notebook` (``<name>.<profile>`` plus its data and CE tags), so the
+    findings that cite the file cite the report's own.
 
     Parameters
     ----------
@@ -106,7 +116,7 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
     Returns
     -------
     Path
-        The file written, ``<name>.<profile>.results.json`` (``<name>.<profile>.lab.results.json`` outside
+        The file written, ``<stem>.results.json`` (``<name>.<profile>.lab.results.json`` outside
         :func:`~xenbench.harness.runner.run_notebook`), holding ``{"notebook", "profile", "written_at", "resources",
         "provenance", "caveats", "results"}``; ``resources`` is this process's (the kernel's) ``seconds`` since the harness was
         imported (the notebook's first cell) and

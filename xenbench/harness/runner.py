@@ -28,7 +28,7 @@ from xenbench._io import pid_alive, write_text_atomic
 from xenbench._validation import PY_INT, check_int
 from xenbench.errors import ParameterError
 from xenbench.harness.params import validate_params
-from xenbench.harness.preflight import preflight
+from xenbench.harness.preflight import preflight, unused_params
 from xenbench.harness.report import (final_progress, light_html, summarize_warnings, summary_first, warning_key,
                                      without_plotly_bundle, without_widget_state)
 from xenbench.harness.results import REPORTS_ENV, RUN_STEM_ENV
@@ -170,6 +170,18 @@ class _Echo:
 
 
 
+def _mark_unused(nb: Any, unused: tuple[str, ...], why: str) -> None:
+    """Append to papermill's injected-parameters cell of ``nb`` (in place) a comment naming the parameters the run
+    did not inject because it does not use them (:func:`~xenbench.harness.preflight.unused_params`), so a reader of
+    the report does not take the parameters cell's values of those for the run's."""
+    if not unused:
+        return
+    for cell in nb.cells:
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source = cell.source.rstrip("\n") + f"\n# Not used by this run ({why}): {', '.join(unused)}\n"
+            return
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -298,15 +310,18 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
             shutil.rmtree(old, ignore_errors=True)
     stage = out / f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.staging"
     stage.mkdir()
-    # The kernel's save_results names its file <name>.<profile>.results.json; it is renamed to the stem below.
-    staged = {final: stage / final.name, report: stage / report.name,
-              results: stage / f"{spec.name}.{profile}.results.json",
+    # The kernel's save_results names its file by the stem ($XENBENCH_RUN_STEM), as its findings cite it.
+    staged = {final: stage / final.name, report: stage / report.name, results: stage / results.name,
               out / f"{stem}.runs": stage / f"{stem}.runs"}  # the ranked lists (xenbench.harness.results.runs_dir)
     if progress_bar is None:
         progress_bar = not _in_ci()
 
     log.info("running %s (profile %s)", path.name, profile)
     log.debug("parameters of %s: %s", path.name, values)
+    # The injected cell holds only what this run uses (a model's run reads no store): the others keep the parameters
+    # cell's values, which the kernel ignores, and the injected cell names them as unused (_mark_unused).
+    unused, why = unused_params(spec, values)
+    injected = {k: v for k, v in values.items() if k not in unused}
     echo_err = _Echo(sys.stderr) if progress_bar else None
     echo_out = _Echo(sys.stdout) if log_output else None
     start = time.perf_counter()
@@ -317,7 +332,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
         with _environ(**{REPORTS_ENV: str(stage), RUN_STEM_ENV: stem, "HF_HUB_DISABLE_PROGRESS_BARS": quiet,
                          "TQDM_MININTERVAL": os.environ.get("TQDM_MININTERVAL", "2")}):
             nb = pm.execute_notebook(
-                path, staged[final], parameters=values, kernel_name=kernel, cwd=path.parent,
+                path, staged[final], parameters=injected, kernel_name=kernel, cwd=path.parent,
                 engine_name=_engine(), request_save_on_cell_execute=False, partial=staged[final],
                 execution_timeout=timeout, progress_bar=progress_bar, log_output=False,
                 stdout_file=echo_out, stderr_file=echo_err, coalesce_streams=True,
@@ -329,6 +344,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
             )
         log.info("executed %s in %.1f s", path.name, time.perf_counter() - start)
         nb = without_widget_state(nb)
+        _mark_unused(nb, unused, why)
         final_progress(nb)
         summarize_warnings(nb)
         # The .ipynb without plotly.js (JupyterLab draws from each figure's JSON); the HTML, made below from `nb`, keeps it.

@@ -22,6 +22,7 @@ from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, model_fingerprint
 from xenbench.models.jobs import score_to_store
+from xenbench.models.loading import UNTRAINED, untrained_cross_encoder
 from xenbench.models.references import parse_hub_id, resolve_model
 from xenbench.models.scorers import as_scorer, is_native
 
@@ -44,7 +45,8 @@ def cached_scores(model: str | os.PathLike[str] | Any, dataset: Dataset, *, devi
     Parameters
     ----------
     model
-        A model reference (a CE folder or a hub id ``org/name[@revision]``,
+        ``"untrained-cls"`` / ``"untrained-emb"`` (:func:`~xenbench.models.loading.untrained_cross_encoder`, seed 0:
+        for testing the pipeline only); a model reference (a CE folder or a hub id ``org/name[@revision]``,
         :func:`~xenbench.models.references.resolve_model`): its fingerprint
         (:func:`~xenbench.models.fingerprint.model_fingerprint` of its weights and config) is computed once per CE and
         recorded (:func:`xenbench.models.fingerprint.folder_fingerprint`), and the CE is loaded only when something is
@@ -70,6 +72,8 @@ def cached_scores(model: str | os.PathLike[str] | Any, dataset: Dataset, *, devi
         A reference that does not resolve (no such folder; a hub id not cached while offline).
     """
     owner = "cached_scores"
+    if isinstance(model, str) and model in UNTRAINED:  # a random head, for testing the pipeline: keyed by its weights
+        model = untrained_cross_encoder(model, owner=owner, param="model")
     if isinstance(model, (str, os.PathLike)):
         if not Path(model).expanduser().exists() and parse_hub_id(os.fspath(model)) is None:
             raise ParameterError("model", "a cross-encoder folder or hub id org/name (see load_cross_encoder)",

@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -30,10 +29,9 @@ from xenbench._validation import check_int
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.data.store import ScoreStore, check_store_folder, writer_lock
 from xenbench.errors import DataError, ParameterError
-from xenbench.models.crossencoder import CEConfig
 from xenbench.models.distributed import score_blocks_ray
 from xenbench.models.fingerprint import load_shared, model_fingerprint, release_shared, texts_fingerprint
-from xenbench.models.loading import build_cross_encoder
+from xenbench.models.loading import untrained_cross_encoder
 from xenbench.models.references import resolve_model
 from xenbench.models.scorers import is_native, scorer_identity
 from xenbench.models.scoring import (
@@ -265,11 +263,6 @@ def _score_missing_blocks(ce: Any, queries: Sequence[Query], items: Sequence[Ite
     return n_pairs
 
 
-# A CE with a randomly initialised head on the bundled backbone: only for testing the pipeline. The name says so,
-# and using it warns: its scores are meaningless.
-_UNTRAINED = {"untrained-cls": "cls", "untrained-emb": "emb"}
-
-
 def run_score_job(
     ce: str | os.PathLike[str] | Any,
     dataset: Dataset | str,
@@ -356,12 +349,8 @@ def run_score_job(
         model = ce
         name = ce.name if hasattr(ce, "name") and isinstance(ce.name, str) else None
     elif isinstance(ce, str) and ce.startswith(("untrained", "bundled-")):
-        if ce not in _UNTRAINED:
-            raise ParameterError("ce", f"one of {sorted(_UNTRAINED)} (an untrained head, for testing only), or a CE "
-                                 "folder such as models/cls-ce", ce, owner)
-        warnings.warn(f"{ce}: the head is random (seed {seed}), so its scores carry no meaning; use a trained CE "
-                      "folder such as models/cls-ce for experiments", UserWarning, stacklevel=2)
-        model, name = build_cross_encoder(CEConfig(kind=_UNTRAINED[ce]), seed=seed), ce  # type: ignore[arg-type]
+        # A CE with a randomly initialised head on the bundled backbone: only for testing the pipeline (it warns).
+        model, name = untrained_cross_encoder(ce, seed, owner=owner), ce
     else:
         ref = resolve_model(ce, base=base, owner=owner)
         # The CE `xenbench score` has just loaded for its plan, if it did (load_shared): one load and one hash of its

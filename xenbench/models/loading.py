@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,31 @@ def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
         else:
             model = _from_pretrained(model_cls, path)
     return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
+
+
+#: The names of the CEs with a randomly initialised head on the bundled backbone (:func:`untrained_cross_encoder`): only
+#: for testing the pipeline, in ``xenbench score`` and as a notebook's ``model``. Their scores carry no meaning.
+UNTRAINED = {"untrained-cls": "cls", "untrained-emb": "emb"}
+
+
+def untrained_cross_encoder(name: str, seed: int = 0, *, owner: str = "untrained_cross_encoder",
+                            param: str = "ce") -> CrossEncoder:
+    """The CE :data:`UNTRAINED` names: the bundled MiniLM with a random head seeded with ``seed``, named ``name`` (so
+    reports and the score cache know it; its fingerprint is that of its weights). Warns: its scores are meaningless.
+
+    Raises
+    ------
+    ParameterError
+        ``name`` is not one of :data:`UNTRAINED` (named as the parameter ``param`` of ``owner``).
+    """
+    if name not in UNTRAINED:
+        raise ParameterError(param, f"one of {sorted(UNTRAINED)} (an untrained head, for testing only), or a CE "
+                             "folder such as models/cls-ce", name, owner)
+    warnings.warn(f"{name}: the head is random (seed {seed}), so its scores carry no meaning; use a trained CE "
+                  "folder such as models/cls-ce for experiments", UserWarning, stacklevel=2)
+    ce = build_cross_encoder(CEConfig(kind=UNTRAINED[name]), seed=seed)  # type: ignore[arg-type]
+    ce.name = name
+    return ce
 
 
 def load_cross_encoder(path: str | os.PathLike[str], *, kind: str | None = None,
@@ -195,6 +221,37 @@ def _load_xenbench(path: Path) -> CrossEncoder:
         raise DataError(path / WEIGHTS_NAME, f"tensor shapes do not fit the backbone: {bad[:3]}")
     ce.model.load_state_dict({k: v.float() for k, v in trained.items()}, strict=False)
     return ce
+
+
+def record_checksums(folder: str | os.PathLike[str]) -> Path:
+    """Record the SHA-256 of a xenbench CE folder's weights, config and backbone in its ``checksums.json``
+    (:mod:`xenbench.integrity`), as :meth:`CrossEncoder.save` does: for a folder made or changed by hand (a
+    ``trained.safetensors`` written by other code, an edited ``xenbench_ce.json``), so that loading it verifies those
+    bytes from now on instead of refusing them. Record only files you trust: the checksums then vouch for them.
+
+    ``python -c "import xenbench as xb; xb.loading.record_checksums('path/to/my-ce')"``
+
+    Returns
+    -------
+    Path
+        The ``checksums.json`` written.
+
+    Raises
+    ------
+    DataError
+        The folder has no readable ``xenbench_ce.json`` or no ``trained.safetensors``.
+    """
+    path = Path(folder)
+    try:
+        config = CEConfig.from_json((path / CONFIG_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path / CONFIG_NAME, "missing: not a xenbench CE folder (a Hugging Face or sentence-"
+                                            "transformers folder has no checksums to record)") from None
+    except (ValueError, TypeError, KeyError) as err:
+        raise DataError(path / CONFIG_NAME, f"not a valid xenbench CE config ({type(err).__name__}: {err})") from None
+    if not (path / WEIGHTS_NAME).is_file():
+        raise DataError(path / WEIGHTS_NAME, "missing: the folder has a config but no trained weights")
+    return integrity.record(path, [WEIGHTS_NAME, CONFIG_NAME], backbone_folder(config.backbone), config.backbone)
 
 
 def _read_json(path: Path) -> dict:

@@ -20,6 +20,8 @@ from xenbench.sampling import sample_rows
 __all__ = [
     "title_lemmas",
     "mention_text",
+    "ambiguity_summary",
+    "ambiguity_line",
     "text_lengths",
     "dataset_lengths",
     "mention_ambiguity",
@@ -174,6 +176,39 @@ def mention_ambiguity(dataset: Dataset, queries: Sequence[Query] | None = None) 
             keys.update(matched)
         out[n] = len(set().union(*(rows_by_lemma.get(key, set()) for key in keys)))
     return out
+
+
+def ambiguity_summary(ambiguity: np.ndarray) -> dict[str, Any]:
+    """:func:`mention_ambiguity` summarized over the queries that have a mention span (those counted > 0).
+
+    Parameters
+    ----------
+    ambiguity : ndarray of shape (nq,)
+        From :func:`mention_ambiguity`: 0 for a query without a mention span.
+
+    Returns
+    -------
+    dict
+        ``queries`` (nq), ``mentions`` (queries with a span), and over those ``unambiguous_share`` (share shared by
+        one item only), ``max`` and ``mean``; the last three None when no query has a span (a BEIR folder has none:
+        ambiguity given the span does not apply, and a mean over no mention is not taken).
+    """
+    a = np.asarray(ambiguity)
+    spans = a[a > 0]
+    if spans.size == 0:
+        return {"queries": int(a.size), "mentions": 0, "unambiguous_share": None, "max": None, "mean": None}
+    return {"queries": int(a.size), "mentions": int(spans.size), "unambiguous_share": float((spans == 1).mean()),
+            "max": int(spans.max()), "mean": float(spans.mean())}
+
+
+def ambiguity_line(ambiguity: np.ndarray) -> str:
+    """One sentence of :func:`ambiguity_summary` (notebook 00, section 3)."""
+    s = ambiguity_summary(ambiguity)
+    if s["mentions"] == 0:
+        return (f"None of the {s['queries']} queries marks a mention span (BEIR queries have none): mention ambiguity "
+                "does not apply to this dataset.")
+    return (f"{s['unambiguous_share']:.1%} of the {s['mentions']} mentions are shared by one item only; the most shared "
+            f"by {s['max']} items; mean over mentions {s['mean']:.2f}.")
 
 
 #: The first stages notebook 00 compares by default (:func:`xenbench.models.retrievers.make_retriever` specs).

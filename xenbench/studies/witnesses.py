@@ -137,6 +137,12 @@ def registered() -> dict[str, WitnessFn]:
     return dict(_REGISTRY)
 
 
+def _or_nan(value: Any) -> float:
+    """``value`` as a float, None (a statistic a dataset does not have, e.g. 00's mention share on BEIR) as NaN: a
+    witness holds when both are NaN."""
+    return math.nan if value is None else float(value)
+
+
 def _path(value: str) -> Path:
     p = Path(value)
     return p if p.is_absolute() else (NOTEBOOKS / p).resolve()
@@ -310,7 +316,8 @@ def _data(results: Mapping[str, Any]) -> list[Witness]:
     measures where the results have them (:func:`xenbench.studies.stats.baseline_metrics`; the DE's embeddings come
     from its cache when present; a run file's rows are not re-derived)."""
     from xenbench.data.sources import load_dataset
-    from xenbench.studies.stats import DEFAULT_FIRST_STAGES, baseline_metrics, dataset_lengths, mention_ambiguity
+    from xenbench.studies.stats import (DEFAULT_FIRST_STAGES, ambiguity_summary, baseline_metrics, dataset_lengths,
+                                        mention_ambiguity)
 
     p, committed = results["params"], results["domain"]
     ds = load_dataset(p["dataset"])
@@ -318,8 +325,9 @@ def _data(results: Mapping[str, Any]) -> list[Witness]:
     today = {"items": len(ds.items), "queries": len(ds.queries),
              f"median_query_{p['length_unit']}": float(np.median(lengths["queries"])),
              f"median_item_{p['length_unit']}": float(np.median(lengths["items"])),
-             "unambiguous_share": float((mention_ambiguity(ds) == 1).mean())}
-    out = [Witness("00_data", f"domain {committed['name']} {key}", float(committed[key]), float(value), abs_tol=0.0,
+             "unambiguous_share": ambiguity_summary(mention_ambiguity(ds))["unambiguous_share"]}
+    # a dataset without mention spans (BEIR) has no share: it must have none today too
+    out = [Witness("00_data", f"domain {committed['name']} {key}", _or_nan(committed[key]), _or_nan(value), abs_tol=0.0,
                    rel_tol=1e-12) for key, value in today.items()]
     saved = pd.DataFrame(results.get("baselines") or [])
     labels = pd.DataFrame(results.get("label_metrics") or [])

@@ -59,6 +59,8 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     out += first_stage_label_lines(results)
     dom = results.get("domain")
     if dom:
+        share = dom.get("unambiguous_share")
         out.append(f"{dom['name']}: {dom['items']:,} items, {dom['queries']:,} queries; "
-                   f"{dom['unambiguous_share']:.1%} of mentions are shared by one item only.")
+                   + (f"{share:.1%} of mentions are shared by one item only." if share is not None else
+                      "no query marks a mention span, so mention ambiguity does not apply."))
     return out
