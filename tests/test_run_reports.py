@@ -55,8 +55,8 @@ def test_user_strings_are_escaped_and_change_no_markup():
 def test_unused_parameters_follow_the_model_rule():
     spec = xh.load_spec("03_adacur_rounds")
     values = xh.profile_values(spec)
-    assert xh.unused_params(spec, values) == (("max_queries", "max_length"), "only a model's sample uses them")
-    assert xh.unused_params(spec, {**values, "max_queries": 50})[0] == ("max_length",)  # a value is shown (and refused)
+    assert xh.unused_params(spec, values) == (("max_length",), "only a model's sample uses them")  # max_queries: a store's too
+    assert xh.unused_params(spec, {**values, "max_length": 64})[0] == ()  # a value is shown (and refused)
     assert xh.unused_params(spec, {**values, "model": "../models/cls-ce"}) == (("scores_dir", "ce"),
                                                                               "model replaces the score store")
     assert xh.unused_params(xh.load_spec("00_data"), xh.profile_values("00_data")) == ((), "")  # no model parameter
@@ -89,10 +89,10 @@ MODEL_YAML = """\
 params:
   n: {type: int, min: 1, max: 10}
   model: {type: str}
-  max_queries: {type: int, min: 1, nullable: true}
+  max_length: {type: int, min: 1, nullable: true}
   first_stages: {type: list, items: str}
 profiles:
-  quick: {n: 3, model: "", max_queries: null, first_stages: [bm25]}
+  quick: {n: 3, model: "", max_length: null, first_stages: [bm25]}
 """
 
 
@@ -101,7 +101,7 @@ def test_a_run_reports_its_data_its_own_results_file_and_only_used_parameters(tm
     body = ['path = xb.harness.save_results("withmodel", profile, {"n": n})\nprint(path.name)']
     nb_path = write_tiny(tmp_path / "nbs", "withmodel", body=body, yaml_text=MODEL_YAML)
     nb = nbformat.read(nb_path, as_version=4)
-    nb.cells[2].source = 'profile = "quick"\nn = 3\nmodel = ""\nmax_queries = None\nfirst_stages = ["bm25"]'
+    nb.cells[2].source = 'profile = "quick"\nn = 3\nmodel = ""\nmax_length = None\nfirst_stages = ["bm25"]'
     nbformat.write(nb, nb_path)
     out = tmp_path / "reports"
     source = nb_path.read_bytes()
@@ -111,8 +111,8 @@ def test_a_run_reports_its_data_its_own_results_file_and_only_used_parameters(tm
     assert stem.startswith("withmodel.quick.p")  # n differs from the profile: the run has its own stem
     run = nbformat.read(executed, as_version=4)
     injected = next(c for c in run.cells if "injected-parameters" in c.metadata.get("tags", []))
-    assert "n = 4" in injected.source and "max_queries =" not in injected.source  # unused without a model
-    assert injected.source.rstrip().endswith("# Not used by this run (only a model's sample uses them): max_queries")
+    assert "n = 4" in injected.source and "max_length =" not in injected.source  # unused without a model
+    assert injected.source.rstrip().endswith("# Not used by this run (only a model's sample uses them): max_length")
     check = run.cells[[c.metadata.get("tags") for c in run.cells].index(["injected-parameters"]) + 1]
     shown = [o["data"]["text/markdown"] for o in check.outputs if "text/markdown" in o.get("data", {})]
     assert shown[-1] == "**This run.** First stage: <code>bm25</code>."

@@ -38,9 +38,9 @@ CE_PARAMS = ("ces",)
 FIRST_STAGE_PARAMS = ("first_stage", "first_stages")
 #: Parameters that a non-empty ``model`` replaces: its on-demand scores stand in for the store ``scores_dir``/``ce``.
 MODEL_OVERRIDES = ("scores_dir", "ce")
-#: Parameters of a notebook with a ``model`` parameter that only a model uses: the sample it scores (a store is read
-#: whole; :func:`xenbench.studies.setup.load_setup` refuses them without a model).
-MODEL_ONLY = ("max_queries", "max_length")
+#: Parameters of a notebook with a ``model`` parameter that only a model uses: how it truncates its pairs (a store is read
+#: as it is; :func:`xenbench.studies.setup.load_setup` refuses it without a model).
+MODEL_ONLY = ("max_length",)
 _CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or a Hugging Face or "
                 "sentence-transformers folder (config.json), or a Hugging Face hub id org/name[@revision]")
 # An authors' Lightning checkpoint loads only with its base model (load_cross_encoder(path, base=...)), which no
