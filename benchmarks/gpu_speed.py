@@ -41,6 +41,7 @@ import contextlib
 import copy
 import functools
 import json
+import logging
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger("gpu_check")
 
 MODELS = ("minilm-l6", "bert-base", "qwen-0.5b")
 #: Nominal tokens per pair: 30 = the WordNet-EL pairs as they are; 128 and 256 = exactly that many (truncated).
@@ -200,8 +203,9 @@ def build_folder(name: str, mode: str, dest: Path, device: Any, texts: list[str]
             model = Qwen2ForCausalLM(cfg)
     else:
         raise ValueError(f"unknown model {name!r}: expected one of {MODELS}")
-    model.to(torch.bfloat16).eval().save_pretrained(dest)  # bf16 on disk: half the bytes to write and read
-    model.float()  # the bundled CE stays as it was (its model object is shared)
+    if name != "minilm-l6":  # bf16 on disk: half the bytes to write and read (the bundled CE's model is shared)
+        model.to(torch.bfloat16)
+    model.eval().save_pretrained(dest)
     tok.save_pretrained(dest)
     return dest
 
@@ -275,11 +279,13 @@ def forward_pass(fn: Callable[[dict], Any], batches: list[dict], device: Any, au
 # variants (forward only)
 # --------------------------------------------------------------------------------------------------
 class GraphForward:
-    """``ce(batch)`` replayed from CUDA graphs, one per batch shape (captured on first sight, outside the timing):
-    the launches of a whole forward become one, which is what a small model at short lengths waits on."""
+    """``ce(batch)`` under bf16 autocast, replayed from CUDA graphs, one per batch shape (captured on first sight,
+    in the untimed warm-up): the launches of a whole forward become one, which is what a small model at short
+    lengths waits on. Called outside autocast: it captures under its own, without autocast's weight cache (which
+    a graph cannot hold, torch.cuda.graphs' notes)."""
 
-    def __init__(self, ce: Any, autocast: bool = True) -> None:
-        self.ce, self.autocast, self.graphs = ce, autocast, {}
+    def __init__(self, ce: Any) -> None:
+        self.ce, self.graphs = ce, {}
 
     def __call__(self, batch: dict) -> Any:
         import torch
@@ -287,14 +293,15 @@ class GraphForward:
         key = tuple(batch["input_ids"].shape)
         if key not in self.graphs:
             static = {k: v.clone() for k, v in batch.items()}
+            amp = functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16, cache_enabled=False)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graphs asks
+            with torch.cuda.stream(side), amp():  # warm-up on a side stream, as torch.cuda.graphs asks
                 for _ in range(2):
                     self.ce(static)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph), amp():
                 out = self.ce(static)
             self.graphs[key] = (graph, static, out)
         graph, static, out = self.graphs[key]
@@ -312,7 +319,7 @@ def variant_forward(name: str, ce: Any, device: Any) -> tuple[Callable[[dict], A
     * ``bf16-weights``: a bf16 copy of the model, no autocast (no casts per op, half the weight bytes);
     * ``batch x4``: batches of 4x the pairs;
     * ``token budget``: batches of up to :data:`TOKEN_BUDGET` padded tokens (more pairs when they are short);
-    * ``cuda graphs``: :class:`GraphForward`;
+    * ``cuda graphs``: :class:`GraphForward` (bf16 autocast inside the graphs);
     * ``compile``: ``torch.compile(ce, dynamic=False)`` (one graph per batch shape, compiled in the warm-up);
     * ``packed``: :func:`xenbench.models.packed.packed_forward`, with ``varlen_attn`` on CUDA (re-padded SDPA on a
       CPU): no FLOPs on pads.
@@ -331,7 +338,7 @@ def variant_forward(name: str, ce: Any, device: Any) -> tuple[Callable[[dict], A
     if name == "cuda graphs":
         if device.type != "cuda":
             raise NotImplementedError("needs CUDA")
-        return GraphForward(ce), True, {}
+        return GraphForward(ce), False, {}
     if name == "compile":
         if device.type != "cuda":
             raise NotImplementedError("not tried on a CPU (compiling takes minutes there)")
@@ -361,6 +368,8 @@ def speed_model(ctx: Any, name: str) -> tuple[Any, Path]:
     """(our CE on the device, its folder) of model ``name``, built once per run (:func:`build_folder`)."""
     if name not in ctx.speed_models:
         from xenbench.models.loading import load_cross_encoder
+
+        ctx.backbone()  # with a payload: the rebuilt backbone (its tokenizer is BERT-base's) as $XENBENCH_BACKBONE
 
         texts = [q.text for q in ctx.dataset.queries] + [f"{it.title} {it.text}" for it in ctx.dataset.items]
         minilm = ctx.ce("cls-ce") if name == "minilm-l6" else None
@@ -409,16 +418,39 @@ def sizes_and_lengths(report: Any, ctx: Any, box: Any) -> None:
     try:
         for model in MODELS:
             box.check(f"building {model}")
-            ce, folder = speed_model(ctx, model)
+            try:
+                ce, folder = speed_model(ctx, model)
+            except SectionTimeout:
+                raise
+            except Exception as err:  # noqa: BLE001 - the other models still run
+                log.exception("building %s failed", model)
+                for n in LENGTHS:
+                    cells[cell_key(model, n)] = {"model": model, "length": n,
+                                                 "status": f"error building it: {_error(err)}"}
+                    todo.remove((model, n))
+                continue
             detail.setdefault("models", {})[model] = {
                 "architecture": type(ce.model).__name__, "layout": ce.config.layout,
                 "parameters": int(sum(p.numel() for p in ce.model.parameters())),
                 **{k: getattr(ce.model.config, k, None) for k in ("hidden_size", "num_hidden_layers",
                                                                  "num_attention_heads", "intermediate_size")}}
-            st = _st_models(ctx, folder)
+            st, why = _st_models(ctx, folder)
+            if why:
+                detail.setdefault("models", {})[model]["sentence_transformers"] = why
             for length in LENGTHS:
                 box.check(f"{cell_name(model, length)}")
-                cells[cell_key(model, length)] = _measure_cell(ctx, box, model, length, ce, st)
+                try:
+                    c = cells[cell_key(model, length)] = _measure_cell(ctx, box, model, length, ce, st)
+                    log.info("   %-24s %s", cell_name(model, length), "; ".join(
+                        f"{k} {m['pairs_per_s']['median']:,.0f}/s" + (f" ({m['share_of_bf16_gemm']:.1%})" if
+                                                                      m["share_of_bf16_gemm"] is not None else "")
+                        for k, m in c["measures"].items()))
+                except SectionTimeout:
+                    raise
+                except Exception as err:  # noqa: BLE001 - the other cells still run
+                    log.exception("%s failed", cell_name(model, length))
+                    cells[cell_key(model, length)] = {"model": model, "length": length,
+                                                      "status": f"error: {_error(err)}"}
                 todo.remove((model, length))
                 report.save()
             del st
@@ -445,21 +477,31 @@ def sizes_and_lengths(report: Any, ctx: Any, box: Any) -> None:
                   f"theirs{pct(theirs)}; forward only {fwd['pairs_per_s']['median']:,.0f} pairs/s{pct(fwd)}"})
 
 
-def _st_models(ctx: Any, folder: Path) -> dict[str, Any]:
-    """sentence-transformers CrossEncoders of ``folder``: fp32 weights (run under autocast) and bf16 weights."""
+def _error(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"[:300]
+
+
+def _st_models(ctx: Any, folder: Path) -> tuple[dict[str, Any], str]:
+    """sentence-transformers CrossEncoders of ``folder``: fp32 weights (run under autocast) and bf16 weights; and
+    why there are none (not installed, or it cannot load the folder), else ""."""
     import importlib.util
 
     import torch
 
     if importlib.util.find_spec("sentence_transformers") is None:
-        return {}
+        return {}, "not installed"
     from sentence_transformers import CrossEncoder as STCrossEncoder
 
     def load(dtype: Any) -> Any:
         return STCrossEncoder(str(folder), activation_fn=torch.nn.Identity(), device=str(ctx.device),
                               local_files_only=True, model_kwargs={"torch_dtype": dtype})
 
-    return {"st autocast": load(torch.float32), "st bf16": load(torch.bfloat16)}
+    try:
+        return {"st autocast": load(torch.float32), "st bf16": load(torch.bfloat16)}, ""
+    except Exception as err:  # noqa: BLE001 - ours is still measured
+        log.exception("sentence-transformers cannot load %s", folder)
+        return {}, f"cannot load it: {_error(err)}"
 
 
 def _measure_cell(ctx: Any, box: Any, model: str, length: int, ce_loaded: Any, st: dict[str, Any]) -> dict:
@@ -541,7 +583,11 @@ def scorer_variants(report: Any, ctx: Any, box: Any) -> None:
         while todo:
             model, length = todo[0]
             box.check(f"variants on {cell_name(model, length)}")
-            out[cell_key(model, length)] = _variants_of_cell(report, ctx, box, model, length)
+            c = out[cell_key(model, length)] = _variants_of_cell(report, ctx, box, model, length)
+            log.info("   %-24s padded %s/s; %s; best %s", cell_name(model, length),
+                     f"{c['padded']['pairs_per_s']['median']:,.0f}", "; ".join(
+                         f"{k} {v['vs_padded_median']:.2f}x" if v.get("status") == "ok" else f"{k} {v.get('status')}"
+                         for k, v in c["variants"].items()), c["best"])
             todo.pop(0)
             report.save()
             if ctx.cuda:
@@ -609,7 +655,8 @@ def _variants_of_cell(report: Any, ctx: Any, box: Any, model: str, length: int) 
         except SectionTimeout:
             raise
         except Exception as err:  # noqa: BLE001 - a variant that fails here is reported, the others still run
-            entry.update(status=f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300])
+            log.exception("variant %s failed on %s", name, cell_name(model, length))
+            entry.update(status=f"error: {_error(err)}")
         finally:
             fn = None  # noqa: F841 - drop a bf16 copy, compiled graphs or CUDA graphs before the next variant
             if name == "compile" and ctx.cuda:
