@@ -150,7 +150,7 @@ def pair_set(dataset: Any, length: int, n_queries: int, n_items: int, seed: int 
 # --------------------------------------------------------------------------------------------------
 # models: folders both libraries read
 # --------------------------------------------------------------------------------------------------
-def _bpe_tokenizer(texts: list[str], folder: Path, vocab_size: int = 4000) -> Any:
+def _bpe_tokenizer(texts: list[str], vocab_size: int = 4000) -> Any:
     """A Qwen2 tokenizer with a byte-level BPE trained on ``texts`` (with 'yes'/'no' as tokens) and the chat
     template: the shape of Qwen's tokenization, from nothing but the bundled texts."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -194,7 +194,7 @@ def build_folder(name: str, mode: str, dest: Path, device: Any, texts: list[str]
         with torch.device(device):
             model = BertForSequenceClassification(cfg)
     elif name == "qwen-0.5b":
-        tok = _bpe_tokenizer(texts, dest, vocab_size=4000 if mode == "full" else 600)
+        tok = _bpe_tokenizer(texts, vocab_size=4000 if mode == "full" else 600)
         sizes = dict(CONFIGS[mode][name])
         vocab = sizes.pop("vocab_size") or max(tok.get_vocab().values()) + 1
         cfg = Qwen2Config(vocab_size=vocab, **sizes, max_position_embeddings=32768, tie_word_embeddings=True,
