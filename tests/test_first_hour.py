@@ -198,11 +198,11 @@ def test_02_runs_on_your_stores_and_its_report_names_the_ces_and_the_data(tmp_pa
     monkeypatch.setenv("CI", "true")
     scores, reports = own_stores, tmp_path / "reports"
     assert main(["run", "02_rank_cls_vs_emb", "--out", str(reports), "-p", "scores_dir", str(scores)]) == 0
-    [path] = reports.glob("02_rank_cls_vs_emb.quick.scores.results.json")
+    [path] = reports.glob("02_rank_cls_vs_emb.quick.scores.p*.results.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["results"]["ces"] == ["my-reranker", "their-emb"] and doc["caveats"] == []
     assert doc["results"]["params"]["k_q_values"] == [2, 5, 10, 20]  # sized from the 30 x 40 stores
-    html = path.with_name("02_rank_cls_vs_emb.quick.scores.html").read_text(encoding="utf-8")
+    html = path.with_name(path.name.replace(".results.json", ".html")).read_text(encoding="utf-8")
     assert "my-reranker ([CLS]-CE, " in html and "their-emb ([EMB]-CE, " in html and "30 queries x 40 items of mine" in html
     top = html[: html.index("<h2")]  # the answer first: the figure naming CEs and data, then the findings in words
     assert "my-reranker, their-emb on mine" in top and "Findings of this run" in top

@@ -8,6 +8,7 @@ parameters right after that cell and saves its results last.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -568,22 +569,35 @@ def test_readme_format_example_in_module_docstring_parses(tmp_path):
 
 def test_run_stem_names_other_data_models_and_sizes():
     assert xh.run_stem("00_data", "quick", xh.profile_values("00_data", "quick")) == "00_data.quick"
+    h = r"\.p[0-9a-f]{16}"  # 64 bits of a SHA-256 of every value that differs from the profile
     values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/data/scifact/"}
-    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-scifact"
+    assert re.fullmatch(r"00_data\.quick\.beir-scifact" + h, xh.run_stem("00_data", "quick", values))
     values = {**xh.profile_values("01_score_matrices", "full"), "ces": ["../models/cls-ce", "/x/my ce"]}
-    assert xh.run_stem("01_score_matrices", "full", values) == "01_score_matrices.full.cls-ce-my-ce"
+    assert re.fullmatch(r"01_score_matrices\.full\.cls-ce-my-ce" + h, xh.run_stem("01_score_matrices", "full", values))
     # the scheme once, however the folder is named; one tag for the same data in two parameters
     values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/tmp/beir-adverbs",
               "eval_datasets": ["beir:/tmp/beir-adverbs"]}
-    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-adverbs"
+    assert re.fullmatch(r"00_data\.quick\.beir-adverbs" + h, xh.run_stem("00_data", "quick", values))
     values = {**xh.profile_values("00_data", "quick"), "dataset": "zeshel:/data/zeshel:yugioh@test"}
-    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.zeshel-yugioh-test"
+    assert re.fullmatch(r"00_data\.quick\.zeshel-yugioh-test" + h, xh.run_stem("00_data", "quick", values))
+    # two folders of the same name are two reports: the tag is for the reader, the digest tells them apart
+    a, b = ({**xh.profile_values("00_data", "quick"), "dataset": f"beir:/{d}/mine"} for d in ("a", "b"))
+    assert xh.run_stem("00_data", "quick", a) != xh.run_stem("00_data", "quick", b)
     # other sizes: a hash of the values that differ from the profile (the same values: the same name)
     mine = {**xh.profile_values("03_adacur_rounds", "quick"), "dataset": "beir:/data/mine", "model": "/m/my-ce"}
     stems = {xh.run_stem("03_adacur_rounds", "quick", {**mine, "max_queries": q, "max_items": i})
              for q, i in ((100, 300), (100, 300), (200, 300), (100, 600))}
-    assert len(stems) == 3 and all(re.fullmatch(r"03_adacur_rounds\.quick\.beir-mine\.my-ce\.p[0-9a-f]{6}", s)
-                                   for s in stems)
+    assert len(stems) == 3 and all(re.fullmatch(r"03_adacur_rounds\.quick\.beir-mine\.my-ce" + h, s) for s in stems)
+
+
+def test_the_seeds_that_shared_a_24_bit_name_get_two_names():
+    """Issue 54: ``-p seed 1665`` and ``-p seed 6387`` of 05 both named their report ``p6b68e9`` (24 bits), and the second
+    run replaced the first's; 64 bits tell them apart."""
+    base = xh.profile_values("05_pefa_lambda", "quick")
+    old = [hashlib.sha256(json.dumps({"seed": s}, sort_keys=True).encode()).hexdigest()[:6] for s in (1665, 6387)]
+    assert old[0] == old[1] == "6b68e9"  # the collision as the old rule computed it
+    stems = [xh.run_stem("05_pefa_lambda", "quick", {**base, "seed": s}) for s in (1665, 6387)]
+    assert stems[0] != stems[1] and all(re.fullmatch(r"05_pefa_lambda\.quick\.p[0-9a-f]{16}", s) for s in stems)
 
 
 def test_the_executed_notebook_keeps_no_plotly_bundle_and_the_report_puts_the_findings_under_the_summary():
@@ -619,14 +633,15 @@ def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir
     nbformat.write(nb, path)
     xh.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
     xh.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food"}, **notebook_kwargs)
+    food = xh.run_stem(xh.load_spec(path), "quick", {**xh.profile_values(xh.load_spec(path)),
+                                                     "dataset": "wordnet-el:noun.food"})
     names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
-    assert names == ["tiny.quick.ipynb", "tiny.quick.results.json",
-                     "tiny.quick.wordnet-el-noun.food.ipynb", "tiny.quick.wordnet-el-noun.food.results.json"]
+    assert names == ["tiny.quick.ipynb", "tiny.quick.results.json", f"{food}.ipynb", f"{food}.results.json"]
     # a second run on that data with another size is a third report, not an overwrite of the second
     xh.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food", "n": 5}, **notebook_kwargs)
     sized = xh.run_stem(xh.load_spec(path), "quick", {**xh.profile_values(xh.load_spec(path)),
                                                       "dataset": "wordnet-el:noun.food", "n": 5})
     assert sized.startswith("tiny.quick.wordnet-el-noun.food.p")
     assert sorted(p.name for p in reports_dir.iterdir() if p.suffix == ".html") == sorted([
-        "tiny.quick.html", f"{sized}.html", "tiny.quick.wordnet-el-noun.food.html"])
+        "tiny.quick.html", f"{sized}.html", f"{food}.html"])
     assert json.loads((reports_dir / f"{sized}.results.json").read_text())["results"]["n"] == 5
