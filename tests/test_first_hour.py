@@ -514,11 +514,11 @@ def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, mon
     path = xh.save_results("03_adacur_rounds", "quick", {"params": {}}, out_dir=tmp_path / "r", params={})
     assert json.loads(path.read_text())["caveats"] == provenance.recorded_caveats() != []
     shown = []
-    monkeypatch.setattr(ipd, "display", shown.append)
+    monkeypatch.setattr(ipd, "display", lambda obj, **kw: shown.append(obj["text/plain"]))  # the Markdown source
     monkeypatch.setattr("xenbench.studies.findings._lines_of", lambda p, doc: ["ADACUR beats ANNCUR by +94 points"])
     show(path)
-    assert shown[0].data.startswith("**⚠ These findings are not to be trusted:** the CE fresh-head ranks the items")
-    assert "**Findings of this run**" in shown[0].data and "+94 points" in shown[0].data
+    assert shown[0].startswith("**⚠ These findings are not to be trusted:** the CE fresh-head ranks the items")
+    assert "**Findings of this run**" in shown[0] and "+94 points" in shown[0]
     provenance.clear_caveats()
     assert load_setup(REPO / "data" / "scores" / "noun.cognition" / "cls-ce", "wordnet-el:noun.cognition",
                       max_items=600).M.shape == (1001, 600)

@@ -137,7 +137,7 @@ def _show_header(values: Mapping[str, Any]) -> None:
         return
     if get_ipython() is None:
         return
-    from IPython.display import Markdown, display
+    from xenbench._markup import show_markdown
 
     prov = {"git": provenance.run_git_state(), **provenance.environment()}  # inputs come later: the results file
-    display(Markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n")))
+    show_markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n"))
