@@ -6,7 +6,9 @@ Outputs of ``run_notebook("00_data", profile="quick")`` in ``out_dir``: ``00_dat
 (:func:`xenbench.harness.results.save_results`). A run writes into a hidden staging folder and replaces the previous
 report only when it has succeeded: a failed or killed run leaves the previous good report in place (a failed one adds
 ``00_data.quick.failed.ipynb``). A second run of the same notebook, profile and data while one is running is refused
-(the lock ``.00_data.quick.ipynb.lock``).
+(the lock ``.00_data.quick.ipynb.lock``). A run replaces only what xenbench wrote for the same parameters: the executed
+notebook records their digest, and ``<stem>.runs/`` a manifest of the files written there (a user's file there stays);
+anything else is refused before the run (:func:`_refuse_foreign_outputs`).
 """
 from __future__ import annotations
 
