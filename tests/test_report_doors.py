@@ -154,7 +154,7 @@ def test_a_relative_model_or_run_file_not_found_says_it_looked_under_notebooks(t
     line = refused(capsys.readouterr().err, r"relative paths are read from notebooks/", rc=None)
     assert str(REPO / "notebooks" / "models" / "cls-ce") in line  # the old line: "not in the Hugging Face cache"
     assert main(["run", "00_data", "--out", str(tmp_path), "-p", "first_stages", '[de, "run:r.trec"]']) == 2
-    line = refused(capsys.readouterr().err, r"^xenbench: error: r\.trec: no such run file .*relative paths are "
+    line = refused(capsys.readouterr().err, r"^xenbench: error: r\.trec: no such file .*relative paths are "
                                             r"read from notebooks/", rc=None)
     assert str(REPO / "notebooks" / "r.trec") in line and not kernel_calls  # the old line: "r.trec: no such file"
 

@@ -209,8 +209,9 @@ def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: di
         evaluated = _ranked_queries(spec, values, ds)
         for path in runs:
             if not path.exists() and not path.is_symlink():
-                raise DataError(path, f"no such run file (the {name!r} parameter of {spec.owner}; relative paths are "
-                                      f"read from notebooks/: looked for {Path.cwd() / path})")
+                where = "" if path.is_absolute() else (f"; relative paths are read from notebooks/: looked for "
+                                                       f"{Path.cwd() / path}")
+                raise DataError(path, f"no such file (a run file, the {name!r} parameter of {spec.owner}{where})")
             check_run(read_trec_run(path), query_ids=ds.query_ids, evaluated=evaluated, item_ids=ds.item_ids,
                       dataset=ds.name, param=name)
 

@@ -251,8 +251,9 @@ def _merge_runs(staged: Path, dest: Path, key: str) -> None:
     write_text_atomic(dest / RUNS_MANIFEST, json.dumps({"params_sha256": key, "files": new}, indent=1) + "\n")
 
 
-def _out_folder(out_dir: str | os.PathLike[str]) -> Path:
-    """``out_dir`` resolved and created; a symbolic link loop, a dangling link or a file on its way is one line."""
+def _out_folder(out_dir: str | os.PathLike[str], *, create: bool) -> Path:
+    """``out_dir`` resolved (and created with ``create``); a symbolic link loop or a dangling link on its way, or a
+    folder that cannot be made, is one line."""
     given = Path(out_dir)
     for p in reversed((given, *given.parents)):
         if p.is_symlink() and not p.exists():
@@ -263,7 +264,8 @@ def _out_folder(out_dir: str | os.PathLike[str]) -> Path:
                 raise DataError(p, f"is {why}: --out expects a folder that exists or can be created") from None
     try:
         out = given.resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        if create:
+            out.mkdir(parents=True, exist_ok=True)
     except (OSError, RuntimeError) as err:  # RuntimeError: pathlib's "Symlink loop" before Python 3.13
         why = getattr(err, "strerror", None) or str(err)
         raise DataError(given, f"cannot be used as the output folder ({why}): --out expects a folder that exists or "
@@ -395,11 +397,12 @@ def run_notebook(
     values = {**profile_values(spec, profile), **validate_params(spec, dict(params or {}))}
     values["profile"] = profile
     # Where the outputs go and whether they may be replaced: checked before the preflight (which may load a CE).
-    out = _out_folder(out_dir)
+    out = _out_folder(out_dir, create=False)
     stem = run_stem(spec, profile, values)
     key = _digest(_name_values(spec, profile, values))
     _refuse_foreign_outputs(out, spec, stem, key)
     preflight(spec, values, timeout=timeout)
+    out = _out_folder(out_dir, create=True)  # nothing is written before the checks have passed
     from xenbench.data.store import writer_lock
 
     # One run per report at a time: a second `xenbench run` of the same notebook, profile and data is refused.
