@@ -74,6 +74,21 @@ def write_tiny(folder: Path, name: str = "tiny", body: list[str] | None = None, 
     return path
 
 
+def earlier_run(folder: Path, names: tuple[str, ...], text: str = "earlier") -> dict[str, str]:
+    """An earlier good run's files in ``folder``, each holding ``text``; its ``.ipynb`` is one xenbench wrote for the
+    profile's values (their digest in its metadata), so a run of the same parameters may replace the set."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name in names:
+        content = text
+        if name.endswith(".ipynb") and not name.endswith(".failed.ipynb"):
+            meta = {"xenbench": {"stem": name.removesuffix(".ipynb"), "params_sha256": hashlib.sha256(b"{}").hexdigest()}}
+            content = json.dumps({"cells": [], "metadata": {**meta, "note": text}, "nbformat": 4, "nbformat_minor": 5})
+        (folder / name).write_text(content)
+        written[name] = content
+    return written
+
+
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
     return write_tiny(tmp_path / "nbs")
@@ -311,7 +326,7 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     executed = xh.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
     stem = executed.name.removesuffix(".ipynb")  # n = 4 is not the profile's 2: the name carries a hash of it
-    assert re.fullmatch(r"tiny\.small\.p[0-9a-f]{6}", stem)
+    assert re.fullmatch(r"tiny\.small\.p[0-9a-f]{16}", stem)
     assert executed == (reports_dir / f"{stem}.ipynb").resolve()
     assert sorted(p.name for p in reports_dir.iterdir()) == [f"{stem}.html", f"{stem}.ipynb", f"{stem}.results.json"]
     nb = nbformat.read(executed, as_version=4)
@@ -383,16 +398,14 @@ def test_the_kernel_freezes_its_heap_after_the_exit_handlers_and_skips_the_iri_g
 @pytest.mark.notebook
 def test_failed_run_keeps_the_previous_report(tmp_path, reports_dir, notebook_kwargs):
     path = write_tiny(tmp_path / "nbs", body=['raise RuntimeError("boom in cell")'])
-    reports_dir.mkdir()
-    earlier = ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json")
-    for name in earlier:
-        (reports_dir / name).write_text("from an earlier good run")
+    earlier = earlier_run(reports_dir, ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json"),
+                          "from an earlier good run")
 
     with pytest.raises(pm.PapermillExecutionError, match="boom in cell"):
         xh.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
 
     assert sorted(p.name for p in reports_dir.iterdir()) == sorted([*earlier, "tiny.quick.failed.ipynb"])
-    assert all((reports_dir / n).read_text() == "from an earlier good run" for n in earlier)
+    assert all((reports_dir / n).read_text() == text for n, text in earlier.items())
     failed = nbformat.read(reports_dir / "tiny.quick.failed.ipynb", as_version=4)
     assert any(o.get("ename") == "RuntimeError" for c in failed.cells if c.cell_type == "code" for o in c.outputs)
 
@@ -420,9 +433,8 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     import time
 
     slow = write_tiny(tmp_path / "nbs", body=["open('in_cell', 'w').close(); import time; time.sleep(600)"])
-    reports_dir.mkdir()
-    for name in ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json", "tiny.quick.failed.ipynb"):
-        (reports_dir / name).write_text("earlier")
+    earlier = earlier_run(reports_dir, ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json",
+                                        "tiny.quick.failed.ipynb"))
     code = (f"import xenbench.harness as x; x.run_notebook({str(slow)!r}, out_dir={str(reports_dir)!r}, "
             f"kernel={notebook_kwargs['kernel']!r}, progress_bar=False)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
@@ -435,7 +447,7 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     visible = sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("."))
     assert visible == ["tiny.quick.failed.ipynb", "tiny.quick.html", "tiny.quick.ipynb",
                        "tiny.quick.results.json"]
-    assert all((reports_dir / n).read_text() == "earlier" for n in visible)
+    assert all((reports_dir / n).read_text() == earlier[n] for n in visible)
 
     # The next successful run replaces the whole set, drops the stale failed notebook and the killed run's staging.
     good = write_tiny(tmp_path / "nbs2")
@@ -458,8 +470,7 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
     import psutil
 
     slow = write_tiny(tmp_path / "nbs", body=["open('in_cell', 'w').close(); import time; time.sleep(600)"])
-    reports_dir.mkdir()
-    (reports_dir / "tiny.quick.html").write_text("earlier")
+    earlier_run(reports_dir, ("tiny.quick.ipynb", "tiny.quick.html"))
     cli = Path(sys.executable).with_name("xenbench")
     # Output to a file, not a pipe: a kernel that outlived the run would hold a pipe open (and the test would hang).
     with open(tmp_path / "err", "w") as err_file:
@@ -483,7 +494,7 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
                     "tiny.quick.failed.ipynb; the previous report is untouched")
     assert (reports_dir / "tiny.quick.html").read_text() == "earlier"
     assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith(".")) == [
-        "tiny.quick.failed.ipynb", "tiny.quick.html"]
+        "tiny.quick.failed.ipynb", "tiny.quick.html", "tiny.quick.ipynb"]
 
 
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
