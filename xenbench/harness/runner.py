@@ -260,7 +260,8 @@ def _out_folder(out_dir: str | os.PathLike[str], *, create: bool) -> Path:
             try:
                 os.stat(p)
             except OSError as err:
-                why = "a symbolic link loop" if err.errno == errno.ELOOP else f"a dangling symbolic link (to {os.readlink(p)})"
+                why = ("a symbolic link loop" if err.errno == errno.ELOOP
+                       else f"a dangling symbolic link (to {os.readlink(p)})")
                 raise DataError(p, f"is {why}: --out expects a folder that exists or can be created") from None
     try:
         out = given.resolve()

@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -62,7 +63,7 @@ def _auto_class(kind: str):
     raise ParameterError("kind", "'cls', 'emb' or 'lm'", kind, "CEConfig")
 
 
-def load_tokenizer(path: str | os.PathLike[str]):
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     """``AutoTokenizer.from_pretrained(path, trust_remote_code=False)``; a tokenizer file the tokenizers library
     cannot read (a truncated or edited ``tokenizer.json``) is one error naming the file, not its traceback.
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xenbench.errors import DataError, ParameterError
 
@@ -231,8 +233,9 @@ def refuse_custom_code(path: str | os.PathLike[str]) -> None:
                                   "(docs/MODELS.md, \"Your own scorer\")")
 
 
-def _flat(values) -> list:
-    out = []
+def _flat(values: Iterable[Any]) -> list[Any]:
+    """``auto_map``'s values flattened: a tokenizer's is a pair ``[slow, fast]`` (either may be null)."""
+    out: list[Any] = []
     for v in values:
         out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
     return out
