@@ -174,10 +174,11 @@ _INJECTED = """() => [...document.querySelectorAll('*')].filter(e => [...e.attri
 
 
 def test_payloads_in_a_reports_findings_run_no_script(browser, tmp_path, notebook_kwargs):
-    """A report whose findings name a run file ``<img src=x onerror=...>.trec``, a dataset and a CE folder holding
-    tags, a ``javascript:`` link and a caveat naming a CE (the findings of 00 and 03 through ``xb.findings.show``, the
-    provenance header, the report's copy of the findings at the top): opened in Chromium, nothing runs (the title
-    stays, no element carries a payload's handler) and every payload is on the page as text."""
+    """A report whose findings, figure, table and printed text name a run file ``<img src=x onerror=...>.trec``, a
+    dataset and a CE folder holding tags, a ``javascript:`` link and a caveat naming a CE (the findings of 00 and 03
+    through ``xb.findings.show``, the provenance header, the report's copy of the findings at the top): opened in
+    Chromium, nothing runs (the title stays, no element carries a payload's handler) and every payload is on the page
+    as text."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _payloads import poisoned_results
     from test_notebook_harness import write_tiny
@@ -192,7 +193,9 @@ def test_payloads_in_a_reports_findings_run_no_script(browser, tmp_path, noteboo
               f"labels = {labels!r}\n"
               "go.Figure(go.Bar(x=labels, y=[1] * len(labels), name=labels[0], hovertext=labels)).update_layout("
               "title=labels[1])")
-    body = [figure] + [f"xb.findings.show({str(path)!r})" for path, _ in poisoned]
+    # a table (pandas escapes its cells) and printed text (a stream: nbconvert escapes it) with the same names
+    table = f"import pandas as pd\nprint({labels!r})\npd.DataFrame({{'name': {labels!r}, 'n': range({len(labels)})}})"
+    body = [figure, table] + [f"xb.findings.show({str(path)!r})" for path, _ in poisoned]
     path = write_tiny(folder, body=body)
     nb = json.loads(path.read_text(encoding="utf-8"))
     nb["cells"][-1]["metadata"]["tags"] = ["findings"]  # the report repeats these findings at the top
