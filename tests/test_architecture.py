@@ -4,7 +4,7 @@ Every ``import`` of a xenbench module is checked, at module level or inside a fu
 are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest first:
 
 ====  =============  ==========================================================================
- 0    base           the package root, errors, _validation, _io, _ray, _device, _lazy, integrity, metrics, sampling,
+ 0    base           the package root, errors, _validation, _io, _markup, _ray, _device, _lazy, integrity, metrics, sampling,
                     provenance
  1    data           xenbench.data: datasets, readers, beir, zeshel, sources, wordnet, store
  2    models         xenbench.models: crossencoder, pairs, templates, references, loading, scorers, scoring, packed,
@@ -40,7 +40,7 @@ import xenbench
 PACKAGE = Path(xenbench.__file__).parent
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("base", {"xenbench", "errors", "_validation", "_io", "_ray", "_device", "_lazy", "integrity", "metrics",
+    ("base", {"xenbench", "errors", "_validation", "_io", "_markup", "_ray", "_device", "_lazy", "integrity", "metrics",
               "sampling", "provenance"}),
     ("data", {"data"}),
     ("models", {"models"}),

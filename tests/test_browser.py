@@ -162,6 +162,66 @@ def test_a_report_copied_alone_draws_its_figures(browser, reports, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# No script in a report: a user's names shown as text (issue 54)
+# ------------------------------------------------------------------------------------------------
+
+# Any element an injected payload would have built: an event handler or a javascript: link holding "pwned" (plotly keeps
+# a label's raw text in data-unformatted attributes and its figure's JSON in a script, which run nothing; a script that
+# ran would have changed the title).
+_INJECTED = """() => [...document.querySelectorAll('*')].filter(e => [...e.attributes].some(a =>
+    a.value.includes('pwned') && (a.name.startsWith('on') || /^\\s*javascript:/i.test(a.value))))
+    .map(e => e.outerHTML.slice(0, 200))"""
+
+
+def test_payloads_in_a_reports_findings_run_no_script(browser, tmp_path, notebook_kwargs):
+    """A report whose findings, figure, table and printed text name a run file ``<img src=x onerror=...>.trec``, a
+    dataset and a CE folder holding tags, a ``javascript:`` link and a caveat naming a CE (the findings of 00 and 03
+    through ``xb.findings.show``, the provenance header, the report's copy of the findings at the top): opened in
+    Chromium, nothing runs (the title stays, no element carries a payload's handler) and every payload is on the page
+    as text."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _payloads import poisoned_results
+    from test_notebook_harness import write_tiny
+
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    poisoned = poisoned_results(folder)
+    # plotly draws a figure's labels itself (its own few tags, no handlers, no javascript: links): a CE's name as a
+    # trace, an item's as hover text and a tick, a dataset's as the title
+    labels = [p for _, payloads in poisoned for p in payloads[:2]]
+    figure = ("import plotly.graph_objects as go\n"
+              f"labels = {labels!r}\n"
+              "go.Figure(go.Bar(x=labels, y=[1] * len(labels), name=labels[0], hovertext=labels)).update_layout("
+              "title=labels[1])")
+    # a table (pandas escapes its cells) and printed text (a stream: nbconvert escapes it) with the same names
+    table = f"import pandas as pd\nprint({labels!r})\npd.DataFrame({{'name': {labels!r}, 'n': range({len(labels)})}})"
+    body = [figure, table] + [f"xb.findings.show({str(path)!r})" for path, _ in poisoned]
+    path = write_tiny(folder, body=body)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb["cells"][-1]["metadata"]["tags"] = ["findings"]  # the report repeats these findings at the top
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    report = run_notebook(path, out_dir=tmp_path / "reports", **notebook_kwargs).with_suffix(".html")
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    try:
+        page.goto(report.as_uri(), wait_until="load", timeout=60_000)
+        page.wait_for_function("() => document.querySelector('.plotly-graph-div .main-svg')", timeout=60_000)
+        for point in page.query_selector_all(".plotly-graph-div .point")[:4]:
+            point.hover(force=True)  # the hover label of each bar
+        page.wait_for_timeout(1000)  # an onerror of a broken image fires after load
+        title, injected = page.title(), page.evaluate(_INJECTED)
+        text = page.evaluate("() => document.body.innerText")
+        links = page.evaluate("() => [...document.querySelectorAll('a[href^=\"javascript:\"]')].length")
+    finally:
+        page.close()
+    assert "pwned" not in title and not dialogs and not injected and links == 0, (title, dialogs, injected, links)
+    for _, payloads in poisoned:
+        for p in payloads:
+            assert p in text, p  # shown, as text
+
+
+# ------------------------------------------------------------------------------------------------
 # JupyterLab: 04's AXN explorer reacts to its controls
 # ------------------------------------------------------------------------------------------------
 

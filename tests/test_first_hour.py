@@ -198,11 +198,11 @@ def test_02_runs_on_your_stores_and_its_report_names_the_ces_and_the_data(tmp_pa
     monkeypatch.setenv("CI", "true")
     scores, reports = own_stores, tmp_path / "reports"
     assert main(["run", "02_rank_cls_vs_emb", "--out", str(reports), "-p", "scores_dir", str(scores)]) == 0
-    [path] = reports.glob("02_rank_cls_vs_emb.quick.scores.results.json")
+    [path] = reports.glob("02_rank_cls_vs_emb.quick.scores.p*.results.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["results"]["ces"] == ["my-reranker", "their-emb"] and doc["caveats"] == []
     assert doc["results"]["params"]["k_q_values"] == [2, 5, 10, 20]  # sized from the 30 x 40 stores
-    html = path.with_name("02_rank_cls_vs_emb.quick.scores.html").read_text(encoding="utf-8")
+    html = path.with_name(path.name.replace(".results.json", ".html")).read_text(encoding="utf-8")
     assert "my-reranker ([CLS]-CE, " in html and "their-emb ([EMB]-CE, " in html and "30 queries x 40 items of mine" in html
     top = html[: html.index("<h2")]  # the answer first: the figure naming CEs and data, then the findings in words
     assert "my-reranker, their-emb on mine" in top and "Findings of this run" in top
@@ -514,11 +514,11 @@ def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, mon
     path = xh.save_results("03_adacur_rounds", "quick", {"params": {}}, out_dir=tmp_path / "r", params={})
     assert json.loads(path.read_text())["caveats"] == provenance.recorded_caveats() != []
     shown = []
-    monkeypatch.setattr(ipd, "display", shown.append)
+    monkeypatch.setattr(ipd, "display", lambda obj, **kw: shown.append(obj["text/plain"]))  # the Markdown source
     monkeypatch.setattr("xenbench.studies.findings._lines_of", lambda p, doc: ["ADACUR beats ANNCUR by +94 points"])
     show(path)
-    assert shown[0].data.startswith("**⚠ These findings are not to be trusted:** the CE fresh-head ranks the items")
-    assert "**Findings of this run**" in shown[0].data and "+94 points" in shown[0].data
+    assert shown[0].startswith("**⚠ These findings are not to be trusted:** the CE fresh-head ranks the items")
+    assert "**Findings of this run**" in shown[0] and "+94 points" in shown[0]
     provenance.clear_caveats()
     assert load_setup(REPO / "data" / "scores" / "noun.cognition" / "cls-ce", "wordnet-el:noun.cognition",
                       max_items=600).M.shape == (1001, 600)

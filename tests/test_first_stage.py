@@ -97,7 +97,7 @@ def test_runs_land_beside_the_results_named_like_them(tmp_path, monkeypatch):
     # under run_notebook the run's stem names it (another dataset, another first stage: another report)
     values = {**xh.profile_values("03_adacur_rounds"), "first_stage": "bm25"}
     stem = xh.run_stem("03_adacur_rounds", "quick", values)
-    assert stem == "03_adacur_rounds.quick.bm25"
+    assert re.fullmatch(r"03_adacur_rounds\.quick\.bm25\.p[0-9a-f]{16}", stem)
     monkeypatch.setenv("XENBENCH_RUN_STEM", stem)
     assert xh.runs_dir("03_adacur_rounds", "quick") == Path(tmp_path) / f"{stem}.runs"
 

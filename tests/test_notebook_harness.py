@@ -8,6 +8,7 @@ parameters right after that cell and saves its results last.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -71,6 +72,21 @@ def write_tiny(folder: Path, name: str = "tiny", body: list[str] | None = None, 
     nbformat.write(nb, path)
     (folder / f"{name}.yaml").write_text(yaml_text, encoding="utf-8")
     return path
+
+
+def earlier_run(folder: Path, names: tuple[str, ...], text: str = "earlier") -> dict[str, str]:
+    """An earlier good run's files in ``folder``, each holding ``text``; its ``.ipynb`` is one xenbench wrote for the
+    profile's values (their digest in its metadata), so a run of the same parameters may replace the set."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name in names:
+        content = text
+        if name.endswith(".ipynb") and not name.endswith(".failed.ipynb"):
+            meta = {"xenbench": {"stem": name.removesuffix(".ipynb"), "params_sha256": hashlib.sha256(b"{}").hexdigest()}}
+            content = json.dumps({"cells": [], "metadata": {**meta, "note": text}, "nbformat": 4, "nbformat_minor": 5})
+        (folder / name).write_text(content)
+        written[name] = content
+    return written
 
 
 @pytest.fixture
@@ -310,7 +326,7 @@ def test_run_notebook_writes_executed_notebook_html_and_results(tiny, reports_di
     executed = xh.run_notebook(tiny, profile="small", params={"n": 4}, out_dir=reports_dir, **notebook_kwargs)
 
     stem = executed.name.removesuffix(".ipynb")  # n = 4 is not the profile's 2: the name carries a hash of it
-    assert re.fullmatch(r"tiny\.small\.p[0-9a-f]{6}", stem)
+    assert re.fullmatch(r"tiny\.small\.p[0-9a-f]{16}", stem)
     assert executed == (reports_dir / f"{stem}.ipynb").resolve()
     assert sorted(p.name for p in reports_dir.iterdir()) == [f"{stem}.html", f"{stem}.ipynb", f"{stem}.results.json"]
     nb = nbformat.read(executed, as_version=4)
@@ -382,16 +398,14 @@ def test_the_kernel_freezes_its_heap_after_the_exit_handlers_and_skips_the_iri_g
 @pytest.mark.notebook
 def test_failed_run_keeps_the_previous_report(tmp_path, reports_dir, notebook_kwargs):
     path = write_tiny(tmp_path / "nbs", body=['raise RuntimeError("boom in cell")'])
-    reports_dir.mkdir()
-    earlier = ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json")
-    for name in earlier:
-        (reports_dir / name).write_text("from an earlier good run")
+    earlier = earlier_run(reports_dir, ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json"),
+                          "from an earlier good run")
 
     with pytest.raises(pm.PapermillExecutionError, match="boom in cell"):
         xh.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
 
     assert sorted(p.name for p in reports_dir.iterdir()) == sorted([*earlier, "tiny.quick.failed.ipynb"])
-    assert all((reports_dir / n).read_text() == "from an earlier good run" for n in earlier)
+    assert all((reports_dir / n).read_text() == text for n, text in earlier.items())
     failed = nbformat.read(reports_dir / "tiny.quick.failed.ipynb", as_version=4)
     assert any(o.get("ename") == "RuntimeError" for c in failed.cells if c.cell_type == "code" for o in c.outputs)
 
@@ -419,9 +433,8 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     import time
 
     slow = write_tiny(tmp_path / "nbs", body=["open('in_cell', 'w').close(); import time; time.sleep(600)"])
-    reports_dir.mkdir()
-    for name in ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json", "tiny.quick.failed.ipynb"):
-        (reports_dir / name).write_text("earlier")
+    earlier = earlier_run(reports_dir, ("tiny.quick.ipynb", "tiny.quick.html", "tiny.quick.results.json",
+                                        "tiny.quick.failed.ipynb"))
     code = (f"import xenbench.harness as x; x.run_notebook({str(slow)!r}, out_dir={str(reports_dir)!r}, "
             f"kernel={notebook_kwargs['kernel']!r}, progress_bar=False)")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
@@ -434,7 +447,7 @@ def test_killed_run_keeps_the_previous_report_and_success_replaces_it(tmp_path, 
     visible = sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith("."))
     assert visible == ["tiny.quick.failed.ipynb", "tiny.quick.html", "tiny.quick.ipynb",
                        "tiny.quick.results.json"]
-    assert all((reports_dir / n).read_text() == "earlier" for n in visible)
+    assert all((reports_dir / n).read_text() == earlier[n] for n in visible)
 
     # The next successful run replaces the whole set, drops the stale failed notebook and the killed run's staging.
     good = write_tiny(tmp_path / "nbs2")
@@ -457,8 +470,7 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
     import psutil
 
     slow = write_tiny(tmp_path / "nbs", body=["open('in_cell', 'w').close(); import time; time.sleep(600)"])
-    reports_dir.mkdir()
-    (reports_dir / "tiny.quick.html").write_text("earlier")
+    earlier_run(reports_dir, ("tiny.quick.ipynb", "tiny.quick.html"))
     cli = Path(sys.executable).with_name("xenbench")
     # Output to a file, not a pipe: a kernel that outlived the run would hold a pipe open (and the test would hang).
     with open(tmp_path / "err", "w") as err_file:
@@ -482,7 +494,7 @@ def test_ctrl_c_during_xenbench_run_is_one_line_and_keeps_the_previous_report(tm
                     "tiny.quick.failed.ipynb; the previous report is untouched")
     assert (reports_dir / "tiny.quick.html").read_text() == "earlier"
     assert sorted(p.name for p in reports_dir.iterdir() if not p.name.startswith(".")) == [
-        "tiny.quick.failed.ipynb", "tiny.quick.html"]
+        "tiny.quick.failed.ipynb", "tiny.quick.html", "tiny.quick.ipynb"]
 
 
 def test_results_outside_run_notebook_get_their_own_name(tmp_path, monkeypatch):
@@ -568,22 +580,35 @@ def test_readme_format_example_in_module_docstring_parses(tmp_path):
 
 def test_run_stem_names_other_data_models_and_sizes():
     assert xh.run_stem("00_data", "quick", xh.profile_values("00_data", "quick")) == "00_data.quick"
+    h = r"\.p[0-9a-f]{16}"  # 64 bits of a SHA-256 of every value that differs from the profile
     values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/data/scifact/"}
-    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-scifact"
+    assert re.fullmatch(r"00_data\.quick\.beir-scifact" + h, xh.run_stem("00_data", "quick", values))
     values = {**xh.profile_values("01_score_matrices", "full"), "ces": ["../models/cls-ce", "/x/my ce"]}
-    assert xh.run_stem("01_score_matrices", "full", values) == "01_score_matrices.full.cls-ce-my-ce"
+    assert re.fullmatch(r"01_score_matrices\.full\.cls-ce-my-ce" + h, xh.run_stem("01_score_matrices", "full", values))
     # the scheme once, however the folder is named; one tag for the same data in two parameters
     values = {**xh.profile_values("00_data", "quick"), "dataset": "beir:/tmp/beir-adverbs",
               "eval_datasets": ["beir:/tmp/beir-adverbs"]}
-    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.beir-adverbs"
+    assert re.fullmatch(r"00_data\.quick\.beir-adverbs" + h, xh.run_stem("00_data", "quick", values))
     values = {**xh.profile_values("00_data", "quick"), "dataset": "zeshel:/data/zeshel:yugioh@test"}
-    assert xh.run_stem("00_data", "quick", values) == "00_data.quick.zeshel-yugioh-test"
+    assert re.fullmatch(r"00_data\.quick\.zeshel-yugioh-test" + h, xh.run_stem("00_data", "quick", values))
+    # two folders of the same name are two reports: the tag is for the reader, the digest tells them apart
+    a, b = ({**xh.profile_values("00_data", "quick"), "dataset": f"beir:/{d}/mine"} for d in ("a", "b"))
+    assert xh.run_stem("00_data", "quick", a) != xh.run_stem("00_data", "quick", b)
     # other sizes: a hash of the values that differ from the profile (the same values: the same name)
     mine = {**xh.profile_values("03_adacur_rounds", "quick"), "dataset": "beir:/data/mine", "model": "/m/my-ce"}
     stems = {xh.run_stem("03_adacur_rounds", "quick", {**mine, "max_queries": q, "max_items": i})
              for q, i in ((100, 300), (100, 300), (200, 300), (100, 600))}
-    assert len(stems) == 3 and all(re.fullmatch(r"03_adacur_rounds\.quick\.beir-mine\.my-ce\.p[0-9a-f]{6}", s)
-                                   for s in stems)
+    assert len(stems) == 3 and all(re.fullmatch(r"03_adacur_rounds\.quick\.beir-mine\.my-ce" + h, s) for s in stems)
+
+
+def test_the_seeds_that_shared_a_24_bit_name_get_two_names():
+    """Issue 54: ``-p seed 1665`` and ``-p seed 6387`` of 05 both named their report ``p6b68e9`` (24 bits), and the second
+    run replaced the first's; 64 bits tell them apart."""
+    base = xh.profile_values("05_pefa_lambda", "quick")
+    old = [hashlib.sha256(json.dumps({"seed": s}, sort_keys=True).encode()).hexdigest()[:6] for s in (1665, 6387)]
+    assert old[0] == old[1] == "6b68e9"  # the collision as the old rule computed it
+    stems = [xh.run_stem("05_pefa_lambda", "quick", {**base, "seed": s}) for s in (1665, 6387)]
+    assert stems[0] != stems[1] and all(re.fullmatch(r"05_pefa_lambda\.quick\.p[0-9a-f]{16}", s) for s in stems)
 
 
 def test_the_executed_notebook_keeps_no_plotly_bundle_and_the_report_puts_the_findings_under_the_summary():
@@ -619,14 +644,15 @@ def test_a_run_on_other_data_keeps_the_default_runs_report(tmp_path, reports_dir
     nbformat.write(nb, path)
     xh.run_notebook(path, out_dir=reports_dir, **notebook_kwargs)
     xh.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food"}, **notebook_kwargs)
+    food = xh.run_stem(xh.load_spec(path), "quick", {**xh.profile_values(xh.load_spec(path)),
+                                                     "dataset": "wordnet-el:noun.food"})
     names = sorted(p.name for p in reports_dir.iterdir() if p.suffix in (".ipynb", ".json"))
-    assert names == ["tiny.quick.ipynb", "tiny.quick.results.json",
-                     "tiny.quick.wordnet-el-noun.food.ipynb", "tiny.quick.wordnet-el-noun.food.results.json"]
+    assert names == ["tiny.quick.ipynb", "tiny.quick.results.json", f"{food}.ipynb", f"{food}.results.json"]
     # a second run on that data with another size is a third report, not an overwrite of the second
     xh.run_notebook(path, out_dir=reports_dir, params={"dataset": "wordnet-el:noun.food", "n": 5}, **notebook_kwargs)
     sized = xh.run_stem(xh.load_spec(path), "quick", {**xh.profile_values(xh.load_spec(path)),
                                                       "dataset": "wordnet-el:noun.food", "n": 5})
     assert sized.startswith("tiny.quick.wordnet-el-noun.food.p")
     assert sorted(p.name for p in reports_dir.iterdir() if p.suffix == ".html") == sorted([
-        "tiny.quick.html", f"{sized}.html", "tiny.quick.wordnet-el-noun.food.html"])
+        "tiny.quick.html", f"{sized}.html", f"{food}.html"])
     assert json.loads((reports_dir / f"{sized}.results.json").read_text())["results"]["n"] == 5

@@ -173,9 +173,9 @@ def test_the_report_header_names_commit_versions_and_machine(monkeypatch):
 
     shown = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())
-    monkeypatch.setattr(IPython.display, "display", shown.append)
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     kernel._show_header({"k": 10, "profile": "quick"})
-    text = shown[0].data
+    text = shown[0]["text/plain"]  # the Markdown source; text/html is it rendered with every tag escaped
     commit = provenance.git_state(REPO_ROOT)["commit"]
     assert text.startswith(f"**Provenance.** xenbench {provenance.environment()['xenbench']} at commit {commit[:12]} (")
     assert "numpy " in text and "torch " in text and "Device " in text

@@ -184,6 +184,9 @@ def _check_score_args(args: argparse.Namespace) -> None:
 
         check_address(args.address)
     check_int(args.seed, "--seed", 0, None, command, expected="a non-negative int")
+    from xenbench.data.store import refuse_if_locked
+
+    refuse_if_locked(Path(args.out))  # another `xenbench score` writing this store: refused before the CE loads
     for what, n, path in (("queries", args.n_queries, args.query_ids), ("items", args.n_items, args.item_ids)):
         flag = {"queries": "--query-ids", "items": "--item-ids"}[what]
         if path and n is not None:
@@ -211,6 +214,9 @@ def _check_store_out(out: Path, *, resume: bool, overwrite: bool) -> None:
     from xenbench.data.store import foreign_content
 
     _check_path(out, "--out")
+    if out.is_symlink() and not out.exists():  # mkdir would fail on it only after the work (the DE's embeddings)
+        raise DataError(out, f"is a dangling symbolic link (to {os.readlink(out)}): --out expects a store folder (new, "
+                             "or a store to resume); remove the link or make its target")
     parent = next((p for p in (out, *out.parents) if p.exists()), None)
     if parent is not None and parent != out and not parent.is_dir():
         raise DataError(parent, f"is a file, so --out {out} cannot be created below it: choose a store folder")

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from xenbench._io import write_text_atomic
+from xenbench._markup import escape
 from xenbench._validation import PY_INT, check_choice, check_int
 from xenbench.errors import ParameterError
 from xenbench.harness import (load_spec, notebook_path, parse_cli_params, preflight, profile_values, run_notebook,
@@ -265,8 +266,8 @@ def _write_summary(out: Path, notebook: str, profile: str, table: pd.DataFrame, 
     from xenbench.harness import light_html
 
     n_ok = int((points["status"] == "ok").sum())
-    parts = [f"<h1>Sweep of {notebook} (profile {profile})</h1>",
-             f"<p>{len(points)} grid points over {', '.join(swept)}: {n_ok} finished, {len(points) - n_ok} failed. "
+    parts = [f"<h1>Sweep of {escape(notebook)} (profile {escape(profile)})</h1>",
+             f"<p>{len(points)} grid points over {escape(', '.join(swept))}: {n_ok} finished, {len(points) - n_ok} failed. "
              "Tidy table: <code>results.parquet</code> / <code>results.csv</code> (one row per point and metric); "
              "each point's report is in <code>points/&lt;point&gt;/</code>.</p>",
              points.to_html(index=False, na_rep="")]

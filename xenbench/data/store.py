@@ -146,6 +146,29 @@ def _lock_path(path: Path) -> Path:
     return path.parent / f".{path.name}.lock"
 
 
+def refuse_if_locked(path: str | os.PathLike[str]) -> None:
+    """Refuse now, before any model loads, a store that another live job holds the writer lock of
+    (:func:`writer_lock`, which the job then takes: this check only says it early). A stale or unreadable lock is left
+    to :func:`writer_lock`.
+
+    Raises
+    ------
+    DataError
+        Naming the store, the process and host that write it.
+    """
+    path = Path(path)
+    lock = _lock_path(path)
+    try:
+        owner = json.loads(lock.read_text(encoding="utf-8"))
+        pid, host = int(owner["pid"]), str(owner["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if host == socket.gethostname() and (pid == os.getpid() or not pid_alive(pid)):
+        return
+    raise DataError(path, f"is being written by process {pid} on {host} since {owner.get('started')} "
+                          f"(lock {lock.name}): wait for that job, or delete the lock if it is gone")
+
+
 @contextlib.contextmanager
 def writer_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold the exclusive writer lock of the store at ``path`` (which need not exist yet).

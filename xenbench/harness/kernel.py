@@ -138,12 +138,12 @@ def _show_header(values: Mapping[str, Any]) -> None:
         return
     if get_ipython() is None:
         return
-    from IPython.display import Markdown, display
+    from xenbench._markup import show_markdown
 
     from xenbench.studies.findings.about import run_markdown
 
     prov = {"git": provenance.run_git_state(), **provenance.environment()}  # inputs come later: the results file
-    display(Markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n")))
+    show_markdown("**Provenance.** " + provenance.summary(prov).replace("\n", "  \n"))
     about = run_markdown(values)  # the data and CE this run uses, named from its parameters (the intros are general)
     if about:
-        display(Markdown(about))
+        show_markdown(about)

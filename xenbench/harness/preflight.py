@@ -114,10 +114,16 @@ def check_ce_path(value: Any, name: str, owner: str) -> Path:
         return Path(str(value))
     path = Path(str(value)).expanduser()
     if not path.exists() and parse_hub_id(str(value)) is not None:
-        # a hub id: from the local cache when HF_HUB_OFFLINE is set (an uncached one is one line naming it)
-        path = resolve_model(str(value), owner=owner, param=name).path
+        # a hub id: from the local cache when HF_HUB_OFFLINE is set (an uncached one is one line naming it); a
+        # relative path such as models/cls-ce spells like one: say where it was looked for as a folder too
+        try:
+            path = resolve_model(str(value), owner=owner, param=name).path
+        except DataError as err:
+            raise DataError(err.path, f"{err.problem}; nor is it a folder: relative paths are read from notebooks/ "
+                                      f"(looked for {Path.cwd() / path})", err.line) from None
     if not (path.is_dir() and any((path / f).is_file() for f in ("xenbench_ce.json", "config.json"))):
-        why = "" if path.exists() else " (no such file or folder; relative paths are read from notebooks/)"
+        why = "" if path.exists() else (" (no such file or folder; relative paths are read from notebooks/: looked "
+                                        f"for {Path.cwd() / path})")
         raise ParameterError(name, _CE_EXPECTED + why, value, owner)
     return path
 
@@ -293,6 +299,10 @@ def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: di
         ds = load_dataset_once(texts[0], loaded)
         evaluated = _ranked_queries(spec, values, ds)
         for path in runs:
+            if not path.exists() and not path.is_symlink():
+                where = "" if path.is_absolute() else (f"; relative paths are read from notebooks/: looked for "
+                                                       f"{Path.cwd() / path}")
+                raise DataError(path, f"no such file (a run file, the {name!r} parameter of {spec.owner}{where})")
             check_run(read_trec_run(path), query_ids=ds.query_ids, evaluated=evaluated, item_ids=ds.item_ids,
                       dataset=ds.name, param=name)
 

@@ -6,11 +6,14 @@ Outputs of ``run_notebook("00_data", profile="quick")`` in ``out_dir``: ``00_dat
 (:func:`xenbench.harness.results.save_results`). A run writes into a hidden staging folder and replaces the previous
 report only when it has succeeded: a failed or killed run leaves the previous good report in place (a failed one adds
 ``00_data.quick.failed.ipynb``). A second run of the same notebook, profile and data while one is running is refused
-(the lock ``.00_data.quick.ipynb.lock``).
+(the lock ``.00_data.quick.ipynb.lock``). A run replaces only what xenbench wrote for the same parameters: the executed
+notebook records their digest, and ``<stem>.runs/`` a manifest of the files written there (a user's file there stays);
+anything else is refused before the run (:func:`_refuse_foreign_outputs`).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -26,7 +29,7 @@ from typing import Any
 
 from xenbench._io import pid_alive, write_text_atomic
 from xenbench._validation import PY_INT, check_int
-from xenbench.errors import ParameterError
+from xenbench.errors import DataError, ParameterError
 from xenbench.harness.params import validate_params
 from xenbench.harness.preflight import preflight, unused_params
 from xenbench.harness.report import (final_progress, light_html, summarize_warnings, summary_first, warning_key,
@@ -119,24 +122,156 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", "+".join(words)).strip("-.")[:80] or "x"
 
 
+#: Hex digits of the parameter digest in a report's name (``p`` + 16 hex = 64 bits of SHA-256): two parameter sets
+#: among a million in one folder share a name with probability about 3e-8 (24 bits gave ≈3 % among 1,000), and a
+#: shared name is still refused, not overwritten (:func:`_refuse_foreign_outputs`).
+DIGEST_HEX = 16
+#: The manifest xenbench keeps in ``<stem>.runs/``: the parameters that name the run and the files it wrote there,
+#: the only ones a later run of the same parameters replaces.
+RUNS_MANIFEST = ".xenbench-written.json"
+
+
+def _name_values(spec: NotebookSpec, profile: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parameter value that differs from the profile's (data and CE included): what names a run."""
+    base = profile_values(spec, profile)
+    return {k: values[k] for k in sorted(spec.params) if k in values and values[k] != base[k]}
+
+
+def _digest(named: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
 def run_stem(spec: NotebookSpec | str, profile: str, values: Mapping[str, Any]) -> str:
     """File stem of a run's outputs: ``<name>.<profile>``, then what differs from the profile: the data and CE
-    (:data:`IDENTITY_PARAMS`, each tag once) and, when any other value differs, ``p`` + 6 hex digits of a hash of
-    those values (e.g. ``03_adacur_rounds.quick.beir-mine.my-ce.p3f9a1c``). So a run on other data, with another CE
-    or with other sizes never overwrites another's report; the same run again replaces its own."""
+    (:data:`IDENTITY_PARAMS`, each tag once, for the reader) and, when any value differs, ``p`` + 16 hex digits
+    (:data:`DIGEST_HEX`) of a SHA-256 of every differing value, data and CE included (e.g.
+    ``03_adacur_rounds.quick.beir-mine.my-ce.p3f9a1c0d2e4b6a88``). So a run on other data, with another CE or with
+    other sizes never overwrites another's report; the same run again replaces its own."""
     spec = as_spec(spec)
-    base = profile_values(spec, profile)
+    named = _name_values(spec, profile, values)
     tags: list[str] = []
     for k in IDENTITY_PARAMS:
-        if k in spec.params and k in values and values[k] != base[k] and _slug(values[k]) not in tags:
-            tags.append(_slug(values[k]))
-    other = {k: values[k] for k in sorted(spec.params)
-             if k not in IDENTITY_PARAMS and k in values and values[k] != base[k]}
-    if other:
-        digest = hashlib.sha256(json.dumps(other, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-        tags.append(f"p{digest[:6]}")
+        if k in named and _slug(named[k]) not in tags:
+            tags.append(_slug(named[k]))
+    if named:
+        tags.append(f"p{_digest(named)[:DIGEST_HEX]}")
     return ".".join([spec.name, profile, *tags])
 
+
+def _read_json_object(path: Path, limit: int = 256 * 2**20) -> dict[str, Any] | None:
+    """A JSON object read from a regular file of at most ``limit`` bytes, else None (not ours to judge further)."""
+    try:
+        if not path.is_file() or path.stat().st_size > limit:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _written_key(nb_path: Path) -> str | None:
+    """The parameter digest an executed notebook of xenbench records (``metadata.xenbench.params_sha256``), or
+    ``"legacy"`` for a papermill-executed notebook of an older xenbench, else None (not written by xenbench)."""
+    doc = _read_json_object(nb_path)
+    meta = (doc or {}).get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    mine = meta.get("xenbench")
+    if isinstance(mine, dict) and isinstance(mine.get("params_sha256"), str):
+        return mine["params_sha256"]
+    return "legacy" if isinstance(meta.get("papermill"), dict) else None
+
+
+def _refuse_foreign_outputs(out: Path, spec: NotebookSpec, stem: str, key: str) -> None:
+    """Refuse, before any work, a run whose outputs would replace what xenbench did not write for these parameters.
+
+    ``<stem>.ipynb`` must be an executed notebook of xenbench recording the same parameter digest (one of an older
+    xenbench, which recorded none, is taken as the run of its name); ``<stem>.html`` or ``<stem>.results.json``
+    without that notebook is not replaced; ``<stem>.runs`` must be a folder (a file or a link there is never deleted),
+    and one holding files must have xenbench's manifest for the same parameters (its other files, a user's, stay).
+
+    Raises
+    ------
+    DataError
+        Naming the file and why; nothing was written or deleted.
+    """
+    notebook = out / f"{stem}.ipynb"
+    again = "choose another --out, or move it away and run again (nothing was changed)"
+    if notebook.exists() or notebook.is_symlink():
+        written = _written_key(notebook) if not notebook.is_symlink() else None
+        if written is None:
+            raise DataError(notebook, f"is not an executed notebook xenbench wrote, so this run of {spec.name} does "
+                                      f"not replace it: {again}")
+        if written not in (key, "legacy"):
+            raise DataError(notebook, f"was written by xenbench for other parameters under the same name: {again}")
+    else:
+        for other in (out / f"{stem}.html", out / f"{stem}.results.json"):
+            if other.exists() or other.is_symlink():
+                raise DataError(other, f"exists without the notebook {notebook.name} of its run, so xenbench did not "
+                                       f"write it with these parameters and does not replace it: {again}")
+    runs = out / f"{stem}.runs"
+    if runs.is_symlink() or (runs.exists() and not runs.is_dir()):
+        raise DataError(runs, f"is not a folder (a file or a link): xenbench writes this run's ranked lists into a "
+                              f"folder of that name and never deletes a file of yours: {again}")
+    if runs.is_dir() and any(runs.iterdir()):
+        manifest = _read_json_object(runs / RUNS_MANIFEST)
+        if manifest is None or not isinstance(manifest.get("files"), list):
+            raise DataError(runs, f"holds files but no manifest of what xenbench wrote there ({RUNS_MANIFEST}): "
+                                  f"written by you or an older xenbench; {again}")
+        if manifest.get("params_sha256") != key:
+            raise DataError(runs, f"was written by xenbench for other parameters under the same name: {again}")
+
+
+def _merge_runs(staged: Path, dest: Path, key: str) -> None:
+    """Put the files of a run's staged ``.runs`` folder into ``dest``: the files the previous run of these parameters
+    wrote (its manifest) are replaced or removed, any other file (a user's) stays; a new manifest lists this run's.
+
+    Raises
+    ------
+    DataError
+        A file of this run would replace a file xenbench did not write there (nothing is moved).
+    """
+    new = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file() or p.is_symlink())
+    old_manifest = _read_json_object(dest / RUNS_MANIFEST) if dest.is_dir() else None
+    ours = {str(f) for f in (old_manifest or {}).get("files", []) if isinstance(f, str)}
+    if dest.is_dir():
+        for name in new:
+            target = dest / name
+            if (target.exists() or target.is_symlink()) and name not in ours:
+                raise DataError(target, "was not written by xenbench (not in the folder's manifest) and this run "
+                                        "writes a file of that name: move it away and run again (your file is kept; "
+                                        "this run's report was not saved)")
+    dest.mkdir(exist_ok=True)
+    for name in sorted(ours - set(new)):  # a file of the previous run this one did not write again
+        if ".." not in Path(name).parts:
+            (dest / name).unlink(missing_ok=True)
+    for name in new:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged / name, dest / name)
+    write_text_atomic(dest / RUNS_MANIFEST, json.dumps({"params_sha256": key, "files": new}, indent=1) + "\n")
+
+
+def _out_folder(out_dir: str | os.PathLike[str], *, create: bool) -> Path:
+    """``out_dir`` resolved (and created with ``create``); a symbolic link loop or a dangling link on its way, or a
+    folder that cannot be made, is one line."""
+    given = Path(out_dir)
+    for p in reversed((given, *given.parents)):
+        if p.is_symlink() and not p.exists():
+            try:
+                os.stat(p)
+            except OSError as err:
+                why = ("a symbolic link loop" if err.errno == errno.ELOOP
+                       else f"a dangling symbolic link (to {os.readlink(p)})")
+                raise DataError(p, f"is {why}: --out expects a folder that exists or can be created") from None
+    try:
+        out = given.resolve()
+        if create:
+            out.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as err:  # RuntimeError: pathlib's "Symlink loop" before Python 3.13
+        why = getattr(err, "strerror", None) or str(err)
+        raise DataError(given, f"cannot be used as the output folder ({why}): --out expects a folder that exists or "
+                               "can be created") from None
+    return out
 
 
 class _Echo:
@@ -278,20 +413,26 @@ def run_notebook(
                              dict(params), "run_notebook")
     values = {**profile_values(spec, profile), **validate_params(spec, dict(params or {}))}
     values["profile"] = profile
-    preflight(spec, values, timeout=timeout, fit=fit)
-
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    # Where the outputs go and whether they may be replaced: checked before the preflight (which may load a CE).
+    out = _out_folder(out_dir, create=False)
     stem = run_stem(spec, profile, values)
+    key = _digest(_name_values(spec, profile, values))
+    _refuse_foreign_outputs(out, spec, stem, key)
+    preflight(spec, values, timeout=timeout, fit=fit)
+    if fit:  # the sizes it chose name the report
+        stem, key = run_stem(spec, profile, values), _digest(_name_values(spec, profile, values))
+        _refuse_foreign_outputs(out, spec, stem, key)
+    out = _out_folder(out_dir, create=True)  # nothing is written before the checks have passed
     from xenbench.data.store import writer_lock
 
     # One run per report at a time: a second `xenbench run` of the same notebook, profile and data is refused.
     with writer_lock(out / f"{stem}.ipynb"):
-        return _run_locked(path, spec, profile, values, out, stem, timeout=timeout, kernel=kernel, html=html,
+        _refuse_foreign_outputs(out, spec, stem, key)  # again under the lock: another run may have finished meanwhile
+        return _run_locked(path, spec, profile, values, out, stem, key, timeout=timeout, kernel=kernel, html=html,
                            self_contained=self_contained, progress_bar=progress_bar, log_output=log_output)
 
 
-def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, Any], out: Path, stem: str, *,
+def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, Any], out: Path, stem: str, key: str, *,
                 timeout: int, kernel: str, html: bool, self_contained: bool, progress_bar: bool | None,
                 log_output: bool) -> Path:
     import sys
@@ -348,6 +489,7 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
         final_progress(nb)
         summarize_warnings(nb)
         # The .ipynb without plotly.js (JupyterLab draws from each figure's JSON); the HTML, made below from `nb`, keeps it.
+        nb.setdefault("metadata", {})["xenbench"] = {"stem": stem, "params_sha256": key}  # what a rerun checks
         nbformat.write(nbformat.from_dict(without_plotly_bundle(nb)), staged[final])
         if html:
             from nbconvert import HTMLExporter
@@ -362,20 +504,28 @@ def _run_locked(path: Path, spec: NotebookSpec, profile: str, values: dict[str, 
             if hasattr(exc, "add_note"):
                 exc.add_note(f"The partly executed notebook is kept in {failed}; the previous report is untouched")
         shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # a write on a full disk ("No space left on device") names no file: name the folder being written
+            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
         raise
     if echo_err is not None:
         echo_err.summary()
-    # Success: every output is complete; replace the previous run's set (a name this run lacks is removed).
+    # Success: every output is complete. The ranked lists first (the one step that can still refuse: a file of yours
+    # in <stem>.runs with a name this run writes), then the rest of the previous run's set (a name this run lacks is
+    # removed: _refuse_foreign_outputs checked that it is xenbench's, for these parameters).
+    runs_dest = out / f"{stem}.runs"
+    if staged[runs_dest].is_dir():
+        _merge_runs(staged[runs_dest], runs_dest, key)
+    elif runs_dest.is_dir():
+        _merge_runs(stage / "no-runs", runs_dest, key)  # removes the previous run's files only
+        if [p.name for p in runs_dest.iterdir()] == [RUNS_MANIFEST]:
+            (runs_dest / RUNS_MANIFEST).unlink()
+            runs_dest.rmdir()
     for dest, src in staged.items():
-        if src.is_dir():  # a folder cannot be renamed over a full one: the old one is moved aside first
-            old = stage / f"{dest.name}.previous"
-            if dest.exists():
-                os.replace(dest, old)
+        if dest == runs_dest:
+            continue
+        if src.exists():
             os.replace(src, dest)
-        elif src.exists():
-            os.replace(src, dest)
-        elif dest.is_dir():
-            shutil.rmtree(dest)
         else:
             dest.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)

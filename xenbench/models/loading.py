@@ -16,6 +16,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -34,7 +35,7 @@ from xenbench._validation import check_int
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.crossencoder import CONFIG_NAME, WEIGHTS_NAME, CEConfig, CrossEncoder, backbone_folder
 from xenbench.models.pairs import BGE_LLM_PROMPT, InputFormat, register_markers
-from xenbench.models.references import ModelRef, resolve_model
+from xenbench.models.references import ModelRef, refuse_custom_code, resolve_model
 from xenbench.provenance import record_input
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,30 @@ def _auto_class(kind: str):
     raise ParameterError("kind", "'cls', 'emb' or 'lm'", kind, "CEConfig")
 
 
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """``AutoTokenizer.from_pretrained(path, trust_remote_code=False)``; a tokenizer file the tokenizers library
+    cannot read (a truncated or edited ``tokenizer.json``) is one error naming the file, not its traceback.
+
+    Raises
+    ------
+    DataError
+        Naming ``tokenizer.json`` (or the folder) and the library's first line.
+    """
+    folder = Path(path)
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    except Exception as err:  # tokenizers raises a bare Exception for a file it cannot parse
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        file = folder / "tokenizer.json"
+        where = file if file.is_file() else folder
+        raise DataError(where, f"transformers cannot read the tokenizer ({type(err).__name__}: {first}): expected "
+                               "the tokenizer files saved with the model (save_pretrained)") from None
+
+
 def _from_pretrained(model_cls, path: Path, **kwargs):
-    """``model_cls.from_pretrained``; a bare encoder without its pooler where the class has one (unused weights)."""
+    """``model_cls.from_pretrained`` without remote code; a bare encoder without its pooler where the class has one
+    (unused weights)."""
+    kwargs["trust_remote_code"] = False
     if model_cls is AutoModel:
         try:
             return model_cls.from_pretrained(path, add_pooling_layer=False, **kwargs)
@@ -77,13 +100,13 @@ def build_cross_encoder(config: CEConfig, seed: int = 0) -> CrossEncoder:
     """A fresh cross-encoder on ``config.backbone``; a new [CLS] head is initialized from ``seed``."""
     path = backbone_folder(config.backbone)
     model_cls = _auto_class(config.kind)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     if config.pooling == "markers":
         register_markers(tokenizer)
     torch.manual_seed(seed)
     with quiet_loading():  # the "newly initialized head" report is expected here
         if config.kind == "cls":
-            model = model_cls.from_pretrained(path, num_labels=1)
+            model = model_cls.from_pretrained(path, num_labels=1, trust_remote_code=False)
         else:
             model = _from_pretrained(model_cls, path)
     return CrossEncoder(model.float(), tokenizer, config, where=path).eval()
@@ -170,6 +193,9 @@ def _load(ref: ModelRef, kind: str | None, max_length: int | None) -> CrossEncod
     path = ref.path
     if not path.exists():
         raise DataError(path, "no such file or folder: expected a xenbench CE folder, a HF folder or a .ckpt file")
+    refuse_custom_code(path)
+    if ref.base is not None:
+        refuse_custom_code(ref.base.path)
     segments = True  # xenbench's own CEs and the ZESHEL checkpoints: segment budgets, no max_length
     if path.is_file() and path.suffix == ".ckpt":
         assert ref.base is not None  # resolve_model refuses a .ckpt without its base
@@ -285,6 +311,7 @@ def _load_sentence_transformers(path: Path, kind: str | None, max_length: int | 
                                                    "Transformer module, optionally followed by LogitScore")
     if transformer is None:
         raise DataError(path / "modules.json", "has no Transformer module")
+    refuse_custom_code(transformer)
     sbert = _read_json(transformer / "sentence_bert_config.json")
     st_config = _read_json(path / "config_sentence_transformers.json")
     prompts, prompt_name = st_config.get("prompts") or {}, st_config.get("default_prompt_name")
@@ -313,7 +340,7 @@ def _load_hf(path: Path, kind: str | None, st: dict | None = None, *, max_length
     """A Hugging Face folder (``st``: what a sentence-transformers folder adds), checked before any scoring."""
     st = st or {}
     try:
-        hf = AutoConfig.from_pretrained(path)
+        hf = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except (ValueError, KeyError, OSError) as err:
         raise DataError(path / "config.json", f"not a config transformers knows ({err})".splitlines()[0]) from None
     archs = list(getattr(hf, "architectures", None) or [])
@@ -331,7 +358,7 @@ def _load_hf(path: Path, kind: str | None, st: dict | None = None, *, max_length
     if kind == "cls" and getattr(hf, "num_labels", 1) != 1:
         raise DataError(path / "config.json", f"has a {hf.num_labels}-label head: expected one score per pair "
                                               "(num_labels 1)")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     model_cls = _auto_class(kind)
     with quiet_loading():  # every missing tensor becomes the error below, so the report is not lost
         try:

@@ -18,14 +18,18 @@ off the snapshot path). Nothing here imports torch or transformers.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["ModelRef", "resolve_model", "model_name", "hub_cache_dir", "parse_hub_id", "hub_offline"]
+__all__ = ["ModelRef", "resolve_model", "model_name", "hub_cache_dir", "parse_hub_id", "hub_offline",
+           "refuse_custom_code", "CUSTOM_CODE_FILES"]
 
 # huggingface_hub's repo-id rule: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters per part.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
@@ -189,3 +193,49 @@ def _from_hub(text: str, repo_id: str, revision: str | None) -> ModelRef:
         raise DataError(where, why) from None
     commit = folder.name if _COMMIT.match(folder.name) else None
     return ModelRef(text, folder, repo_id, revision, commit)
+
+
+#: The files of a folder where transformers reads ``auto_map``: the classes a folder's own ``.py`` files define, which
+#: transformers would import (after asking on a terminal) were ``trust_remote_code`` not False.
+CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+
+
+def refuse_custom_code(path: str | os.PathLike[str]) -> None:
+    """Refuse a model folder that needs its own Python code, before anything of it is loaded.
+
+    xenbench runs no code from a model folder: every ``from_pretrained`` it calls passes ``trust_remote_code=False``.
+    A folder whose ``config.json`` (or tokenizer, processor config) has an ``auto_map`` names classes defined in its
+    own ``.py`` files; such a model goes through the scorer protocol instead (docs/MODELS.md "Your own scorer": load it
+    yourself, having read its code, and pass the object or a ``CallableScorer``).
+
+    Raises
+    ------
+    DataError
+        Naming the file that holds ``auto_map`` and the code it points to.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    for name in CUSTOM_CODE_FILES:
+        file = folder / name
+        if not file.is_file():
+            continue
+        try:
+            auto_map = json.loads(file.read_text(encoding="utf-8")).get("auto_map")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            continue  # not a JSON object: the loader that reads it names the file
+        if auto_map:
+            refs = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+            code = sorted({str(r).split("--")[-1].rsplit(".", 1)[0] + ".py" for r in _flat(refs) if r})
+            what = ", ".join(code[:3]) or "a .py file"
+            raise DataError(file, f"has an auto_map: the model needs its own code ({what}), which xenbench never runs "
+                                  "(trust_remote_code=False); load it yourself and pass it as a scorer "
+                                  "(docs/MODELS.md, \"Your own scorer\")")
+
+
+def _flat(values: Iterable[Any]) -> list[Any]:
+    """``auto_map``'s values flattened: a tokenizer's is a pair ``[slow, fast]`` (either may be null)."""
+    out: list[Any] = []
+    for v in values:
+        out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
+    return out

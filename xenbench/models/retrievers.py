@@ -30,6 +30,7 @@ from xenbench.data.datasets import Item, Query
 from xenbench.errors import DataError, ParameterError
 from xenbench.models.first_stages import FIRST_STAGES, check_first_stage, first_stage_label, run_path  # noqa: F401
 from xenbench.metrics import topk_indices
+from xenbench.models.references import refuse_custom_code
 from xenbench.provenance import record_input
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class DualEncoder:
         if not (self.path / "config.json").is_file():
             raise DataError(self.path, "is not a Hugging Face model folder (no config.json): the dual encoder's "
                                        "model is such a folder, or \"bundled\"")
+        refuse_custom_code(self.path)  # before anything is loaded: xenbench runs no code of a model folder
         record_input("model", self.path)  # its digest goes into the run's provenance
         self.batch_size = batch_size
         self.max_length = max_length
@@ -109,9 +111,9 @@ class DualEncoder:
     # transformers for them (1.3 of the 1.9 CPU-s a first DualEncoder took in a fresh process).
     @functools.cached_property
     def tokenizer(self) -> Any:
-        from transformers import AutoTokenizer
+        from xenbench.models.loading import load_tokenizer
 
-        return AutoTokenizer.from_pretrained(self.path)
+        return load_tokenizer(self.path)
 
     @functools.cached_property
     def model(self) -> torch.nn.Module:
@@ -121,7 +123,7 @@ class DualEncoder:
 
         # Loaded outside inference mode even when encode() asks for it: its weights stay ordinary tensors.
         with quiet_loading(), torch.inference_mode(False):  # the unused-pooler load report is expected
-            return AutoModel.from_pretrained(self.path, add_pooling_layer=False).eval().to(self.device)
+            return AutoModel.from_pretrained(self.path, add_pooling_layer=False, trust_remote_code=False).eval().to(self.device)
 
     @functools.cached_property
     def dim(self) -> int:

@@ -148,7 +148,7 @@ def check_config(cfg: TrainConfig, *, owner: str = "TrainConfig", names: dict[st
 
         from xenbench.models.crossencoder import bundled_backbone
 
-        n_layers = AutoConfig.from_pretrained(bundled_backbone()).num_hidden_layers
+        n_layers = AutoConfig.from_pretrained(bundled_backbone(), trust_remote_code=False).num_hidden_layers
     check_int(cfg.trainable_layers, n("trainable_layers"), 0, n_layers, owner)
 
 

@@ -77,7 +77,7 @@ def text_lengths(
 
         from xenbench.models.crossencoder import bundled_backbone
 
-        tokenizer = AutoTokenizer.from_pretrained(bundled_backbone())
+        tokenizer = AutoTokenizer.from_pretrained(bundled_backbone(), trust_remote_code=False)
     if not texts:
         return np.zeros(0, dtype=np.int64)
     ids = tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
@@ -97,7 +97,7 @@ def dataset_lengths(dataset: Dataset, *, unit: Literal["words", "tokens"] = "wor
 
         from xenbench.models.crossencoder import bundled_backbone
 
-        tokenizer = AutoTokenizer.from_pretrained(bundled_backbone())
+        tokenizer = AutoTokenizer.from_pretrained(bundled_backbone(), trust_remote_code=False)
     return {
         "queries": text_lengths([q.text for q in dataset.queries], unit=unit, tokenizer=tokenizer),
         "items": text_lengths([item_text(it) for it in dataset.items], unit=unit, tokenizer=tokenizer),

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from xenbench._markup import escape
 from xenbench.methods.protocol import Split
 from xenbench.studies import adacur as adacur_study
 from xenbench.studies import axn as axn_study
@@ -106,7 +107,7 @@ def _redraw_on_change(controls: Sequence[Any], draw: Any, status: Any, figure: C
             show(figure())
             status.value = ""
         except Exception as exc:  # a bad combination (e.g. more rounds than anchors): say so, keep the figure
-            status.value = f"<span style='color:#c00'>{type(exc).__name__}: {exc}</span>"
+            status.value = f"<span style='color:#c00'>{escape(f'{type(exc).__name__}: {exc}')}</span>"
 
     for control in controls:
         control.observe(update, names="value")

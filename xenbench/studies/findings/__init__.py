@@ -27,6 +27,7 @@ from typing import Any
 from xenbench import provenance
 from xenbench._io import COMMENT_MARKS, REPO_ROOT, Block, read_json_bounded, replace_blocks
 from xenbench._lazy import submodules
+from xenbench._markup import show_markdown
 from xenbench.errors import DataError, ParameterError
 
 __all__ = [
@@ -222,14 +223,13 @@ def _comment_mark(doc: Any) -> tuple[str, str] | None:
 
 def show(path: str | os.PathLike[str]) -> None:
     """Display a notebook run's generated conclusions, read back from the results file it saved."""
-    from IPython.display import Markdown, display
-
     doc = load_results(path)
     head = (f"**Findings of this run** (generated from `{Path(path).name}`, profile `{doc['profile']}`; "
             "they change with the parameters):")
     caveats = [c for c in doc.get("caveats") or [] if isinstance(c, str)]  # e.g. a CE that ranks all queries alike
     marked = "".join(f"**⚠ These findings are not to be trusted:** {c}.\n\n" for c in caveats)
-    display(Markdown(marked + head + "\n\n" + "\n".join(f"* {line}" for line in _lines_of(Path(path), doc))))
+    # Through the one escaping renderer: a file, model or dataset name holding a tag shows as text, never runs.
+    show_markdown(marked + head + "\n\n" + "\n".join(f"* {line}" for line in _lines_of(Path(path), doc)))
 
 
 #: Profiles whose committed runs docs/FINDINGS.md and the README's claims table report: the study (``full``), the
