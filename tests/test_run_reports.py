@@ -18,26 +18,26 @@ def test_a_run_on_a_beir_folder_with_a_hub_ce_is_described_as_such():
     params = {**xh.profile_values("03_adacur_rounds"), "dataset": "beir:/data/mine", "model": "mylab/my-ce",
               "ce": "mylab/my-ce", "max_queries": 50, "max_items": 300, "first_stage": "bm25"}
     text = run_markdown(params)
-    assert text == ("**This run.** Data: the BEIR folder <code>/data/mine</code>. CE: the CE <code>mylab/my-ce</code>, "
+    assert text == ("**This run.** Data: the BEIR folder `/data/mine`. CE: the CE `mylab/my-ce`, "
                     "scored on demand on a seeded sample of 50 queries × 300 items (cached). First stage: "
-                    "<code>bm25</code>.")
+                    "`bm25`.")
     assert "WordNet" not in text and "cls-ce" not in text and "noun.cognition" not in text  # the store is not used
 
 
 def test_the_bundled_run_names_its_store_and_domain():
     text = run_markdown({**xh.profile_values("03_adacur_rounds")})
-    assert "the bundled WordNet-EL domain <code>noun.cognition</code>" in text
-    assert ("the CE <code>cls-ce</code>: its exact scores, read from the score store <code>cls-ce</code> in "
-            "<code>../data/scores/noun.cognition</code>") in text
+    assert "the bundled WordNet-EL domain `noun.cognition`" in text
+    assert ("the CE `cls-ce`: its exact scores, read from the score store `cls-ce` in "
+            "`../data/scores/noun.cognition`") in text
 
 
 @pytest.mark.parametrize(("spec", "words"), [
-    ("wordnet-el:verb.emotion", "the bundled WordNet-EL domain <code>verb.emotion</code>"),
-    (["wordnet-el:a", "wordnet-el:b"], "the bundled WordNet-EL domains <code>a</code>, <code>b</code>"),
-    ("noun.food,verb.contact", "the bundled WordNet-EL domains <code>noun.food</code>, <code>verb.contact</code>"),
+    ("wordnet-el:verb.emotion", "the bundled WordNet-EL domain `verb.emotion`"),
+    (["wordnet-el:a", "wordnet-el:b"], "the bundled WordNet-EL domains `a`, `b`"),
+    ("noun.food,verb.contact", "the bundled WordNet-EL domains `noun.food`, `verb.contact`"),
     ("wordnet-el:all", "every bundled WordNet-EL domain"),
-    ("zeshel:/z/root:yugioh@test", "the ZESHEL world <code>yugioh@test</code> of <code>/z/root</code>"),
-    (["beir:/a", "beir:/b"], "the BEIR folder <code>/a</code> and the BEIR folder <code>/b</code>"),
+    ("zeshel:/z/root:yugioh@test", "the ZESHEL world `yugioh@test` of `/z/root`"),
+    (["beir:/a", "beir:/b"], "the BEIR folder `/a` and the BEIR folder `/b`"),
 ])
 def test_dataset_specs_in_words(spec, words):
     assert dataset_phrase(spec) == words
@@ -46,10 +46,12 @@ def test_dataset_specs_in_words(spec, words):
 def test_user_strings_are_escaped_and_change_no_markup():
     text = run_markdown({"dataset": "beir:/tmp/<img src=x onerror=alert(1)>_*x*_", "model": "../m/[a](b)",
                          "ce": "[a](b)", "max_queries": None, "max_items": None})
-    assert "<img" not in text and "&lt;img src=x onerror=alert&#40;1&#41;&gt;" in text
-    assert "&#95;&#42;x&#42;&#95;" in text  # no emphasis
-    assert "[a](b)" not in text and "&#91;a&#93;&#40;b&#41;" in text  # no link
-    assert "all queries × all items" in text
+    from xenbench._markup import markdown_html
+
+    shown = markdown_html(text)  # as the report shows it (xenbench._markup: raw HTML off)
+    assert "<img" not in shown and "<code>/tmp/&lt;img src=x onerror=alert(1)&gt;_*x*_</code>" in shown
+    assert "<em>" not in shown and "<a " not in shown  # no emphasis, no link: the names read as themselves
+    assert "<code>[a](b)</code>" in shown and "all queries × all items" in text
 
 
 def test_unused_parameters_follow_the_model_rule():
@@ -114,8 +116,8 @@ def test_a_run_reports_its_data_its_own_results_file_and_only_used_parameters(tm
     assert "n = 4" in injected.source and "max_length =" not in injected.source  # unused without a model
     assert injected.source.rstrip().endswith("# Not used by this run (only a model's sample uses them): max_length")
     check = run.cells[[c.metadata.get("tags") for c in run.cells].index(["injected-parameters"]) + 1]
-    shown = [o["data"]["text/markdown"] for o in check.outputs if "text/markdown" in o.get("data", {})]
-    assert shown[-1] == "**This run.** First stage: <code>bm25</code>."
+    shown = [o["data"]["text/plain"] for o in check.outputs if "text/html" in o.get("data", {})]
+    assert shown[-1] == "**This run.** First stage: `bm25`."
     printed = "".join(o.get("text", "") for o in run.cells[-1].outputs)
     assert printed.strip() == f"{stem}.results.json"  # what the findings cite is the file beside the report
     assert (Path(out) / f"{stem}.results.json").is_file()

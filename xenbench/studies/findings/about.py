@@ -4,12 +4,14 @@ A notebook's intro describes its question in general; the data and CE of *this* 
 the resolved parameters (:func:`xenbench.harness.check_namespace` shows :func:`run_markdown` under the provenance
 line), so a report on a user's BEIR folder and CE says so instead of describing the bundled WordNet-EL.
 
-Every user string (a folder, a hub id, a domain) is HTML-escaped, and Markdown's punctuation in it written as
-character references, so a name such as ``<b>_x_</b>`` reads as itself and changes no markup.
+Every user string (a folder, a hub id, a domain) is a code span, or, in prose, HTML-escaped with Markdown's punctuation
+written as character references, so a name such as ``<b>_x_</b>`` reads as itself and changes no markup; the paragraph
+is shown through :func:`xenbench._markup.show_markdown` (raw HTML off).
 """
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,14 +22,18 @@ _MARKDOWN = str.maketrans({c: f"&#{ord(c)};" for c in "\\`*_[]{}()#+!|~"})
 
 
 def _code(text: Any) -> str:
-    """``text`` as inline code, escaped: ``<code>`` (not backticks, where character references show verbatim)."""
-    return f"<code>{html.escape(str(text)).translate(_MARKDOWN)}</code>"
+    """``text`` as a Markdown code span, shown literally whatever it holds (a span's text is neither markup nor an entity;
+    its fence is one backtick longer than any run inside). Rendered by :mod:`xenbench._markup`, raw HTML off."""
+    body = str(text).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", body)), default=0) + 1)
+    pad = " " if body[:1] == "`" or body[-1:] == "`" else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def dataset_phrase(spec: Any) -> str:
     """A dataset spec of :func:`xenbench.data.sources.load_dataset` in words: ``"wordnet-el:noun.food"`` -> "the
-    bundled WordNet-EL domain <code>noun.food</code>", ``"beir:/data/mine"`` -> "the BEIR folder <code>/data/mine</code>",
-    ``"zeshel:/z:yugioh"`` -> "the ZESHEL world <code>yugioh</code> of <code>/z</code>"; notebook 06's comma-separated
+    bundled WordNet-EL domain ``noun.food``", ``"beir:/data/mine"`` -> "the BEIR folder ``/data/mine``",
+    ``"zeshel:/z:yugioh"`` -> "the ZESHEL world ``yugioh`` of ``/z``"; notebook 06's comma-separated
     bundled domains and ``wordnet-el:all`` too. A list of specs is joined with "and"."""
     if isinstance(spec, (list, tuple)):
         if spec and all(str(s).startswith("wordnet-el:") and str(s) != "wordnet-el:all" for s in spec):
