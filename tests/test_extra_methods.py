@@ -177,3 +177,31 @@ def test_gar_stays_in_budget_and_matches_pyterrier_adaptive_used_directly(small,
         np.testing.assert_allclose(D[r], M[rows[r], want_items].astype(np.float32))
     # GAR reaches past the first stage: some query scores an item outside the DE's top B_CE
     assert any(set(I[r]) - set(order[r]) for r in range(len(rows)))
+
+
+@pytest.mark.parametrize("budget", [3, 7, 20])
+def test_registry_baselines_of_04_are_the_direct_calls(budget):
+    """04's baselines come from the registry: the same lists and CE calls as AdaCur No-Split (N_r capped at B_CE) and
+    rerank_baseline called directly, as 04 called them before."""
+    from xenbench.methods.adacur import AdaCur, SearchOptions, TopK
+    from xenbench.methods.baselines import rerank_baseline
+    from xenbench.studies.methods import SPLIT_FRACTIONS
+
+    rng = np.random.default_rng(1)
+    M, de = rng.normal(size=(50, 120)), rng.normal(size=(50, 120))
+    anchor, test = np.arange(20), np.arange(30, 50)
+    order = np.argsort(-de, axis=1, kind="stable")[test]
+    options = SearchOptions(device="cpu")
+    state = SplitState(M[anchor], test, {"de_scores": order}, min(5, budget), SPLIT_FRACTIONS, 1.0, 11, options)
+    res = AdaCur(budget, n_rounds=min(5, budget), sampler=TopK(), seed=11, options=options).fit(M[anchor]).run(
+        M[test], query_ids=test)
+    counter = BudgetCounter(M[test], budget)
+    _, I = REGISTRY["adacur_nosplit"].variants(state, budget)[0].search(counter, budget)
+    np.testing.assert_array_equal(I, res.I)
+    np.testing.assert_array_equal(counter.calls, res.calls)
+    direct = BudgetCounter(M[test], budget)
+    _, I_direct = rerank_baseline(direct, order, budget)
+    counter = BudgetCounter(M[test], budget)
+    _, I = REGISTRY["de_rerank"].variants(state, budget)[0].search(counter, budget)
+    np.testing.assert_array_equal(I, I_direct)
+    np.testing.assert_array_equal(counter.calls, direct.calls)

@@ -5,9 +5,11 @@ stage, training queries, a corpus graph, embeddings), where it sits in the pipel
 given the split, and how to build it from one split's fitted state (:class:`SplitState`) at a budget: its variants
 (:class:`Variant`, e.g. one per k_i of ANNCUR's grid), each answering one shared call ``search(counter, k)`` under a
 CE-call counter (:class:`~xenbench.metrics.BudgetCounter`). :data:`REGISTRY` holds every method of the seeds' papers
-and GAR; notebook 03 compares :data:`ADACUR_KEYS` (:data:`xenbench.studies.adacur.COMPARABLE`), 04 the AXN entries
-(its λ-on-dev protocol with MF-IND training per run stays in :func:`xenbench.studies.axn.axn_protocol_runs`), 07 every
-entry; 07's stage table, seed-free set and CE-stage list are read from here.
+and GAR; notebook 03 compares :data:`ADACUR_KEYS` (:data:`xenbench.studies.adacur.COMPARABLE`); 04 builds its
+baselines (``adacur_nosplit``, ``de_rerank``) from here, while AXN's λ chosen on dev, with MF-IND trained per run, stays
+04's protocol (:func:`xenbench.studies.axn.axn_protocol_runs`; the ``axn_de`` entry is one λ per variant, and 07 times
+it); 07 runs 03's CE-stage entries, 04's AXN and the first stages' re-ranks, and reads its stage table, seed-free set
+and labels from here; GAR and your own methods join 07 as ``extra_methods``.
 
 Your own method (:class:`Method`): a class whose instances are made without arguments, with ``fit(state)`` on a
 :class:`SplitState` (returns self) and ``search(counter, k) -> (D, I)`` that reads every CE score through
