@@ -64,6 +64,8 @@ def test_a_method_that_cannot_run_is_refused_in_one_line_before_any_work(spec, w
     assert why in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ParameterError, match="a registry key"):
         extra_entry("no_such_key")
+    with pytest.raises(ParameterError, match="none of them one that 07 runs anyway"):
+        compare.compare_protocol_runs(None, [], [0], [10], V=np.eye(3), U=np.eye(3), extra_methods=["anncur"])
     assert load_method("_example_methods:ReverseRerank") is ex.ReverseRerank
 
 

@@ -438,8 +438,9 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
 
     extras = [extra_entry(spec) for spec in extra_methods]  # refused here, before any work
     labels_seen = [m.label for m in extras]
-    if len(set(labels_seen)) != len(labels_seen):
-        raise ParameterError("extra_methods", "methods of distinct labels", labels_seen, "compare_protocol_runs")
+    if len(set(labels_seen)) != len(labels_seen) or set(labels_seen) & set(STAGES):
+        raise ParameterError("extra_methods", f"methods of distinct labels, none of them one that 07 runs anyway "
+                             f"({', '.join(STAGES)})", labels_seen, "compare_protocol_runs")
     graph, graph_s = None, 0.0
     if any("corpus graph" in m.requires for m in extras):
         from xenbench.methods.gar import item_graph, item_neighbors
