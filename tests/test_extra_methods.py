@@ -207,3 +207,31 @@ def test_registry_baselines_of_04_are_the_direct_calls(budget):
     _, I = REGISTRY["de_rerank"].variants(state, budget)[0].search(counter, budget)
     np.testing.assert_array_equal(I, I_direct)
     np.testing.assert_array_equal(counter.calls, direct.calls)
+
+
+def test_gar_seeded_by_anncur_is_anncur_without_expansion_and_spends_exactly_its_budget(small):
+    """GAR ANNCUR: ANNCUR's ŝ from k_i anchors is GAR's initial ranking. When the first batch (16) holds every call
+    left (B_CE − k_i <= 16) GAR never reaches the graph, so it is ANNCUR with free anchors, item for item; past that
+    the graph adds items ŝ did not rank, and every query spends exactly B_CE calls on distinct items."""
+    from xenbench.methods.baselines import anncur_with_budget
+    from xenbench.methods.cur import AnnCur
+    from xenbench.methods.gar import item_graph, item_neighbors
+    from xenbench.studies.methods import SPLIT_FRACTIONS
+
+    setup, splits, V, U = small
+    M, sp = setup.M, splits[0]
+    graph = item_graph(item_neighbors(V, 6))
+    for budget in (20, 40):
+        state = SplitState(M[sp.anchor], sp.test, {}, 2, SPLIT_FRACTIONS, 1.0, 3, None, graph=graph)
+        for variant in REGISTRY["gar_anncur"].variants(state, budget):
+            k_i = int(variant.n_anchor_items)
+            counter = BudgetCounter(M[sp.test], budget)
+            D, I = variant.search(counter, budget)
+            assert (counter.calls == budget).all() and all(len(set(row)) == budget for row in I)
+            np.testing.assert_array_equal(D, M[sp.test][np.arange(len(I))[:, None], I].astype(np.float32))
+            _, I_cur = anncur_with_budget(AnnCur(k_i, seed=3).fit(M[sp.anchor]), BudgetCounter(M[sp.test], budget),
+                                          budget)
+            if budget - k_i <= 16:
+                np.testing.assert_array_equal(I, I_cur)
+            elif budget == 40 and k_i == 4:
+                assert any(set(I[r]) != set(I_cur[r]) for r in range(len(I)))  # the graph found other items

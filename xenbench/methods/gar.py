@@ -96,6 +96,16 @@ def item_graph(neighbors: np.ndarray, folder: str | Path | None = None) -> Any:
     return graph
 
 
+class _Excluding:
+    """A corpus graph without some items: GAR reads only ``neighbours(docno)``."""
+
+    def __init__(self, graph: Any, exclude: np.ndarray) -> None:
+        self.graph, self.excluded = graph, {str(int(i)) for i in np.asarray(exclude).ravel()}
+
+    def neighbours(self, docid: str, weights: bool = False) -> Any:
+        return [d for d in self.graph.neighbours(docid) if d not in self.excluded]
+
+
 def _counter_scorer(counter: BudgetCounter, row_of: dict[str, int]) -> Any:
     """A PyTerrier transformer scoring (qid, docno) rows with the CE through ``counter`` (each pair charged once)."""
     import pyterrier as pt
@@ -144,7 +154,8 @@ class Gar:
         self.graph_ = graph
         return self
 
-    def search(self, counter: BudgetCounter, k: int, *, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, counter: BudgetCounter, k: int, *, candidates: np.ndarray,
+               exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k items of every query by exact CE score among the B_CE items GAR chose to score.
 
         Parameters
@@ -155,6 +166,9 @@ class Gar:
             In [1, budget].
         candidates : int ndarray of shape (nq, m)
             The first stage's ranking of each query, best first (m >= 1).
+        exclude : int ndarray, optional
+            Items GAR never scores, for every query (scored elsewhere, e.g. ANNCUR's anchors): left out of the graph's
+            neighbours (and to be left out of ``candidates`` by the caller).
 
         Returns
         -------
@@ -176,7 +190,8 @@ class Gar:
         initial = pd.DataFrame({"qid": np.repeat([str(r) for r in range(nq)], m), "query": "",
                                 "docno": cand.ravel().astype(str), "score": np.tile(-np.arange(m, dtype=float), nq),
                                 "rank": np.tile(np.arange(m), nq)})
-        gar = GAR(_counter_scorer(counter, row_of), self.graph_, num_results=self.budget, batch_size=self.batch_size,
+        graph = self.graph_ if exclude is None or not len(exclude) else _Excluding(self.graph_, exclude)
+        gar = GAR(_counter_scorer(counter, row_of), graph, num_results=self.budget, batch_size=self.batch_size,
                   backfill=False)
         out = gar.transform(initial)
         D = np.full((nq, k), -np.inf, dtype=np.float32)

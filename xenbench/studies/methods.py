@@ -251,6 +251,39 @@ def _gar(state: SplitState, budget: int) -> list[Variant]:
     return [Variant(0, None, lambda counter, k: gar.search(counter, k, candidates=order))]
 
 
+def _gar_anncur(state: SplitState, budget: int) -> list[Variant]:
+    """GAR seeded by ANNCUR: k_i random anchor items scored, ANNCUR's ŝ = e_qᵀ E_I ranks the other items ([ANNCUR] §2.4),
+    and that ranking is GAR's initial ranking for the remaining B_CE − k_i calls over the corpus graph ([GAR] Alg. 1);
+    the top-k by exact score among everything scored. One variant per k_i of the grid (chosen on dev in 07). No DE at
+    query time: the graph is built offline from the items alone."""
+    from xenbench.methods.gar import Gar
+    from xenbench.metrics import topk_indices
+
+    if state.graph is None:
+        raise ParameterError("state", "a SplitState with a corpus graph (xenbench.methods.gar.item_graph)",
+                             "none given", "GAR ANNCUR")
+
+    def variant(k_i: int) -> Variant:
+        cur = AnnCur(k_i, seed=state.seed).fit(state.R_anc)
+        gar = Gar(budget - k_i).fit(state.graph)
+
+        def search(counter: BudgetCounter, k: int) -> tuple[np.ndarray, np.ndarray]:
+            nq, anchors = counter.n_queries, cur.anchor_items_
+            anchor_items = np.broadcast_to(anchors, (nq, anchors.size))
+            s_hat = cur.transform(counter.score(anchor_items).astype(np.float64))  # (nq, n_items)
+            s_hat[:, anchors] = -np.inf  # scored already: GAR starts from the others
+            _, I_gar = gar.search(counter, budget - k_i, candidates=topk_indices(s_hat, budget - k_i), exclude=anchors)
+            items = np.concatenate([anchor_items, I_gar], axis=1)
+            exact = counter.score(items).astype(np.float64)  # every pair was charged once already: free
+            top = topk_indices(exact, k)
+            rows = np.arange(nq)[:, None]
+            return exact[rows, top].astype(np.float32), items[rows, top]
+
+        return Variant(k_i, None, search)
+
+    return [variant(k_i) for k_i in split_grid(budget, state.split_fractions, 1, budget - 1, state.R_anc.shape[0])]
+
+
 _CUR = "CUR matrix factorization"
 _PAPERS = {"anncur": "Yadav et al., EMNLP 2022", "adacur": "Yadav et al., Findings of EMNLP 2023",
            "axn": "Yadav et al., ICLR 2024", "pefa": "Chang et al., WSDM 2024", "ccsa": "Lassance et al.",
@@ -298,6 +331,8 @@ REGISTRY: dict[str, Comparable] = {
                             stage="first stage: compressed", uses_de=True),
     "gar": Comparable("GAR DE", _gar, "de_scores", deterministic=True, family="graph adaptive re-ranking",
                       paper=_PAPERS["gar"], requires=("first stage", "corpus graph", "embeddings"), uses_de=True),
+    "gar_anncur": Comparable("GAR ANNCUR", _gar_anncur, family="graph adaptive re-ranking seeded by CUR",
+                             paper=f"{_PAPERS['gar']} + {_PAPERS['anncur']}", requires=("anchor queries", "corpus graph")),
 }
 
 #: The methods of notebook 03 (:data:`xenbench.studies.adacur.COMPARABLE`).
