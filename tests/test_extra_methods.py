@@ -47,7 +47,7 @@ def ran(small):
         setup, splits, [0, 1], [10, 20], V=V, U=U, k_values=(1, 5), n_rounds=2, axn_lambdas=(0.0, 1.0),
         mf_items_per_query=10, mf_epochs=1, pefa_lambdas=(0.5,), pefa_neighbors=4, pq_bytes=None, device="cpu",
         progress=False, labels=setup.grades(), graph_neighbors=6,
-        extra_methods=[ex.ReverseRerank, "_example_methods:RandomItems", "gar"])
+        extra_methods=[ex.ReverseRerank, "_example_methods:RandomItems", "gar", "gar_anncur"])
 
 
 @pytest.mark.parametrize("spec, why", [
@@ -94,7 +94,10 @@ def test_a_method_over_budget_or_outside_the_corpus_is_refused_at_run_time(small
 def test_your_method_runs_beside_the_others_in_both_currencies_with_its_trec_runs(small, ran, tmp_path):
     setup, splits, V, U = small
     runs, info = ran
-    assert {"reversed DE top-B", "random items", "GAR DE"} <= set(runs["method"])
+    assert {"reversed DE top-B", "random items", "GAR DE", "GAR ANNCUR"} <= set(runs["method"])
+    # GAR ANNCUR's k_i is chosen on dev from the budget's own grid (B_CE = 10: 1, 2, 5, 8; 20: 2, 5, 10, 15)
+    chosen = runs[runs["method"] == "GAR ANNCUR"].groupby("budget")["setting"].agg(set)
+    assert chosen[10] <= {1.0, 2.0, 5.0, 8.0} and chosen[20] <= {2.0, 5.0, 10.0, 15.0}
     # the reverse re-rank scores the same B_CE items as DE re-rank: the same per-query recall in every run
     rev = runs[runs["method"] == "reversed DE top-B"].sort_values(["split_seed", "budget", "k"])
     de = runs[runs["method"] == "DE re-rank"].sort_values(["split_seed", "budget", "k"])

@@ -279,8 +279,9 @@ def _chosen_on_dev(out: list[dict[str, Any]], lists: Mapping[tuple[Any, str, int
     label_rows = []
     if labels is not None:
         for budget in budgets:
-            for rec in choose_by_labels(settings, [lists[s, "dev", budget] for s in settings],
-                                        [lists[s, "test", budget] for s in settings], dev_rows=rows_of["dev"],
+            at_b = [s for s in settings if (s, "dev", budget) in lists]  # a k_i grid differs between budgets
+            for rec in choose_by_labels(at_b, [lists[s, "dev", budget] for s in at_b],
+                                        [lists[s, "test", budget] for s in at_b], dev_rows=rows_of["dev"],
                                         test_rows=rows_of["test"], grades=labels, measures=measures):
                 label_rows.append({"split_seed": int(split.seed), "anchor_seed": anchor_seed, "method": label,
                                    "budget": int(budget), **rec})
