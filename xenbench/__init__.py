@@ -38,7 +38,7 @@ _SUBMODULES: dict[str, str] = {
     "scorers": "models.scorers", "references": "models.references", "templates": "models.templates",
     "adacur": "methods.adacur", "axn": "methods.axn", "baselines": "methods.baselines", "ccsa": "methods.ccsa",
     "cur": "methods.cur", "mf": "methods.mf", "pefa": "methods.pefa", "protocol": "methods.protocol",
-    "trace": "methods.trace",
+    "trace": "methods.trace", "gar": "methods.gar",
     "compare": "studies.compare", "corpus": "studies.corpus", "findings": "studies.findings", "rank": "studies.rank",
     "splits": "studies.splits", "stats": "studies.stats", "witnesses": "studies.witnesses",
     "plots": "viz.plots", "widgets": "viz.widgets",

@@ -21,8 +21,8 @@ from xenbench.harness.spec import NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
 __all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "FIRST_STAGE_PARAMS", "MODEL_ONLY",
-           "MODEL_OVERRIDES", "ce_name", "unused_params", "refuse_checkpoint", "check_ce_path", "check_first_stages",
-           "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
+           "MODEL_OVERRIDES", "ce_name", "unused_params", "refuse_checkpoint", "check_ce_path", "check_extra_methods",
+           "check_first_stages", "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,7 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
                                          spec.owner) from None
         if not fit:  # fitted sizes are checked once chosen
             check_first_stages(spec, values, loaded)
+        check_extra_methods(spec, values)
     if fit:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded, fit=True)
         with in_folder(spec.path.parent):
@@ -262,6 +263,34 @@ def _log_scale(spec: NotebookSpec, values: Mapping[str, Any], sizes: Mapping[str
     share = ", ".join(f"{b} ({100 * b / items:.2g}%)" for b in sorted(budgets))
     log.info("%s: %s queries x %s items; CE budgets %s of the items", spec.name, f"{sizes['queries']:,}",
              f"{items:,}", share)
+
+
+def check_extra_methods(spec: NotebookSpec, values: Mapping[str, Any]) -> None:
+    """Every ``extra_methods`` value is a registry key (``gar``) or an import path ``module:Class`` of a method class
+    that imports and has ``fit(state)`` and ``search(counter, k)`` (:func:`xenbench.studies.methods.extra_entry`;
+    relative imports from the working directory, the notebook's folder under :func:`preflight`).
+
+    Raises
+    ------
+    ParameterError
+        One line naming the value and what is wrong with it.
+    """
+    if "extra_methods" not in spec.params or not values.get("extra_methods"):
+        return
+    import sys
+
+    from xenbench.studies.methods import extra_entry
+
+    here = str(Path.cwd())
+    added = here not in sys.path
+    if added:  # as the kernel, started in the notebook's folder, imports a module beside the notebook
+        sys.path.insert(0, here)
+    try:
+        for value in values["extra_methods"]:
+            extra_entry(value, name="extra_methods", owner=spec.owner)
+    finally:
+        if added:
+            sys.path.remove(here)
 
 
 def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any] | None = None) -> None:

@@ -21,11 +21,12 @@ import torch
 
 from xenbench._device import search_device
 from xenbench.errors import ParameterError
-from xenbench.methods.adacur import AdaCur, SearchOptions, TopK
+from xenbench.methods.adacur import SearchOptions
 from xenbench.methods.axn import Axn, prior_scale
 from xenbench.methods.trace import RoundTrace, trace_from_result
 from xenbench.metrics import LABEL_MEASURES, mean_se, recall_under_budget
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
+from xenbench.studies.methods import REGISTRY, SPLIT_FRACTIONS, SplitState
 
 __all__ = ["AXN_LABEL_MEASURES", "AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
            "axn_protocol_summary", "axn_round_trace"]
@@ -226,7 +227,6 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     """
     from tqdm.auto import tqdm
 
-    from xenbench.methods.baselines import rerank_baseline
     from xenbench.methods.mf import MatrixFactorization, observed_pairs
     from xenbench.methods.protocol import choose_on_dev, run_seed
     from xenbench.metrics import BudgetCounter
@@ -330,22 +330,19 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                 V_mf, u_mf = mf.item_embeddings_, mf.transform_queries(U)
                 report("AXN DE, MF-IND", V_mf, u_mf, de_order, seed, tune("AXN DE, MF-IND", V_mf, u_mf, de_order, seed))
         no_dev = np.empty(0, np.int64)
-        for seed in seeds:
-            for budget in budgets:
-                ada = AdaCur(budget, n_rounds=min(n_rounds, budget), sampler=TopK(),
-                             seed=run_seed(int(split.seed), seed), options=options)
-                res = ada.fit(M[anchor]).run(M_test, query_ids=test)
-                add(split, seed, "ADACUR TopK No-Split", budget, np.nan, test,
-                    _per_query_recalls(M_test, res.I, res.calls, budget, k_values))
-                if labels is not None:
-                    add_labels(split, seed, "ADACUR TopK No-Split", budget, [np.nan], [res.I[:0]], [res.I], no_dev)
-        for budget in budgets:
-            counter = BudgetCounter(M_test, budget)
-            _, I = rerank_baseline(counter, de_order[test], budget)
-            add(split, seeds[0], "DE re-rank", budget, np.nan, test,
-                _per_query_recalls(M_test, I, counter.calls, budget, k_values))
-            if labels is not None:
-                add_labels(split, seeds[0], "DE re-rank", budget, [np.nan], [I[:0]], [I], no_dev)
+        # the baselines are entries of the one registry: ADACUR TopK No-Split per seed, DE re-rank once per split
+        for key, run_seeds in (("adacur_nosplit", seeds), ("de_rerank", seeds[:1])):
+            entry = REGISTRY[key]
+            for seed in run_seeds:
+                for budget in budgets:
+                    state = SplitState(M[anchor], test, {"de_scores": de_order[test]}, min(n_rounds, budget),
+                                       SPLIT_FRACTIONS, 1.0, run_seed(int(split.seed), seed), options)
+                    counter = BudgetCounter(M_test, budget)
+                    _, I = entry.variants(state, budget)[0].search(counter, budget)
+                    add(split, seed, entry.label, budget, np.nan, test,
+                        _per_query_recalls(M_test, I, counter.calls, budget, k_values))
+                    if labels is not None:
+                        add_labels(split, seed, entry.label, budget, [np.nan], [I[:0]], [I], no_dev)
         bar.update(1)
     bar.close()
     out = pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)

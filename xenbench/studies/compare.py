@@ -52,6 +52,7 @@ import torch
 
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
+from xenbench.methods.protocol import at_chosen, choose_on_dev, run_seed
 from xenbench.metrics import LABEL_MEASURES, BudgetCounter, topk_indices
 from xenbench.studies.adacur import (
     COMPARABLE,
@@ -63,35 +64,30 @@ from xenbench.studies.adacur import (
 )
 from xenbench.studies.axn import axn_protocol_runs
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
+from xenbench.studies.methods import REGISTRY, Comparable, extra_entry
 from xenbench.studies.setup import Setup
 
-__all__ = ["CE_STAGE", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair",
+__all__ = ["CE_STAGE", "COMPARED", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair",
            "compare_protocol_runs", "compare_summary", "first_stage_scores", "named_first_stages", "pareto_front",
            "pq_codes", "query_embedding_seconds", "search_seconds"]
 
 logger = logging.getLogger(__name__)
 
-#: CE-stage methods of 03 (registry keys of :data:`xenbench.studies.adacur.COMPARABLE`).
+#: CE-stage methods of 03 (keys of the one registry, :data:`xenbench.studies.methods.REGISTRY`).
 CE_STAGE: tuple[str, ...] = ("de_rerank", "anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit")
-#: AXN methods of 04 (its labels at the dev-chosen λ) -> the label used here.
-_AXN = {"AXN DE, tuned λ": "AXN DE", "AXN DE, MF-IND, tuned λ": "AXN DE, MF-IND"}
-#: First stages other than the exact DE whose top B_CE the CE re-ranks -> label of that re-ranking.
-FIRST_STAGE_RERANK = {"PEFA-XS": "PEFA-XS re-rank", "PEFA-XL": "PEFA-XL re-rank", "PQ": "PQ codes re-rank"}
-#: Which methods read the DE at query time (they pay its query embedding) and how each is described.
-STAGES: dict[str, dict[str, Any]] = {
-    "DE re-rank": {"stage": "first stage: DE", "uses_de": True},
-    "ANNCUR": {"stage": "CE stage", "uses_de": False},
-    "ANNCUR DE": {"stage": "CE stage", "uses_de": True},
-    "ADACUR TopK No-Split": {"stage": "CE stage", "uses_de": False},
-    "ADACUR DE+TopK No-Split": {"stage": "CE stage", "uses_de": True},
-    "AXN DE": {"stage": "CE stage", "uses_de": True},
-    "AXN DE, MF-IND": {"stage": "CE stage", "uses_de": True},
-    "PEFA-XS re-rank": {"stage": "first stage: PEFA", "uses_de": True},
-    "PEFA-XL re-rank": {"stage": "first stage: PEFA", "uses_de": True},
-    "PQ codes re-rank": {"stage": "first stage: compressed", "uses_de": True},
-}
-#: Methods whose result does not depend on the anchor seed (given the split).
-_DETERMINISTIC = {"DE re-rank", "ANNCUR DE", "ADACUR DE+TopK No-Split", "AXN DE", "AXN DE, MF-IND", *FIRST_STAGE_RERANK.values()}
+#: AXN methods of 04 (its labels at the dev-chosen λ) -> the registry's label used here.
+_AXN = {"AXN DE, tuned λ": REGISTRY["axn_de"].label, "AXN DE, MF-IND, tuned λ": REGISTRY["axn_de_mf_ind"].label}
+#: First stages other than the exact DE whose top B_CE the CE re-ranks -> label of that re-ranking (registry entries).
+FIRST_STAGE_RERANK = {REGISTRY[key].needs: REGISTRY[key].label for key in ("pefa_xs_rerank", "pefa_xl_rerank",
+                                                                             "pq_rerank")}
+#: The registry entries 07 always runs: 03's CE stage, 04's AXN and the first stages' re-ranks (GAR and yours are
+#: ``extra_methods``).
+COMPARED: tuple[str, ...] = CE_STAGE + ("axn_de", "axn_de_mf_ind", "pefa_xs_rerank", "pefa_xl_rerank", "pq_rerank")
+#: Which methods read the DE at query time (they pay its query embedding) and where each sits: from the registry.
+STAGES: dict[str, dict[str, Any]] = {REGISTRY[key].label: {"stage": REGISTRY[key].stage, "uses_de": REGISTRY[key].uses_de}
+                                     for key in COMPARED}
+#: Methods whose result does not depend on the anchor seed (given the split): the registry's deterministic entries.
+_DETERMINISTIC = {m.label for m in REGISTRY.values() if m.deterministic}
 #: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of methods.protocol).
 _LOSES = {"trails", "loses"}
 _RUN = ["split_seed", "anchor_seed"]
@@ -254,7 +250,6 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
     With ``labels``, also the label records per budget (setting chosen on dev by nDCG@10,
     :func:`xenbench.studies.labels.choose_by_labels`)."""
     from xenbench.methods.baselines import rerank_baseline
-    from xenbench.methods.protocol import at_chosen, choose_on_dev
     from xenbench.metrics import mean_se, recall_under_budget
 
     rows_of = {"dev": np.asarray(split.dev), "test": np.asarray(split.test)}
@@ -271,14 +266,24 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
                     out.append({"split_seed": int(split.seed), "anchor_seed": 0, "part": part, "method": label,
                                 "budget": int(budget), "k": int(k), "recall": float(r.mean()),
                                 "recall_se": mean_se(r)[1], "setting": lam, "rows": rows, "per_query": r})
+    return _chosen_on_dev(out, lists, split, label, budgets, list(scores), labels, measures)
+
+
+def _chosen_on_dev(out: list[dict[str, Any]], lists: Mapping[tuple[Any, str, int], np.ndarray], split: Any, label: str,
+                   budgets: Sequence[int], settings: Sequence[Any], labels: Any, measures: Sequence[str], *,
+                   anchor_seed: int = 0) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The test rows of ``out`` (dev and test records of every setting) at the setting chosen on dev per (budget, k),
+    and with ``labels`` the label records per budget (setting chosen on dev by nDCG@10); ``lists[setting, part,
+    budget]`` are the ranked lists."""
+    rows_of = {"dev": np.asarray(split.dev), "test": np.asarray(split.test)}
     label_rows = []
     if labels is not None:
-        settings = list(scores)
         for budget in budgets:
-            for rec in choose_by_labels(settings, [lists[s, "dev", budget] for s in settings],
-                                        [lists[s, "test", budget] for s in settings], dev_rows=rows_of["dev"],
+            at_b = [s for s in settings if (s, "dev", budget) in lists]  # a k_i grid differs between budgets
+            for rec in choose_by_labels(at_b, [lists[s, "dev", budget] for s in at_b],
+                                        [lists[s, "test", budget] for s in at_b], dev_rows=rows_of["dev"],
                                         test_rows=rows_of["test"], grades=labels, measures=measures):
-                label_rows.append({"split_seed": int(split.seed), "anchor_seed": 0, "method": label,
+                label_rows.append({"split_seed": int(split.seed), "anchor_seed": anchor_seed, "method": label,
                                    "budget": int(budget), **rec})
     runs = pd.DataFrame(out)
     by = _RUN + _GROUP
@@ -288,6 +293,46 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
     chosen = choose_on_dev(dev, by=by, setting="setting")
     test = at_chosen(test, chosen, by=by, setting="setting")
     return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["setting"], how="left"), label_rows
+
+
+def _entry_runs(M: np.ndarray, split: Any, entry: Comparable, budgets: Sequence[int], k_values: Sequence[int], *,
+                state: Mapping[str, Any], orders: Mapping[str, np.ndarray], anchor_seed: int, seed: int,
+                labels: Any = None, measures: Sequence[str] = LABEL_MEASURES
+                ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """A registry entry (GAR, or a method of yours: :func:`xenbench.studies.methods.extra_entry`) on the split's dev
+    and test rows, as :func:`_rerank_runs` runs a first stage's re-ranking: built from the split's state
+    (:class:`~xenbench.studies.methods.SplitState` of those rows, run seed ``seed``) per budget, each variant's whole
+    ranked list (``search(counter, B_CE)``) read for the recalls and the labels, its setting chosen on dev.
+
+    ``state`` holds the state's fields shared by the rows (R_anc, n_rounds, options, V, graph); ``orders`` the first
+    stages' scores ranking of every query row (``"de_scores"`` -> (n_queries, >= max budget) item indices)."""
+    from xenbench.metrics import mean_se, recall_under_budget
+    from xenbench.studies.methods import SPLIT_FRACTIONS as fractions
+    from xenbench.studies.methods import SplitState
+
+    out, lists, settings = [], {}, []
+    for part, rows in (("dev", np.asarray(split.dev)), ("test", np.asarray(split.test))):
+        U = state.get("U")
+        st = SplitState(test=rows, orders={name: o[rows] for name, o in orders.items()}, split_fractions=fractions,
+                        temperature=1.0, seed=seed, **{k: v for k, v in state.items() if k != "U"},
+                        U=None if U is None else U[rows])
+        for budget in budgets:
+            for variant in entry.variants(st, int(budget)):
+                counter = BudgetCounter(M[rows], int(budget))
+                _, I = variant.search(counter, int(budget))
+                setting = float(variant.n_anchor_items)
+                if setting not in settings and not (np.isnan(setting) and any(np.isnan(s) for s in settings)):
+                    settings.append(setting)
+                key = next(s for s in settings if s == setting or (np.isnan(s) and np.isnan(setting)))
+                lists[key, part, int(budget)] = I
+                for k in (k for k in k_values if k <= budget):
+                    r = recall_under_budget(M[rows], I, k, calls=counter.calls, budget=int(budget),
+                                            per_query=True)
+                    out.append({"split_seed": int(split.seed), "anchor_seed": int(anchor_seed), "part": part,
+                                "method": entry.label, "budget": int(budget), "k": int(k), "recall": float(r.mean()),
+                                "recall_se": mean_se(r)[1], "setting": setting, "rows": rows, "per_query": r})
+    return _chosen_on_dev(out, lists, split, entry.label, budgets, settings, labels, measures,
+                          anchor_seed=int(anchor_seed))
 
 
 def named_first_stages(setup: Setup, first_stages: Sequence[str], *, depth: int,
@@ -339,7 +384,8 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                           pefa_neighbors: int = 32, pq_bytes: int | None = 12, device: str | torch.device = "auto",
                           progress: bool = True, first_stages: Sequence[str] = (), labels: Any = None,
                           measures: Sequence[str] = LABEL_MEASURES, first_stage_depth: int | None = None,
-                          seed: int = 0) -> tuple[pd.DataFrame, dict[str, Any]]:
+                          seed: int = 0, extra_methods: Sequence[Any] = (), graph_neighbors: int = 16
+                          ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-query test recall of every method at its dev-chosen setting, per run (query split × anchor seed).
 
     Parameters
@@ -374,6 +420,14 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
     first_stage_depth, seed : int, optional
         How deep the ``first_stages`` retrieve over the whole corpus, and the seed of the order of the items they do
         not return (:func:`xenbench.studies.setup.first_stage_matrix`).
+    extra_methods : sequence
+        More methods, each a registry key (``"gar"``: GAR over the DE's item graph), an import path
+        ``"pkg.mod:Class"`` or a class (:class:`xenbench.studies.methods.Method`: ``fit(state)``, ``search(counter,
+        k)``), checked before any work (:func:`xenbench.studies.methods.extra_entry`). Each runs on every split's dev
+        and test rows at every budget, its first stage the DE, under the same counter; a seed-free one (the default)
+        once per split, else once per anchor seed.
+    graph_neighbors : int
+        Edges per item of the corpus graph (the DE's nearest items), built once when an extra method needs it.
 
     Returns
     -------
@@ -385,16 +439,49 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
     info : dict
         What was run: ``first_stages`` (names), ``pq`` (its description) and ``first_stage_seconds`` (per query, of
         the first split); with ``labels``, ``label_runs``: one row per (split_seed, anchor_seed, method, budget,
-        measure) with the columns of :data:`xenbench.studies.labels.LABEL_COLUMNS`.
+        measure) with the columns of :data:`xenbench.studies.labels.LABEL_COLUMNS`; ``extra``: the extra methods'
+        entries, ``graph`` (the corpus graph or None) and ``graph_seconds`` (its build time, once for every split).
     """
     from tqdm.auto import tqdm
 
+    extras = [extra_entry(spec) for spec in extra_methods]  # refused here, before any work
+    labels_seen = [m.label for m in extras]
+    if len(set(labels_seen)) != len(labels_seen) or set(labels_seen) & set(STAGES):
+        raise ParameterError("extra_methods", f"methods of distinct labels, none of them one that 07 runs anyway "
+                             f"({', '.join(STAGES)})", labels_seen, "compare_protocol_runs")
+    graph, graph_s = None, 0.0
+    if any("corpus graph" in m.requires for m in extras):
+        from xenbench.methods.gar import item_graph, item_neighbors
+
+        t0 = time.perf_counter()
+        graph = item_graph(item_neighbors(V, check_int(graph_neighbors, "graph_neighbors", 1, V.shape[0] - 1,
+                                                       "compare_protocol_runs")))
+        graph_s = time.perf_counter() - t0
     M = setup.M
     de = U @ V.T
     seeds = [int(s) for s in anchor_seeds]
     budgets = sorted({int(b) for b in budgets})
     depth = min(max(budgets), M.shape[1])
-    bar = tqdm(total=3 + len(splits), desc="07 protocol (stage × split)", disable=not progress)
+    bar = tqdm(total=3 + len(splits) * (1 + bool(extras)), desc="07 protocol (stage × split)", disable=not progress)
+    # the extra methods first: a method that breaks the rules is refused before the long runs
+    extra_runs, extra_labels = [], []
+    if extras:
+        from xenbench._device import search_device
+        from xenbench.methods.adacur import SearchOptions
+
+        orders = {"de_scores": topk_indices(de, depth)}
+        options = SearchOptions(device=search_device(device, "compare_protocol_runs"))
+        for sp in splits:
+            shared = {"R_anc": M[sp.anchor], "n_rounds": n_rounds, "options": options, "V": V, "U": U, "graph": graph}
+            for entry in extras:
+                for anchor_seed in seeds[:1] if entry.deterministic else seeds:
+                    runs_x, label_x = _entry_runs(M, sp, entry, budgets, k_values, state=shared, orders=orders,
+                                                  anchor_seed=anchor_seed, seed=run_seed(int(sp.seed), anchor_seed),
+                                                  labels=labels, measures=measures)
+                    extra_runs.append(runs_x)
+                    if label_x:
+                        extra_labels.append(pd.DataFrame(label_x))
+            bar.update(1)
     # a method without anchor-seed randomness runs with the first anchor seed only: one run per split
     seed_free = [key for key in CE_STAGE if COMPARABLE[key].label in _DETERMINISTIC]
     label_parts = []
@@ -439,18 +526,21 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                 label_parts.append(pd.DataFrame(label_fs))
         bar.update(1)
     bar.close()
-    frames = [ce_stage] + [f.assign(anchor_seed=seeds[0]) for f in (*first, axn_runs)]
+    extra_seeded = {m.label for m in extras if not m.deterministic}  # one run per anchor seed: keep its seed
+    frames = [ce_stage] + [f.assign(anchor_seed=seeds[0]) for f in (*first, axn_runs)] + extra_runs
     columns = _RUN + _GROUP + ["recall", "recall_se", "dev_recall", "setting", "rows", "per_query"]
     runs = pd.concat([f[columns] for f in frames], ignore_index=True)
     runs["setting"] = runs["setting"].astype(float)
     reranks = {_rerank_label(name) for name in seconds or {}} - {"DE re-rank"}
     info = {"first_stages": sorted({m for m in runs["method"] if m in reranks}),
-            "pq": pq_info, "first_stage_seconds": seconds}
+            "pq": pq_info, "first_stage_seconds": seconds, "extra": extras, "graph": graph, "graph_seconds": graph_s}
     if labels is not None:
         label_columns = [*_RUN, "method", "budget", *LABEL_COLUMNS]
-        label_runs = pd.concat([f[label_columns] for f in label_parts if not f.empty], ignore_index=True)
+        label_runs = pd.concat([f[label_columns] for f in label_parts + extra_labels if not f.empty],
+                               ignore_index=True)
         # every seed-free method's one run per split under the first anchor seed, as its recall runs
-        label_runs.loc[_is_deterministic(label_runs["method"]), "anchor_seed"] = seeds[0]
+        label_runs.loc[_is_deterministic(label_runs["method"]) & ~label_runs["method"].isin(list(extra_seeded)),
+                       "anchor_seed"] = seeds[0]
         label_runs["setting"] = label_runs["setting"].astype(float)
         info["label_runs"] = label_runs
     return runs, info
@@ -461,7 +551,8 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
 # ==============================================================================================
 def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.ndarray, U: np.ndarray,
                    embed_seconds: float, first_stage_seconds: Mapping[str, float], n_rounds: int = 5,
-                   lam: float = 0.5, seed: int = 0, device: str | torch.device = "auto") -> pd.DataFrame:
+                   lam: float = 0.5, seed: int = 0, device: str | torch.device = "auto",
+                   extra: Sequence[Comparable] = (), graph: Any = None) -> pd.DataFrame:
     """Measured search seconds per test query of every method at every budget, CE calls excluded.
 
     Each CE-stage method runs once on ``split``'s test rows (batched, as in the protocol; the CE calls are lookups of
@@ -469,7 +560,9 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
     AXN is timed at λ = ``lam`` on the DE's embeddings; MF-IND's AXN is charged the same (its query MLP costs
     microseconds). A method that reads the DE adds ``embed_seconds`` (embedding the query) and the DE's exact search
     (``first_stage_seconds["DE"]``); a first-stage re-ranking adds that first stage's search instead (and the query
-    embedding when it reads the DE: PEFA, PQ codes).
+    embedding when it reads the DE: PEFA, PQ codes). Each ``extra`` entry (``info["extra"]`` of
+    :func:`compare_protocol_runs`, with its corpus ``graph``) is timed as the CE-stage methods are (building it from
+    the split's state and its search; its CE calls are lookups here too), plus the DE's cost when it reads the DE.
 
     Returns
     -------
@@ -502,15 +595,23 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
                 variant.search(BudgetCounter(M_test, budget), k)
                 spent.append(time.perf_counter() - t0)
             if spent:
-                extra = de_cost if STAGES[method.label]["uses_de"] else 0.0
+                de_s = de_cost if STAGES[method.label]["uses_de"] else 0.0
                 out.append({"method": method.label, "budget": budget, "search_s": float(np.mean(spent)) / test.size
-                            + extra})
+                            + de_s})
         engine = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed,
                      options=SearchOptions(device=device)).fit(V)
         t0 = time.perf_counter()
         engine.run(M_test, u_param=beta * U[test], candidates=order, query_ids=test)
         axn_s = (time.perf_counter() - t0) / test.size + de_cost
         out += [{"method": label, "budget": budget, "search_s": axn_s} for label in _AXN.values()]
+        for entry in extra:
+            st = SplitState(M[split.anchor], test, {"de_scores": order}, n_rounds, SPLIT_FRACTIONS, 1.0, seed,
+                            SearchOptions(device=device), V=V, U=U[test], graph=graph)
+            t0 = time.perf_counter()
+            for variant in entry.variants(st, budget):
+                variant.search(BudgetCounter(M_test, budget), k)
+            out.append({"method": entry.label, "budget": budget, "search_s": (time.perf_counter() - t0) / test.size
+                        + (de_cost if entry.uses_de else 0.0)})
         t0 = time.perf_counter()
         rerank_baseline(BudgetCounter(M_test, budget), order, budget)
         rerank_s = (time.perf_counter() - t0) / test.size
@@ -571,7 +672,11 @@ def _stage(method: str) -> str:
     """Where a method sits in the pipeline (:data:`STAGES`; a named first stage's re-rank: ``first stage: BM25``)."""
     if method in STAGES:
         return STAGES[method]["stage"]
-    return f"first stage: {method.removesuffix(' re-rank')}" if method.endswith(" re-rank") else ""
+    registered = {m.label: m.stage for m in REGISTRY.values()}
+    if method in registered:
+        return registered[method]
+    # a named first stage's re-rank, else a method of yours (extra_methods): it spends the CE calls
+    return f"first stage: {method.removesuffix(' re-rank')}" if method.endswith(" re-rank") else "CE stage"
 
 
 def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean", by: Sequence[str] = ("k",), *,

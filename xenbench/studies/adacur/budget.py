@@ -1,6 +1,7 @@
-"""ANNCUR, ADACUR and retrieve-and-rerank at equal CE budget ([ADACUR] Fig. 2): the registry of comparable methods
-(:data:`COMPARABLE`: each variant, built from one split's fitted state, answers ``search(counter, k)``) and
-:func:`recall_vs_budget`, which loops over it. Notebook 07 compares the same registry's methods.
+"""ANNCUR, ADACUR and retrieve-and-rerank at equal CE budget ([ADACUR] Fig. 2): notebook 03's entries of the one
+registry of methods (:data:`COMPARABLE`, from :data:`xenbench.studies.methods.REGISTRY`: each variant, built from one
+split's fitted state, answers ``search(counter, k)``) and :func:`recall_vs_budget`, which loops over them. Notebook 07
+compares the same registry's methods.
 
 References
 ----------
@@ -13,9 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,163 +24,32 @@ import torch
 from xenbench._device import search_device
 from xenbench._validation import check_float, check_int
 from xenbench.errors import ParameterError
-from xenbench.methods.adacur import AdaCur, SearchOptions, TopK, make_sampler
-from xenbench.methods.baselines import anncur_with_budget, rerank_baseline
-from xenbench.methods.cur import AnnCur
+from xenbench.methods.adacur import SearchOptions
 from xenbench.methods.protocol import Split
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
+from xenbench.studies.methods import (
+    ADACUR_KEYS,
+    REGISTRY,
+    SPLIT_FRACTIONS,
+    Comparable,
+    Search,
+    SplitState,
+    Variant,
+)
+from xenbench.studies.methods import split_grid as _split_grid
 
 __all__ = ["COMPARABLE", "METHODS", "SPLIT_FRACTIONS", "Comparable", "Search", "SplitState", "Variant", "recall_vs_budget"]
 
 logger = logging.getLogger(__name__)
 
 # ==============================================================================================
-# the methods compared at equal budget: a registry with one shared call
+# the methods compared at equal budget: 03's entries of the one registry (xenbench.studies.methods)
 # ==============================================================================================
-#: ``search(counter, k) -> (D float32 (nq, k), I int64 (nq, k))``: the top-k of every test query by
-#: exact score, every CE call read through ``counter`` (a fresh :class:`~xenbench.metrics.BudgetCounter`
-#: of the test rows with budget B_CE).
-Search = Callable[[BudgetCounter, int], tuple[np.ndarray, np.ndarray]]
-
-
-@dataclass(frozen=True)
-class SplitState:
-    """What every method of :data:`COMPARABLE` is built from: one split's offline index and settings.
-
-    Attributes
-    ----------
-    R_anc : ndarray of shape (k_q, n_items)
-        M[split.anchor], the offline index.
-    test : int ndarray of shape (n_test,)
-        Test rows: the keys of ADACUR's per-query randomness.
-    orders : dict
-        ``"de_scores"`` / ``"tfidf_scores"`` -> the retriever's ranking of the test rows, best first
-        (the top max(budgets) items), for the methods that need it.
-    n_rounds, split_fractions, temperature, seed
-        As in :func:`recall_vs_budget`.
-    options : SearchOptions
-        ADACUR's engine options (the device).
-    """
-
-    R_anc: np.ndarray
-    test: np.ndarray
-    orders: Mapping[str, np.ndarray]
-    n_rounds: int
-    split_fractions: Sequence[float]
-    temperature: float
-    seed: int
-    options: SearchOptions
-
-
-class Variant(NamedTuple):
-    """One configuration of a method at a budget: k_i (0 for re-rank, B_CE for No-Split), N_r (None
-    when not ADACUR) and its search."""
-
-    n_anchor_items: int
-    n_rounds: int | None
-    search: Search
-
-
-@dataclass(frozen=True)
-class Comparable:
-    """A method of :func:`recall_vs_budget`.
-
-    Attributes
-    ----------
-    label : str
-        Display name (the ``method`` column and the plots).
-    variants : callable (SplitState, budget) -> list of Variant
-        Its configurations at a budget; with several (a k_i grid), the driver reports the best.
-    needs : str, optional
-        The retriever scores it needs (``"de_scores"`` or ``"tfidf_scores"``).
-    deterministic : bool
-        Its result depends on the split only, not on the seed (a retriever's first round or ranking and greedy
-        TopK rounds: no random draw). The protocol runs it once per split, and it counts one run per split
-        (:mod:`xenbench.methods.protocol`); ``tests/test_adacur_study.py`` checks that two seeds give the same result.
-    """
-
-    label: str
-    variants: Callable[[SplitState, int], list[Variant]]
-    needs: str | None = None
-    deterministic: bool = False
-
-
-def _top(result: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
-    D, I = result
-    return D[:, :k], I[:, :k]
-
-
-def _anncur(state: SplitState, budget: int) -> list[Variant]:
-    """ANNCUR with k_i random anchors, then B_CE − k_i items by ŝ ([ANNCUR] §3.2), per k_i of the grid."""
-    def variant(k_i: int) -> Variant:
-        cur = AnnCur(k_i, seed=state.seed).fit(state.R_anc)
-        return Variant(k_i, None, lambda counter, k: _top(anncur_with_budget(cur, counter, budget), k))
-
-    return [variant(k_i) for k_i in _split_grid(budget, state.split_fractions, 1, budget, state.R_anc.shape[0])]
-
-
-def _adacur_search(ada: AdaCur, candidates: np.ndarray | None, test: np.ndarray) -> Search:
-    return lambda counter, k: ada.search(counter, k, candidates=candidates, query_ids=test)
-
-
-def _adacur_split(sampler: str, *, de_start: bool = False) -> Callable[[SplitState, int], list[Variant]]:
-    """ADACUR (split) with ``sampler`` per k_i of the grid; ``de_start``: ANNCUR_DE, one round whose
-    anchors are the DE's top k_i items ([ADACUR] Fig. 2)."""
-    def variants(state: SplitState, budget: int) -> list[Variant]:
-        n_rounds = 1 if de_start else state.n_rounds
-        candidates = state.orders["de_scores"] if de_start else None
-        out = []
-        for k_i in _split_grid(budget, state.split_fractions, n_rounds, budget - 1, state.R_anc.shape[0]):
-            if k_i < n_rounds or k_i >= budget:
-                continue
-            ada = AdaCur(budget, n_anchor_items=k_i, n_rounds=n_rounds,
-                         sampler=make_sampler(sampler, "recall_vs_budget", temperature=state.temperature),
-                         seed=state.seed, options=state.options).fit(state.R_anc)
-            out.append(Variant(k_i, None if de_start else n_rounds, _adacur_search(ada, candidates, state.test)))
-        return out
-
-    return variants
-
-
-def _adacur_nosplit(*, de_start: bool = False) -> Callable[[SplitState, int], list[Variant]]:
-    """ADACUR^No-Split with TopK; ``de_start``: round 1 takes the DE's top k_s items."""
-    def variants(state: SplitState, budget: int) -> list[Variant]:
-        if budget < state.n_rounds:
-            return []
-        ada = AdaCur(budget, n_rounds=state.n_rounds, sampler=TopK(), seed=state.seed,
-                     options=state.options).fit(state.R_anc)
-        candidates = state.orders["de_scores"] if de_start else None
-        return [Variant(budget, state.n_rounds, _adacur_search(ada, candidates, state.test))]
-
-    return variants
-
-
-def _rerank(scores: str) -> Callable[[SplitState, int], list[Variant]]:
-    """Retrieve-and-rerank: the retriever's top B_CE items scored with the CE."""
-    def variants(state: SplitState, budget: int) -> list[Variant]:
-        order = state.orders[scores]
-        return [Variant(0, None, lambda counter, k: _top(rerank_baseline(counter, order, budget), k))]
-
-    return variants
-
-
-#: Method keys of :func:`recall_vs_budget` -> the comparable method, in the order they are run and drawn.
-COMPARABLE: dict[str, Comparable] = {
-    "anncur": Comparable("ANNCUR", _anncur),
-    "anncur_de": Comparable("ANNCUR DE", _adacur_split("topk", de_start=True), "de_scores", deterministic=True),
-    "adacur_topk": Comparable("ADACUR TopK", _adacur_split("topk")),
-    "adacur_softmax": Comparable("ADACUR SoftMax", _adacur_split("softmax")),
-    "adacur_nosplit": Comparable("ADACUR TopK No-Split", _adacur_nosplit()),
-    "adacur_de_nosplit": Comparable("ADACUR DE+TopK No-Split", _adacur_nosplit(de_start=True), "de_scores",
-                                    deterministic=True),
-    "de_rerank": Comparable("DE re-rank", _rerank("de_scores"), "de_scores", deterministic=True),
-    "tfidf_rerank": Comparable("TF-IDF re-rank", _rerank("tfidf_scores"), "tfidf_scores", deterministic=True),
-}
+#: Method keys of :func:`recall_vs_budget` -> the comparable method, in the order they are run and drawn: the entries
+#: :data:`~xenbench.studies.methods.ADACUR_KEYS` of :data:`~xenbench.studies.methods.REGISTRY`.
+COMPARABLE: dict[str, Comparable] = {key: REGISTRY[key] for key in ADACUR_KEYS}
 #: Method keys of :func:`recall_vs_budget` -> the label in its ``method`` column (and in the plots).
 METHODS: dict[str, str] = {key: method.label for key, method in COMPARABLE.items()}
-
-#: Grid of k_i / B_CE over which ANNCUR and ADACUR (split) take their best split per (budget, k).
-SPLIT_FRACTIONS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
 
 
 # ==============================================================================================
@@ -235,15 +104,6 @@ def _check_k_values(k_values: Any, n_items: int, owner: str) -> list[int]:
 # ==============================================================================================
 # recall at equal budget (Fig. 2)
 # ==============================================================================================
-def _split_grid(budget: int, fractions: Sequence[float], lo: int, hi: int, k_q: int) -> list[int]:
-    """Distinct k_i = round(f · B) in [lo, hi], without k_i = k_q (ill-conditioned, [ANNCUR] §B.2)."""
-    grid = sorted({int(round(f * budget)) for f in fractions})
-    grid = [k for k in grid if lo <= k <= hi and k != k_q]
-    if not grid:  # every grid point fell out: take the nearest admissible k_i
-        grid = [min(max(lo, int(round(fractions[0] * budget))), hi)]
-    return grid
-
-
 def _rows(method: str, budget: int, k_values: list[int], per_query: dict[int, np.ndarray], k_i: int,
           n_rounds: int | None, keep: bool = False) -> list[dict[str, Any]]:
     out = []
