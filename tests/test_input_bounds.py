@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -177,3 +178,30 @@ def test_a_hub_that_never_answers_fails_within_the_timeout_in_one_line(tmp_path,
            "HF_HUB_OFFLINE": "0"}
     proc = _xenbench("score", "org/name", f"beir:{folder}", "--out", str(tmp_path / "st"), env=env, timeout=120)
     _one_line(proc, "org/name: could not be fetched", "Timeout", "waits at most 1 s, HF_HUB_DOWNLOAD_TIMEOUT")
+
+
+# ----------------------------------------------------------------------------------------------- ids
+
+
+@pytest.mark.parametrize(("where", "bad"), [("corpus", "d 2"), ("corpus", " d2"), ("queries", "q\u00a01"),
+                                            ("queries", "q1\u2003")])
+def test_an_id_a_trec_file_cannot_hold_is_refused_at_load_with_file_line_and_id(tmp_path, where, bad):
+    """Before: only tabs and newlines were refused; 05 then ran to its end and failed in its TREC export."""
+    corpus, queries = [dict(r) for r in CORPUS], [dict(r) for r in QUERIES]
+    rows = corpus if where == "corpus" else queries
+    rows[1 if where == "queries" else 2]["_id"] = bad
+    qrels = [("q0", "d0", 1)]
+    folder = write_beir(tmp_path / "b", corpus, queries, qrels)
+    line = 3 if where == "corpus" else 2
+    with pytest.raises(DataError, match=rf"{where}\.jsonl:{line}: field '_id' must be a non-empty id without "
+                                        rf"whitespace .* got {re.escape(repr(bad))}$"):
+        load_beir(folder)
+
+
+def test_notebook_05_refuses_an_id_with_a_space_before_its_kernel_starts(tmp_path):
+    corpus = [dict(r) for r in CORPUS]
+    corpus[2]["_id"] = "d 2"
+    folder = write_beir(tmp_path / "b", corpus, QUERIES, [("q0", "d0", 1), ("q1", "d1", 1)])
+    proc = _xenbench("run", "05_pefa_lambda", "-p", "datasets", f"[beir:{folder}]", "--out", str(tmp_path / "rep"))
+    _one_line(proc, f"{folder / 'corpus.jsonl'}:3:", "without whitespace", "got 'd 2'")
+    assert not (tmp_path / "rep").exists() or not any((tmp_path / "rep").iterdir())

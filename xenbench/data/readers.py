@@ -12,7 +12,7 @@ accepted (``utf-8-sig``).
 
 Identifiers are always strings. JSON integer ids (``"_id": 7``) are accepted and converted with ``str`` (``"7"``)
 because several public BEIR-style dumps write numeric ids; any other JSON type (float, bool, null, ...) is rejected
-(:func:`get_id`).
+(:func:`get_id`), and so is an empty id or one holding whitespace (TREC files cannot hold it).
 """
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def iter_lines(path: Path, *, max_lines: int | None = None, max_bytes: int | Non
     require_file(path)  # a FIFO would block, /dev/zero would never end
     gz = path.name.endswith(".gz")
     if max_bytes is not None and not gz and path.stat().st_size > max_bytes:
-        raise DataError(path, f"{path.stat().st_size:,} bytes: more than the {max_bytes:,} xenbench reads from a {what}")
+        raise DataError(path, f"{path.stat().st_size:,} bytes: more than the {max_bytes:,} xenbench reads from a "
+                              f"{what}")
     with (gzip.open(path, "rb") if gz else open(path, "rb")) as handle:
         try:
             yield from _numbered(path, handle, max_lines, max_bytes, what)
@@ -124,9 +125,11 @@ def get_id(obj: dict[str, Any], key: str, path: Path, lineno: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DataError(path, f"field {key!r} must be a string or an integer, got {_json_type(value)}", lineno)
     value = _encodable(str(value), key, path, lineno)
-    if not value or any(c in value for c in "\t\r\n"):
-        # Empty ids or ids with tabs/newlines cannot be written back into qrels TSV files.
-        raise DataError(path, f"field {key!r} must be a non-empty id without tabs or newlines, got {value!r}", lineno)
+    if not value or len(value.split()) != 1 or value != value.strip():
+        # Empty ids or ids holding whitespace cannot be written into TREC run and qrels files (whitespace-separated
+        # columns): refused here, before any work, rather than when a notebook exports its ranked lists at the end.
+        raise DataError(path, f"field {key!r} must be a non-empty id without whitespace (TREC run and qrels files, "
+                              f"which xenbench writes, separate columns by whitespace), got {value!r}", lineno)
     return value
 
 

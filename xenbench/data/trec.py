@@ -239,12 +239,12 @@ def parse_grade(raw: str, path: Path, lineno: int) -> int:
     """A relevance grade: an integer of ASCII digits (``"2"``, ``"-1"``; ``"1.0"`` is read as 1) within
     ±:data:`~xenbench.metrics.MAX_GRADE`, as trec_eval reads grades; anything else fails naming file and line."""
     if not _GRADE.fullmatch(raw):
-        raise DataError(path, f"grade {raw[:40]!r} is not an integer of ASCII digits (relevance grades are integers, as "
-                              "trec_eval and ir-measures read them: e.g. 0, 1, 2)", lineno)
+        raise DataError(path, f"grade {raw[:40]!r} is not an integer of ASCII digits (relevance grades are integers, "
+                              "as trec_eval and ir-measures read them: e.g. 0, 1, 2)", lineno)
     grade = int(raw.split(".")[0])
     if abs(grade) > MAX_GRADE:
-        raise DataError(path, f"grade {grade} is outside [-{MAX_GRADE}, {MAX_GRADE}] (trec_eval sizes its arrays by the "
-                              "largest grade: a huge one costs gigabytes or gives wrong nDCG)", lineno)
+        raise DataError(path, f"grade {grade} is outside [-{MAX_GRADE}, {MAX_GRADE}] (trec_eval sizes its arrays by "
+                              "the largest grade: a huge one costs gigabytes or gives wrong nDCG)", lineno)
     return grade
 
 

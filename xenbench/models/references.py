@@ -235,8 +235,8 @@ def _from_hub(text: str, repo_id: str, revision: str | None, owner: str, param: 
             err = unreachable or err
             detail = (str(err).splitlines() or [""])[0][:200]
             why = (f"could not be fetched into {cache} ({type(err).__name__}: {detail or 'no answer'}; a hub request "
-                   f"waits at most {hub_timeout():g} s, HF_HUB_DOWNLOAD_TIMEOUT) and is not in that cache; check the id, "
-                   f"the revision and the network, or fetch it with {fetch}")
+                   f"waits at most {hub_timeout():g} s, HF_HUB_DOWNLOAD_TIMEOUT) and is not in that cache; check the "
+                   f"id, the revision and the network, or fetch it with {fetch}")
         raise DataError(where, why) from None
     if not _inside(folder, cache):
         raise DataError(where, f"resolved to {folder}, outside the Hugging Face cache {cache}: refused")
