@@ -323,6 +323,10 @@ WANT_HEADER = "expected 'query-id<TAB>corpus-id<TAB>score' (BEIR) or TREC qrels 
 WANT_COLUMNS = "expected 3 tab-separated columns (query-id, corpus-id, score)"
 
 
+GRADE = ("is not an integer of ASCII digits (relevance grades are integers, as trec_eval and ir-measures read them: "
+         "e.g. 0, 1, 2)")
+
+
 @pytest.mark.parametrize(
     ("qrels", "line", "problem"),
     [
@@ -331,8 +335,8 @@ WANT_COLUMNS = "expected 3 tab-separated columns (query-id, corpus-id, score)"
         ("", 1, f"bad header '', {WANT_HEADER}"),
         (f"{HEADER}q1\td1\t1\nq2 2 1\n", 3, f"{WANT_COLUMNS}, got 1"),
         (f"{HEADER}q1\td1\t1\t9\n", 2, f"{WANT_COLUMNS}, got 4"),
-        (f"{HEADER}q1\td1\thigh\n", 2, "score 'high' is not a number"),
-        (f"{HEADER}q1\td1\tnan\n", 2, "score 'nan' is not a number"),
+        (f"{HEADER}q1\td1\thigh\n", 2, f"grade 'high' {GRADE}"),
+        (f"{HEADER}q1\td1\tnan\n", 2, f"grade 'nan' {GRADE}"),
         (f"{HEADER}q1\td1\t1\n\nq7\td1\t1\n", 4, "unknown query id 'q7' (not in queries.jsonl)"),
         (f"{HEADER}q1\td7\t1\n", 2, "unknown corpus id 'd7' (not in corpus.jsonl)"),
     ],

@@ -235,7 +235,8 @@ def test_beir_graded_qrels_in_both_formats(tmp_path):
     ("files", "where", "problem"),
     [
         ({"t.tsv": "query-id\tcorpus-id\tscore\nqa\td1\t0.5\n"}, "t.tsv:2",
-         "grade '0.5' is not an integer (relevance grades are integers, as trec_eval and ir-measures read them)"),
+         "grade '0.5' is not an integer of ASCII digits (relevance grades are integers, as trec_eval and ir-measures "
+         "read them: e.g. 0, 1, 2)"),
         ({"t.tsv": "query-id\tcorpus-id\tscore\nqa\td1\t1\nqa\td1\t2\n"}, "t.tsv:3",
          "('qa', 'd1') judged 1 on line 2 and 2 here: one grade per pair"),
         ({"t.tsv": "qa 0 d1 1\nqa 0 d2\n"}, "t.tsv:2",

@@ -32,6 +32,7 @@ __all__ = [
     "BudgetExceededError",
     "approximation_errors",
     "LABEL_MEASURES",
+    "MAX_GRADE",
     "exact_topk",
     "label_metrics",
     "label_recall",
@@ -239,6 +240,11 @@ def label_recall(retrieved: np.ndarray, relevant, k: int, *, per_query: bool = F
     return recall if per_query else float(recall.mean())
 
 
+#: The largest relevance grade (in absolute value) read or measured: trec_eval, under ir-measures, sizes its arrays by
+#: the largest grade (grade 10^9 took 7.8 GB and 20 s for one call, and under a memory cap gave nDCG 0 silently).
+#: Graded qrels in use (TREC, BEIR, MS MARCO) stay within 0-4.
+MAX_GRADE: int = 1000
+
 #: The label measures every notebook reports beside Top-k-Recall, in ir-measures' names: nDCG@10, MRR@10 (``RR@10``,
 #: the reciprocal rank of the first relevant item within the top 10, averaged over queries), R@100 and Success@k
 #: (a relevant item within the top k; with one relevant item per query, entity linking's accuracy@k).
@@ -304,6 +310,9 @@ def label_metrics(ranked: np.ndarray, relevance, measures=LABEL_MEASURES, *,
     except (ValueError, NameError, SyntaxError, TypeError):
         raise ParameterError("measures", "ir-measures names such as 'nDCG@10', 'RR@10', 'R@100', 'Success@1'",
                              names, owner) from None
+    if rel.nnz and np.abs(rel.data).max() > MAX_GRADE:
+        raise ParameterError("relevance", f"integer grades within [-{MAX_GRADE}, {MAX_GRADE}] (trec_eval sizes its "
+                             "arrays by the largest grade)", f"grade {rel.data[np.abs(rel.data).argmax()]}", owner)
     rel.data[rel.data < 0] = 0  # judged not relevant, as 0: no gain, and no query counts for it
     rel.eliminate_zeros()
     rows = np.flatnonzero(np.diff(rel.indptr) > 0)

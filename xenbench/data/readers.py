@@ -12,7 +12,7 @@ accepted (``utf-8-sig``).
 
 Identifiers are always strings. JSON integer ids (``"_id": 7``) are accepted and converted with ``str`` (``"7"``)
 because several public BEIR-style dumps write numeric ids; any other JSON type (float, bool, null, ...) is rejected
-(:func:`get_id`).
+(:func:`get_id`), and so is an empty id or one holding whitespace (TREC files cannot hold it).
 """
 from __future__ import annotations
 
@@ -46,18 +46,25 @@ def require_dir(path: Path) -> Path:
     return path
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+def iter_lines(path: Path, *, max_lines: int | None = None, max_bytes: int | None = None,
+               what: str = "file") -> Iterator[tuple[int, str]]:
     """Yield ``(line number, text)`` of a UTF-8 text file (a leading byte order mark is dropped); a file whose name
     ends in ``.gz`` is read through gzip (run files are often shipped so).
 
     A line that is not UTF-8, or longer than :data:`MAX_LINE_BYTES`, fails naming file and line; a line is never
-    read whole before its length is known to be within the bound.
+    read whole before its length is known to be within the bound. With ``max_lines`` / ``max_bytes``, a file holding
+    more lines (blank ones included) or more bytes (after decompression: counted as the stream is read, so a small
+    gzip that expands to gigabytes is refused once the bound is passed) fails naming file and line; ``what`` names
+    the kind of file in that message.
     """
     require_file(path)  # a FIFO would block, /dev/zero would never end
     gz = path.name.endswith(".gz")
+    if max_bytes is not None and not gz and path.stat().st_size > max_bytes:
+        raise DataError(path, f"{path.stat().st_size:,} bytes: more than the {max_bytes:,} xenbench reads from a "
+                              f"{what}")
     with (gzip.open(path, "rb") if gz else open(path, "rb")) as handle:
         try:
-            yield from _numbered(path, handle)
+            yield from _numbered(path, handle, max_lines, max_bytes, what)
         except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; a cut-off archive ends in EOFError
             if not gz:
                 raise
@@ -65,14 +72,22 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                 from None
 
 
-def _numbered(path: Path, handle: Any) -> Iterator[tuple[int, str]]:
+def _numbered(path: Path, handle: Any, max_lines: int | None = None, max_bytes: int | None = None,
+              what: str = "file") -> Iterator[tuple[int, str]]:
     """The numbered, decoded lines of an open binary ``handle`` of ``path`` (see :func:`iter_lines`)."""
-    lineno = 0
+    lineno = n_bytes = 0
     while raw := handle.readline(MAX_LINE_BYTES + 1):
         lineno += 1
+        n_bytes += len(raw)
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             raise DataError(path, f"line longer than {MAX_LINE_BYTES:,} bytes (the most xenbench reads per line): "
                                   "shorten or split this record", lineno)
+        if max_lines is not None and lineno > max_lines:
+            raise DataError(path, f"more than {max_lines:,} lines (the most xenbench reads from a {what}; blank lines "
+                                  "count): cut it, e.g. to fewer documents per query", lineno)
+        if max_bytes is not None and n_bytes > max_bytes:
+            raise DataError(path, f"more than {max_bytes:,} bytes once decompressed (the most xenbench reads from a "
+                                  f"{what})", lineno)
         if lineno == 1:
             raw = raw.removeprefix(codecs.BOM_UTF8)
         try:
@@ -110,9 +125,11 @@ def get_id(obj: dict[str, Any], key: str, path: Path, lineno: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DataError(path, f"field {key!r} must be a string or an integer, got {_json_type(value)}", lineno)
     value = _encodable(str(value), key, path, lineno)
-    if not value or any(c in value for c in "\t\r\n"):
-        # Empty ids or ids with tabs/newlines cannot be written back into qrels TSV files.
-        raise DataError(path, f"field {key!r} must be a non-empty id without tabs or newlines, got {value!r}", lineno)
+    if not value or len(value.split()) != 1 or value != value.strip():
+        # Empty ids or ids holding whitespace cannot be written into TREC run and qrels files (whitespace-separated
+        # columns): refused here, before any work, rather than when a notebook exports its ranked lists at the end.
+        raise DataError(path, f"field {key!r} must be a non-empty id without whitespace (TREC run and qrels files, "
+                              f"which xenbench writes, separate columns by whitespace), got {value!r}", lineno)
     return value
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +28,21 @@ from pathlib import Path
 from xenbench._io import write_bytes_atomic, write_text_atomic
 from xenbench.data.readers import iter_lines
 from xenbench.errors import DataError, ParameterError
+from xenbench.metrics import MAX_GRADE
 from xenbench.provenance import record_input
 
-__all__ = ["RUN_FORMAT", "QRELS_FORMAT", "Run", "check_run", "read_trec_qrels", "read_trec_run", "write_trec_qrels",
-           "write_trec_run"]
+__all__ = ["MAX_RUN_BYTES", "MAX_RUN_LINES", "RUN_FORMAT", "QRELS_FORMAT", "Run", "check_run", "read_trec_qrels",
+           "read_trec_run", "write_trec_qrels", "write_trec_run"]
 
 #: The columns of a run line and of a qrels line, as messages name them.
 RUN_FORMAT = "query-id Q0 doc-id rank score tag"
 QRELS_FORMAT = "query-id 0 doc-id grade"
+#: The most lines (blank ones included) a run or qrels file may hold: 2,000 queries x 1,000 documents. A first stage
+#: here hands each query at most a few hundred items; a 10^7-line run used to peak at 4.75 GB before any check.
+MAX_RUN_LINES = 2_000_000
+#: The most bytes a run or qrels file may hold, counted after decompression as a ``.gz`` is streamed (a 2 MB gzip
+#: can expand to gigabytes).
+MAX_RUN_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -94,12 +102,14 @@ def read_trec_run(path: str | os.PathLike[str]) -> Run:
         finite number, a doc id listed twice for a query, two rows of a query with the same rank, or no rows at all.
     """
     path = Path(path)
+    # Per query: doc -> line and rank -> line (nested dicts, not (query, doc) tuple keys: a 2,000,000-line run
+    # peaks at about half the memory).
     rows: dict[str, list[tuple[float, int, str]]] = {}
     first_line: dict[str, int] = {}
-    seen_doc: dict[tuple[str, str], int] = {}
-    seen_rank: dict[tuple[str, int], int] = {}
+    seen_doc: dict[str, dict[str, int]] = {}
+    seen_rank: dict[str, dict[int, int]] = {}
     tag = ""
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, max_lines=MAX_RUN_LINES, max_bytes=MAX_RUN_BYTES, what="run file"):
         cols = _fields(line, 6, RUN_FORMAT, path, lineno)
         if cols is None:
             continue
@@ -109,13 +119,13 @@ def read_trec_run(path: str | os.PathLike[str]) -> Run:
         except ValueError:
             raise DataError(path, f"rank {raw_rank!r} is not an integer", lineno) from None
         score = _finite_number(raw_score, path, lineno, f"score {raw_score!r} is not a finite number")
-        if (qid, doc) in seen_doc:
-            raise DataError(path, f"duplicate doc-id {doc!r} for query {qid!r} (first on line {seen_doc[qid, doc]})",
-                            lineno)
-        if (qid, rank) in seen_rank:
-            raise DataError(path, f"duplicate rank {rank} for query {qid!r} (first on line {seen_rank[qid, rank]}): "
+        docs, ranks = seen_doc.setdefault(qid, {}), seen_rank.setdefault(qid, {})
+        if doc in docs:
+            raise DataError(path, f"duplicate doc-id {doc!r} for query {qid!r} (first on line {docs[doc]})", lineno)
+        if rank in ranks:
+            raise DataError(path, f"duplicate rank {rank} for query {qid!r} (first on line {ranks[rank]}): "
                                   "each row of a query needs its own rank", lineno)
-        seen_doc[qid, doc] = seen_rank[qid, rank] = lineno
+        docs[doc] = ranks[rank] = lineno
         first_line.setdefault(qid, lineno)
         tag = tag or line_tag
         rows.setdefault(qid, []).append((-score, rank, doc))
@@ -195,7 +205,7 @@ def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     path = Path(path)
     qrels: dict[str, dict[str, int]] = {}
     seen: dict[tuple[str, str], int] = {}
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, max_lines=MAX_RUN_LINES, max_bytes=MAX_RUN_BYTES, what="qrels file"):
         cols = _fields(line, 4, QRELS_FORMAT, path, lineno)
         if cols is None:
             continue
@@ -224,13 +234,23 @@ def _finite_number(raw: str, path: Path, lineno: int, message: str) -> float:
     return value
 
 
+#: A grade as trec_eval's ``atol`` reads it whole: ASCII digits with an optional sign (``"1.0"`` style zeros after a
+#: point are accepted, as BEIR dumps write them). Anything else (``"1_0"``, ``"٣"``, ``"1e1"``) would be read one way
+#: by Python and another by trec_eval (``1_0`` is 10 to ``int`` and 1 to trec_eval), so it is refused.
+_GRADE = re.compile(r"[+-]?[0-9]+(?:\.0*)?", re.ASCII)
+
+
 def parse_grade(raw: str, path: Path, lineno: int) -> int:
-    """A relevance grade: an integer (``"2"``; ``"1.0"`` is read as 1), as trec_eval reads grades."""
-    value = _finite_number(raw, path, lineno, f"score {raw!r} is not a number")
-    if value != int(value):
-        raise DataError(path, f"grade {raw!r} is not an integer (relevance grades are integers, as trec_eval and "
-                              "ir-measures read them)", lineno)
-    return int(value)
+    """A relevance grade: an integer of ASCII digits (``"2"``, ``"-1"``; ``"1.0"`` is read as 1) within
+    ±:data:`~xenbench.metrics.MAX_GRADE`, as trec_eval reads grades; anything else fails naming file and line."""
+    if not _GRADE.fullmatch(raw):
+        raise DataError(path, f"grade {raw[:40]!r} is not an integer of ASCII digits (relevance grades are integers, "
+                              "as trec_eval and ir-measures read them: e.g. 0, 1, 2)", lineno)
+    grade = int(raw.split(".")[0])
+    if abs(grade) > MAX_GRADE:
+        raise DataError(path, f"grade {grade} is outside [-{MAX_GRADE}, {MAX_GRADE}] (trec_eval sizes its arrays by "
+                              "the largest grade: a huge one costs gigabytes or gives wrong nDCG)", lineno)
+    return grade
 
 
 def write_trec_qrels(path: str | os.PathLike[str], qrels: Mapping[str, Mapping[str, int]], *,

@@ -8,7 +8,7 @@ another sample gets its own store and a repeated run scores nothing.
 """
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -20,11 +20,17 @@ from xenbench._io import repo_relative
 from xenbench.data.datasets import Dataset
 from xenbench.data.store import ScoreStore
 from xenbench.errors import DataError, ParameterError
-from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, model_fingerprint
+from xenbench.models.fingerprint import (
+    cache_path,
+    folder_fingerprint,
+    load_shared,
+    model_fingerprint,
+    texts_fingerprint,
+)
 from xenbench.models.jobs import score_to_store
 from xenbench.models.loading import UNTRAINED, untrained_cross_encoder
 from xenbench.models.references import parse_hub_id, resolve_model
-from xenbench.models.scorers import as_scorer, is_native
+from xenbench.models.scorers import as_scorer, is_native, scorer_identity, scorer_key
 
 __all__ = ["cached_scores"]
 
@@ -84,15 +90,19 @@ def cached_scores(model: str | os.PathLike[str] | Any, dataset: Dataset, *, devi
         folder = ref.path
         # The fingerprint recorded when this CE was first used (by xenbench run, before the kernel): no load for a
         # cached sample.
-        out = cache_path(folder_fingerprint(folder, max_length), dataset, cache)
-        scorer = None
+        fingerprint = folder_fingerprint(folder, max_length)
+        out = cache_path(fingerprint, dataset, cache)
+        scorer, recorded = None, {"model_sha256": fingerprint}
         manifest = {"model": ref.name, **ref.manifest(), "model_path": repo_relative(folder)}
     else:
         if max_length is not None:
             raise ParameterError("max_length", "None for a model object (set it when loading the model)", max_length,
                                  owner)
         scorer = as_scorer(model, owner, param="model")
-        fingerprint = model_fingerprint(scorer) if is_native(scorer) else scorer.fingerprint
+        # A protocol scorer's own fingerprint joins what can be read off it (max_length, activation, revision,
+        # layout): with only the fingerprint as key, max_length=8 got the default length's cached scores.
+        native = is_native(scorer)
+        fingerprint = model_fingerprint(scorer) if native else scorer_key(scorer)
         if not isinstance(fingerprint, str) or not fingerprint:
             raise ParameterError("model", "a scorer with a fingerprint, the key of the score cache: give it one "
                                  "(CallableScorer(fn, name=..., fingerprint='my-reranker-v2'), "
@@ -100,12 +110,31 @@ def cached_scores(model: str | os.PathLike[str] | Any, dataset: Dataset, *, devi
                                  "the scores would)", f"{scorer.name} without a fingerprint", owner)
         out = cache_path(fingerprint, dataset, cache)
         manifest = {"model": scorer.name}
-    with contextlib.suppress(DataError):
-        store = ScoreStore.open(out)
-        if store.is_complete:
-            return store
+        recorded = {"model_sha256": fingerprint if native else scorer.fingerprint,
+                    "model_config": json.loads(scorer.config.to_json()) if native else scorer_identity(scorer)}
+    try:
+        store: ScoreStore | None = ScoreStore.open(out)
+    except DataError:  # no store yet, or a broken one: score_to_store says which
+        store = None
+    if store is not None and store.is_complete:
+        _check_hit(store, recorded, dataset)
+        return store
     ce = load_shared(folder, max_length) if scorer is None else scorer
     logger.info("scoring %d x %d pairs of %s with %s into %s", len(dataset.queries), len(dataset.items), dataset.name,
                 manifest["model"], out)
     return score_to_store(ce, dataset.queries, dataset.items, out, batch_size=batch_size, device=device,
                           progress=progress, manifest={**manifest, "dataset": dataset.name})
+
+
+def _check_hit(store: ScoreStore, recorded: dict[str, Any], dataset: Dataset) -> None:
+    """A cached store is served only if it records this job, as a resume checks it (:mod:`~xenbench.models.jobs`):
+    the same query and item ids and texts and, for a model object, the same ``recorded`` fingerprint and
+    ``model_config`` (a xenbench CE's config; a protocol scorer's :func:`~xenbench.models.scorers.scorer_identity`).
+    A folder's key already holds its config and weights (:func:`~xenbench.models.fingerprint.folder_fingerprint`)."""
+    attrs = store.attrs
+    expected = {"query_ids": [q.id for q in dataset.queries], "item_ids": [it.id for it in dataset.items],
+                "texts_sha256": texts_fingerprint(dataset.queries, dataset.items), **recorded}
+    for key, value in expected.items():
+        if attrs.get(key) != value:
+            raise DataError(store.path, f"is the score cache's store for this model and sample, but records another "
+                                        f"job ({key} differs): delete that folder to score again")

@@ -78,16 +78,20 @@ def _open_or_create(path: Path, ce: Any, queries: Sequence[Query], items: Sequen
     if (path / "zarr.json").is_file() and not overwrite:
         store = ScoreStore.open(path, mode="r+")
         attrs = store.attrs
-        if attrs.get("model_sha256") is None or identity["model_sha256"] is None:
-            whose = "a scorer without a fingerprint wrote it" if attrs.get("model_sha256") is None else \
-                "this run's scorer has no fingerprint"
-            raise DataError(path, f"holds a score store to resume, but {whose}, so nothing says the scorers are the "
-                                  "same: give the scorer a fingerprint (CallableScorer(fn, name=..., fingerprint=...)) "
-                                  "in both runs, or pass overwrite=True to start again")
-        for key in _IDENTITY_KEYS:
+        # What kind of job wrote the store is told first: a DE store resumed by a CE says "kind differs", not how
+        # to fingerprint a Python scorer. The fingerprint is checked last, once everything else matched.
+        for key in ("kind", *(k for k in _IDENTITY_KEYS if k not in ("kind", "model_sha256")), "model_sha256"):
+            if key == "model_sha256" and (attrs.get(key) is None or identity[key] is None):
+                whose = "a scorer without a fingerprint wrote it" if attrs.get(key) is None else \
+                    "this run's scorer has no fingerprint"
+                raise DataError(path, f"holds a score store to resume, but {whose}, so nothing says the scorers are "
+                                      "the same: give the scorer a fingerprint (CallableScorer(fn, name=..., "
+                                      "fingerprint=...)) in both runs, or pass overwrite=True to start again")
             if attrs.get(key) != identity[key]:
                 values = "" if key in ("query_ids", "item_ids", "model_config") else (
                     f": store {attrs.get(key)!r}, this run {identity[key]!r}")
+                if key in ("kind", "model_sha256", "model_config"):
+                    values += f" (the store holds the scores of {attrs.get('model')!r}, this run is {ce.name!r})"
                 hint = _HOW_TO_MATCH.get(key, "pass --overwrite (overwrite=True) to replace it, or choose another "
                                               "output path")
                 raise DataError(path, f"holds a score store of another job ({key} differs){values}; {hint}")

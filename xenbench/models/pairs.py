@@ -31,6 +31,7 @@ a retriever reads ``"title: text"``, :func:`xenbench.models.retrievers.item_text
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,7 +330,28 @@ class PairEncoder:
         return heads
 
     def encode_queries(self, queries: Sequence[Query]) -> list[list[int]]:
-        """Token ids of each query's segment (no special tokens; for ``"chat"``, the rendered text before the item)."""
+        """Token ids of each query's segment (no special tokens; for ``"chat"``, the rendered text before the item).
+
+        Warns, with the count, when some queries leave no token of the maximum length for the document (a long
+        query under the ``"chat"`` layout, where the query is kept first): every item then scores the same for them.
+        """
+        ids = self._encode_queries(queries)
+        self._warn_no_room(queries, ids)
+        return ids
+
+    def _warn_no_room(self, queries: Sequence[Query], ids: list[list[int]]) -> None:
+        if self.template.max_length is None or not ids:
+            return
+        lengths = np.fromiter((len(q) for q in ids), dtype=np.int64, count=len(ids))
+        _, kept = truncated_lengths(lengths, np.ones_like(lengths), self.template)
+        crowded = np.flatnonzero(kept == 0)
+        if crowded.size:
+            warnings.warn(f"{self.where}: {crowded.size} of {len(ids)} queries leave no room for the document within "
+                          f"max_length {self.template.max_length} (the prompt, the template and the query take it all; "
+                          f"first: {queries[int(crowded[0])].id!r}): every item scores the same for them; raise "
+                          "max_length, shorten the prompt or the queries", UserWarning, stacklevel=3)
+
+    def _encode_queries(self, queries: Sequence[Query]) -> list[list[int]]:
         if self.layout == "pair":
             return self._ids([(self.prompt or "") + q.text for q in queries])
         if self.layout == "chat":

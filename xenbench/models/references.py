@@ -28,13 +28,16 @@ from typing import Any
 
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["ModelRef", "resolve_model", "model_name", "hub_cache_dir", "parse_hub_id", "hub_offline",
+__all__ = ["ModelRef", "resolve_model", "model_name", "hub_cache_dir", "hub_timeout", "parse_hub_id", "hub_offline",
            "refuse_custom_code", "CUSTOM_CODE_FILES"]
 
 # huggingface_hub's repo-id rule: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters per part.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _HUB_ID = re.compile(rf"^(?P<id>{_PART}/{_PART})(?:@(?P<revision>[^\s@]+))?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# A git ref name or commit as the hub takes them (names joined by '/', e.g. refs/pr/1); ".." and empty parts are
+# refused separately.
+_REVISION = re.compile(r"[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*")
 _TRUE = {"1", "on", "yes", "true"}
 
 
@@ -159,7 +162,7 @@ def resolve_model(ref: str | os.PathLike[str], *, base: str | os.PathLike[str] |
         if hub is None:
             raise DataError(local, "no such file or folder: expected a xenbench CE folder, a HF folder, a .ckpt file "
                                    "or a Hugging Face hub id org/name[@revision]")
-        resolved = _from_hub(text, *hub)
+        resolved = _from_hub(text, *hub, owner, param)
     is_ckpt = resolved.path.is_file() and resolved.path.suffix == ".ckpt"
     if is_ckpt and base is None:
         raise ParameterError("base", f"a folder or hub id with the config and tokenizer of the checkpoint {text} (a "
@@ -174,23 +177,73 @@ def resolve_model(ref: str | os.PathLike[str], *, base: str | os.PathLike[str] |
     return resolved
 
 
-def _from_hub(text: str, repo_id: str, revision: str | None) -> ModelRef:
-    from huggingface_hub import snapshot_download
+def _check_revision(repo_id: str, revision: str, owner: str, param: str) -> None:
+    """Refuse a revision that is not a git ref or commit before huggingface_hub reads ``refs/<revision>``.
 
+    Offline, huggingface_hub reads the file ``<cache>/models--org--name/refs/<revision>``: a revision holding ``..``
+    or an absolute path would read a file outside the cache (``@../../../../dev/zero`` read 2.5 GB) or another
+    model's snapshot (``@../../../outside/ref`` scored another model under this id).
+    """
+    parts = revision.replace("\\", "/").split("/")
+    if (revision.startswith(("/", "\\")) or os.path.isabs(revision) or ".." in parts or "" in parts
+            or not _REVISION.fullmatch(revision)):
+        raise ParameterError(param, "a hub revision that is a branch, tag or commit (letters, digits, '.', '_', '-', "
+                             "'/' between names; no '..', no absolute path)", f"{repo_id}@{revision}",
+                             owner)
+
+
+def _inside(folder: Path, cache: Path) -> bool:
+    """Whether ``folder``, links resolved, lies inside ``cache``."""
+    try:
+        folder.resolve().relative_to(cache.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def hub_timeout() -> float:
+    """Seconds any one hub request may wait for an answer: ``HF_HUB_DOWNLOAD_TIMEOUT`` (huggingface_hub's own
+    setting; 10 s by default)."""
+    from huggingface_hub import constants
+
+    return float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+
+
+def _from_hub(text: str, repo_id: str, revision: str | None, owner: str, param: str) -> ModelRef:
+    import httpx2
+    from huggingface_hub import HfApi, snapshot_download
+
+    if revision is not None:
+        _check_revision(repo_id, revision, owner, param)
     cache = hub_cache_dir()
     offline = hub_offline()
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    pinned, cached_only, unreachable = revision, offline, None
     try:
-        folder = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=offline))
-    except Exception as err:  # huggingface_hub raises its own types, and requests' on a network failure
-        where = f"{repo_id}@{revision}" if revision else repo_id
+        if not offline and not (revision and _COMMIT.match(revision)):
+            # snapshot_download asks the hub for the revision's commit without a timeout (it waited 240 s on an
+            # endpoint that accepts and never answers): ask here with one, then download that commit. A hub that
+            # cannot be reached leaves the cache, as snapshot_download itself falls back to it.
+            try:
+                pinned = HfApi().repo_info(repo_id, revision=revision, timeout=hub_timeout()).sha
+            except (httpx2.ConnectError, httpx2.TimeoutException) as err:
+                unreachable, cached_only = err, True
+        folder = Path(snapshot_download(repo_id, revision=pinned, cache_dir=cache, local_files_only=cached_only,
+                                        etag_timeout=hub_timeout()))
+    except Exception as err:  # huggingface_hub raises its own types, and httpx's on a network failure
         fetch = f"hf download {repo_id}" + (f" --revision {revision}" if revision else "")
         if offline:
             why = (f"not in the Hugging Face cache {cache} and HF_HUB_OFFLINE is set: fetch it once where the hub is "
                    f"reachable ({fetch}, with HF_HOME pointing at this cache), or unset HF_HUB_OFFLINE to download it")
         else:
-            why = (f"could not be fetched into {cache} ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-                   f"check the id and revision, or fetch it with {fetch}")
+            err = unreachable or err
+            detail = (str(err).splitlines() or [""])[0][:200]
+            why = (f"could not be fetched into {cache} ({type(err).__name__}: {detail or 'no answer'}; a hub request "
+                   f"waits at most {hub_timeout():g} s, HF_HUB_DOWNLOAD_TIMEOUT) and is not in that cache; check the "
+                   f"id, the revision and the network, or fetch it with {fetch}")
         raise DataError(where, why) from None
+    if not _inside(folder, cache):
+        raise DataError(where, f"resolved to {folder}, outside the Hugging Face cache {cache}: refused")
     commit = folder.name if _COMMIT.match(folder.name) else None
     return ModelRef(text, folder, repo_id, revision, commit)
 

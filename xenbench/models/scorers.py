@@ -39,7 +39,7 @@ from xenbench.errors import ParameterError
 from xenbench.models.pairs import document_text
 
 __all__ = ["Scorer", "SentenceTransformersScorer", "CallableScorer", "as_scorer", "is_native", "TextRowScorer",
-           "score_texts", "scorer_identity"]
+           "score_texts", "scorer_identity", "scorer_key"]
 
 
 @runtime_checkable
@@ -87,13 +87,27 @@ def as_scorer(obj: Any, owner: str, param: str = "ce") -> Any:
 
 
 def scorer_identity(scorer: Any) -> dict[str, Any]:
-    """What identifies a protocol scorer's scores besides its fingerprint, for a store's ``model_config``: its class
-    and, if it has one, its ``max_length``."""
+    """What identifies a protocol scorer's scores besides its fingerprint, read off the scorer as it is now: its class,
+    its ``max_length`` if it has one, and for a sentence-transformers model its activation, backend, prompts, label
+    count, modules (the layout) and revision. A store records it as ``model_config`` (a resume checks it) and it joins
+    the fingerprint in the score cache's key (:func:`scorer_key`)."""
     cls = type(scorer)
     out: dict[str, Any] = {"scorer": f"{cls.__module__}.{cls.__qualname__}"}
     if getattr(scorer, "max_length", None) is not None:
         out["max_length"] = int(scorer.max_length)
+    if isinstance(scorer, SentenceTransformersScorer):
+        out.update(_st_settings(scorer.model))
     return out
+
+
+def scorer_key(scorer: Any) -> str | None:
+    """The score-cache key of a protocol scorer: the SHA-256 of its ``fingerprint`` joined with
+    :func:`scorer_identity`, so a fingerprint given by hand does not hide a change of ``max_length``, activation,
+    revision or layout; None for a scorer without a fingerprint (never cached)."""
+    if not isinstance(scorer.fingerprint, str) or not scorer.fingerprint:
+        return None
+    joined = {"fingerprint": scorer.fingerprint, **scorer_identity(scorer)}
+    return hashlib.sha256(json.dumps(joined, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _as_scores(got: Any, n: int, name: str) -> np.ndarray:
@@ -217,9 +231,13 @@ class SentenceTransformersScorer:
             raise ParameterError("model", "a sentence_transformers.CrossEncoder", type(model).__name__,
                                  "SentenceTransformersScorer")
         self.model = model
-        self.max_length = getattr(model, "max_seq_length", None)
         self.name = name or _st_name(model)
         self.fingerprint = fingerprint if fingerprint is not None else _st_fingerprint(model)
+
+    @property
+    def max_length(self) -> int | None:
+        """The model's maximum tokens per pair, as it is now (setting ``model.max_length`` later changes it)."""
+        return getattr(self.model, "max_seq_length", None)
 
     @property
     def device(self) -> str:
@@ -242,6 +260,15 @@ def _transformer(model: Any) -> Any:
 def _st_name(model: Any) -> str:
     config = getattr(_transformer(model), "config", None)
     return str(getattr(config, "_name_or_path", "") or "") or "sentence-transformers CrossEncoder"
+
+
+def _st_settings(model: Any) -> dict[str, Any]:
+    """What a sentence-transformers CE's scores depend on besides its weights and the tokenizer's vocabulary."""
+    config = getattr(_transformer(model), "config", None)
+    return {"activation": repr(getattr(model, "activation_fn", None)), "backend": getattr(model, "backend", "torch"),
+            "prompts": getattr(model, "prompts", None), "default_prompt": getattr(model, "default_prompt_name", None),
+            "num_labels": getattr(model, "num_labels", None), "modules": [type(m).__name__ for m in model],
+            "revision": getattr(config, "_commit_hash", None)}
 
 
 def _st_fingerprint(model: Any) -> str | None:
