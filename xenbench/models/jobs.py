@@ -265,9 +265,10 @@ def _score_missing_blocks(ce: Any, queries: Sequence[Query], items: Sequence[Ite
     return n_pairs
 
 
-# A CE with a randomly initialised head on the bundled backbone: only for testing the pipeline. The name says so,
-# and using it warns: its scores are meaningless.
-_UNTRAINED = {"untrained-cls": "cls", "untrained-emb": "emb"}
+#: A CE with a randomly initialised head on the bundled backbone (name -> CEConfig kind): only for testing the
+#: pipeline. The name says so,
+#: and using it warns: its scores are meaningless.
+UNTRAINED_KINDS = {"untrained-cls": "cls", "untrained-emb": "emb"}
 
 
 def run_score_job(
@@ -356,12 +357,12 @@ def run_score_job(
         model = ce
         name = ce.name if hasattr(ce, "name") and isinstance(ce.name, str) else None
     elif isinstance(ce, str) and ce.startswith(("untrained", "bundled-")):
-        if ce not in _UNTRAINED:
-            raise ParameterError("ce", f"one of {sorted(_UNTRAINED)} (an untrained head, for testing only), or a CE "
+        if ce not in UNTRAINED_KINDS:
+            raise ParameterError("ce", f"one of {sorted(UNTRAINED_KINDS)} (an untrained head, for testing only), or a CE "
                                  "folder such as models/cls-ce", ce, owner)
         warnings.warn(f"{ce}: the head is random (seed {seed}), so its scores carry no meaning; use a trained CE "
                       "folder such as models/cls-ce for experiments", UserWarning, stacklevel=2)
-        model, name = build_cross_encoder(CEConfig(kind=_UNTRAINED[ce]), seed=seed), ce  # type: ignore[arg-type]
+        model, name = build_cross_encoder(CEConfig(kind=UNTRAINED_KINDS[ce]), seed=seed), ce  # type: ignore[arg-type]
     else:
         ref = resolve_model(ce, base=base, owner=owner)
         # The CE `xenbench score` has just loaded for its plan, if it did (load_shared): one load and one hash of its

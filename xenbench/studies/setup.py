@@ -119,8 +119,9 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
     ``max_items`` items with it through :func:`xenbench.models.cache.cached_scores` (resumable, cached by model and
     texts; ``store_path`` is ignored), so nothing needs precomputing.
 
-    A CE that ranks every query's items alike (:func:`xenbench.models.probe.collapsed_ranking`) is warned about, and
-    the run's findings are marked as not to be trusted (:func:`xenbench.models.probe.warn_if_collapsed`).
+    A CE that does not read the query (:func:`xenbench.models.ce_check.check_ce`: its rankings barely depend on the
+    query, or it does not beat chance and BM25 on the sample's labels) is warned about, and the run's findings are
+    marked as not to be trusted (:func:`xenbench.models.ce_check.warn_if_untrained`).
 
     Raises
     ------
@@ -152,10 +153,11 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
             raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
         items = subsample(len(ds.items), max_items, seed)
     M = store.to_numpy()[:, items]
-    from xenbench.models.probe import warn_if_collapsed
+    from xenbench.models.ce_check import sample_evidence, warn_if_untrained
 
     name = os.path.basename(str(model or store.attrs.get("model") or store_path).rstrip("/\\"))
-    warn_if_collapsed(M, name)  # a CE that ranks every query's items alike: warned, and the findings marked
+    kept = [ds.items[i] for i in items]  # a CE that does not read the query: warned, and the findings marked
+    warn_if_untrained(M, name, **sample_evidence(ds.gold, ds.queries, kept))
     return Setup(M=M, dataset=ds, items=np.asarray(items), attrs=store.attrs)
 
 
