@@ -262,15 +262,17 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     score. A folder that holds no trained head is refused by that load
     (:func:`~xenbench.models.loading.load_cross_encoder`), naming the folder.
 
-    Logs one line (INFO) with the pairs and the estimated time; logs a warning when the probe's (or the cached)
-    scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`), or when the cached sample ranks every
-    query's items alike (:func:`~xenbench.models.probe.collapsed_ranking`; a fresh sample is judged in the kernel,
-    once scored).
+    Logs one line (INFO) with the pairs and the estimated time, a range over the probe's batches; logs a warning when
+    the probe's (or the cached) scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`), or when
+    they show a CE that does not read the query (:func:`check_probe`; a cached sample: the caveat is recorded too, by
+    :func:`~xenbench.models.ce_check.warn_if_untrained`; a fresh sample is judged again in the kernel, once scored).
 
     Returns
     -------
     dict
-        ``pairs`` (still to score), ``seconds`` (estimated; 0 when cached), ``pairs_per_s``, ``cache`` (the store).
+        ``pairs`` (still to score), ``seconds`` (estimated at the median batch's rate; 0 when cached),
+        ``seconds_range`` (at the fastest and the slowest batch's; absent when cached), ``pairs_per_s`` (the median
+        batch's), ``cache`` (the store).
 
     Raises
     ------
