@@ -129,7 +129,7 @@ def labelled_sample(n_queries: int, gold: dict, query_ids: list[str], item_ids: 
 def _row(data: str, ce: str, scores, relevant, first_stage) -> dict:
     full = check_ce(scores, ce, relevant=relevant, first_stage=first_stage)
     row = {"data": data, "ce": ce, "shape": f"{scores.shape[0]}x{scores.shape[1]}",
-           "first_stage_agreement": round(full.first_stage_agreement, 3),
+           "first_stage_agreement": round(full.first_stage_agreement, 3), "agreement_t": round(full.agreement_t, 1),
            "query_dependence": round(full.query_dependence, 3), f"success@{full.k}": round(full.success, 2),
            "chance": round(full.chance, 3), "p": float(f"{full.p_value:.2g}"), "bm25": round(full.first_stage, 2),
            "flagged": full.flagged}
@@ -198,7 +198,8 @@ def _scores_and_cls_states(ce, queries, items):
     ordered = torch.zeros_like(states)
     ordered[where] = states  # the engine sorts pairs by length: back to the scores' order
     head = ce.model.classifier
-    assert np.allclose((ordered @ head.weight.double().ravel() + head.bias.double()).numpy(), scores.ravel(), atol=1e-4)
+    weight, bias = head.weight.detach().double().ravel(), head.bias.detach().double()
+    assert np.allclose((ordered @ weight + bias).numpy(), scores.ravel(), atol=1e-4)
     return scores, ordered.numpy()
 
 
@@ -217,8 +218,9 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
       (seeds 1-11, drawn as transformers initializes a head) fail each test alone;
     * the trained cls-ce with its head re-drawn (seeds 0-11): its trained layers put relevance in the [CLS] state, so
       a random head ranks the relevant items first or last by the sign it happens to draw. Those that rank them last
-      (Success@k 0) fail each test alone; those that rank them first pass both, as they should (they rank as well as
-      the trained head: Success@6 0.54-1.00).
+      (Success@k 0) fail each test alone; those that rank them first pass the label test, as they should (Success@6
+      0.54-1.00); the label-free test may flag the weakest of them (seed 3 on the mixed folder, 0.54 against BM25's
+      0.71: first-stage agreement 0.10, under 2 standard errors on 24 queries).
     """
     import torch
 
@@ -257,8 +259,10 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
                 assert not any(verdicts.values()) and not row["flagged"], (row, verdicts)
             elif name == "untrained-cls":
                 assert all(verdicts.values()), (row, verdicts)
-            else:  # a re-drawn head on the trained layers: each test alone gives the labels' verdict
-                assert len(set(verdicts.values())) == 1, (row, verdicts)
-                assert verdicts["labels"] == (row[f"success@{success_k(64)}"] <= row["chance"]), (row, verdicts)
-                redrawn_verdicts.add(verdicts["labels"])
+            else:  # a re-drawn head on the trained layers: one ranking the relevant items last fails every test
+                last = row[f"success@{success_k(64)}"] <= row["chance"]
+                assert verdicts["labels"] == verdicts["probe, labels"] == last, (row, verdicts)
+                if last:
+                    assert all(verdicts.values()), (row, verdicts)
+                redrawn_verdicts.add(last)
     assert redrawn_verdicts == {True, False}  # both signs were drawn

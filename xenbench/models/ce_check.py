@@ -9,15 +9,19 @@ them) but follow the items, not the query: every query gets nearly the same rank
   probability 1 − C(n − r, k) / C(n, k)), with a one-sided p-value below :data:`P_MAX` (the number of hits of a random
   ranking is Poisson-binomial: exact), and its gain over chance must be at least :data:`FIRST_STAGE_SHARE` of the
   gain of a first stage that reads the query (BM25 on the same sample, where the caller gives one).
-* **No labels needed** (query dependence): each query's own top-k items are ranked under the scores of a random
-  other query (seeded derangements of the queries: the query-shuffled baseline). If the CE ignores the query, another
-  query's scores put them as high as the query's own do; if it reads the query, barely above the middle. The
-  statistic, (own − shuffled) / (own − ½) over the sample, is 0 for a query-blind CE and about 1 for rankings that
-  share nothing; below :data:`MIN_QUERY_DEPENDENCE` the CE is flagged.
+* **No labels needed** (first-stage agreement): each query's top-k BM25 items (BM25 fitted on the sample's texts) are
+  ranked under the query's own CE scores and under a random other query's (seeded derangements of the queries: the
+  query-shuffled baseline). A CE that ignores the query ranks them as high under another query's scores (about 0);
+  one that reads it ranks them higher under its own. The mean difference in percentile must be at least
+  :data:`MIN_FIRST_STAGE_AGREEMENT` and :data:`MIN_AGREEMENT_T` standard errors above 0. Without texts (02's score
+  stores), the CE's own top-k items stand in for BM25's (:func:`query_dependence`, at least
+  :data:`MIN_QUERY_DEPENDENCE`): weaker, as a head that reads a query's length or style but not its meaning passes it
+  more easily.
 
 Calibrated on trained and untrained heads on the bundled WordNet-EL data and on a BEIR folder of another shape
 (``tests/test_ce_check.py``; the table and the command that measures it: docs/USAGE.md, "Bounds and checks").
-Numpy and scipy only: it runs on the probe's sample before a kernel starts and on a report's score matrix.
+Cheap (numpy and scipy; BM25 through bm25s, a few hundred ms): it runs on the probe's sample before a kernel starts
+and on a report's score matrix.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["P_MAX", "FIRST_STAGE_SHARE", "MIN_FIRST_STAGE_AGREEMENT", "MIN_QUERY_DEPENDENCE", "MIN_QUERIES", "MIN_LABELLED", "CECheck",
+__all__ = ["P_MAX", "FIRST_STAGE_SHARE", "MIN_FIRST_STAGE_AGREEMENT", "MIN_AGREEMENT_T", "MIN_QUERY_DEPENDENCE", "MIN_QUERIES", "MIN_LABELLED", "CECheck",
            "success_k", "first_stage_agreement", "query_dependence", "success_at_k", "check_ce", "labels_of_sample", "sample_evidence",
            "warn_if_untrained"]
 
@@ -38,6 +42,8 @@ P_MAX = 0.01
 FIRST_STAGE_SHARE = 0.25
 #: The label-free test with a first stage: a CE whose :func:`first_stage_agreement` is below this is flagged.
 MIN_FIRST_STAGE_AGREEMENT = 0.04
+#: ... or whose agreement is not above 0 by at least this many standard errors over the queries (one-sided p ~ 0.02).
+MIN_AGREEMENT_T = 2.0
 #: The label-free test without a first stage (02's score stores): a CE whose :func:`query_dependence` is below this is
 #: flagged. Weaker: a head that reads the query's length or style but not its meaning can pass it.
 MIN_QUERY_DEPENDENCE = 0.2
@@ -75,8 +81,9 @@ class CECheck:
         ranking hits at least as many of them.
     first_stage : float
         The first stage's Success@k on the same queries.
-    first_stage_agreement : float
-        :func:`first_stage_agreement` with the first stage (no labels needed).
+    first_stage_agreement, agreement_t : float
+        :func:`first_stage_agreement` with the first stage (no labels needed), and its mean over queries divided by
+        its standard error.
     """
 
     model: str
@@ -90,16 +97,18 @@ class CECheck:
     p_value: float = float("nan")
     first_stage: float = float("nan")
     first_stage_agreement: float = float("nan")
+    agreement_t: float = float("nan")
 
     @property
     def failures(self) -> list[str]:
         """Each failed test in words; empty when the CE passed every test it was given (or none was run)."""
         out = []
         if math.isfinite(self.first_stage_agreement):
-            if self.first_stage_agreement < MIN_FIRST_STAGE_AGREEMENT:
+            if self.first_stage_agreement < MIN_FIRST_STAGE_AGREEMENT or not self.agreement_t >= MIN_AGREEMENT_T:
                 out.append(f"its rankings do not follow the query (first-stage agreement "
-                           f"{self.first_stage_agreement:.2f}, flagged below {MIN_FIRST_STAGE_AGREEMENT}: it ranks "
-                           f"each query's top {self.k} BM25 items no higher than a random other query's scores do)")
+                           f"{self.first_stage_agreement:.2f}, {self.agreement_t:.1f} standard errors above 0; flagged "
+                           f"below {MIN_FIRST_STAGE_AGREEMENT} or {MIN_AGREEMENT_T}: it ranks each query's top "
+                           f"{self.k} BM25 items no higher than a random other query's scores do)")
         elif self.query_dependence < MIN_QUERY_DEPENDENCE:
             out.append(f"its rankings barely depend on the query (query dependence {self.query_dependence:.2f}, "
                        f"flagged below {MIN_QUERY_DEPENDENCE}: a random other query's scores rank each query's top "
@@ -137,7 +146,8 @@ def _percentiles(scores: np.ndarray) -> np.ndarray:
     return (rankdata(scores, axis=1, method="average") - 1.0) / max(scores.shape[1] - 1, 1)
 
 
-def first_stage_agreement(scores: Any, first_stage: Any, *, seed: int = 0, k: int | None = None) -> float:
+def first_stage_agreement(scores: Any, first_stage: Any, *, seed: int = 0, k: int | None = None,
+                          per_query: bool = False) -> Any:
     """How much more a CE ranks each query's first-stage top items under the query's own scores than under a random
     other query's: the label-free test when a first stage is at hand.
 
@@ -154,6 +164,8 @@ def first_stage_agreement(scores: Any, first_stage: Any, *, seed: int = 0, k: in
         Seeds the derangements.
     k
         First-stage items per query; default :func:`success_k`.
+    per_query
+        Return each judged query's difference (ndarray) instead of their mean.
 
     Examples
     --------
@@ -170,27 +182,30 @@ def first_stage_agreement(scores: Any, first_stage: Any, *, seed: int = 0, k: in
     f = np.where(np.isfinite(f), f, -np.inf)
     rows = np.flatnonzero((f > 0).any(axis=1))
     if rows.size < 2:
-        return float("nan")
+        return np.full(rows.size, np.nan) if per_query else float("nan")
     s = np.where(np.isfinite(s), s, -np.inf)[rows]
     f = f[rows]
     k = min(k or success_k(s.shape[1]), s.shape[1])
     top = np.argsort(-f, axis=1, kind="stable")[:, :k]
     weight = np.take_along_axis(f, top, axis=1) > 0  # only items the first stage found
     pct = _percentiles(s)
-    n = weight.sum()
+    found = weight.sum(axis=1)
 
-    def mean_pct(p: np.ndarray) -> float:
-        return float((np.take_along_axis(p, top, axis=1) * weight).sum() / n)
+    def mean_pct(p: np.ndarray) -> np.ndarray:  # per query: the mean percentile of its first-stage top items
+        return (np.take_along_axis(p, top, axis=1) * weight).sum(axis=1) / found
 
     own = mean_pct(pct)
     rng = np.random.default_rng(seed)
-    shuffled = 0.0
+    shuffled = np.zeros(len(rows))
     for _ in range(_SHUFFLES):
         order = rng.permutation(len(rows))
         partner = np.empty(len(rows), dtype=np.int64)
         partner[order] = np.roll(order, -1)
         shuffled += mean_pct(pct[partner]) / _SHUFFLES
-    return own - shuffled
+    diff = own - shuffled
+    if per_query:
+        return diff
+    return float(diff.mean())
 
 
 def query_dependence(scores: Any, *, seed: int = 0, k: int | None = None) -> float:
@@ -345,13 +360,18 @@ def check_ce(scores: Any, model: str, *, relevant: Any = None, first_stage: Any 
     k = success_k(n_i)
     judged = n_q >= MIN_QUERIES
     dependence = query_dependence(s, seed=seed, k=k) if judged else float("nan")
-    agreement = (first_stage_agreement(s, first_stage, seed=seed, k=k) if judged and first_stage is not None
-                 else float("nan"))
+    agreement, t_stat = float("nan"), float("nan")
+    if judged and first_stage is not None:
+        diff = first_stage_agreement(s, first_stage, seed=seed, k=k, per_query=True)
+        if diff.size >= MIN_QUERIES:
+            agreement = float(diff.mean())
+            spread = float(diff.std(ddof=1)) / math.sqrt(diff.size)
+            t_stat = agreement / spread if spread > 0 else math.copysign(math.inf, agreement)
     if relevant is None:
-        return CECheck(model, n_q, n_i, k, dependence, first_stage_agreement=agreement)
+        return CECheck(model, n_q, n_i, k, dependence, first_stage_agreement=agreement, agreement_t=t_stat)
     success, chance, p_value, n_lab = success_at_k(s, relevant, k)
     fs = success_at_k(first_stage, relevant, k)[0] if first_stage is not None and n_lab else float("nan")
-    return CECheck(model, n_q, n_i, k, dependence, n_lab, success, chance, p_value, fs, agreement)
+    return CECheck(model, n_q, n_i, k, dependence, n_lab, success, chance, p_value, fs, agreement, t_stat)
 
 
 def warn_if_untrained(scores: Any, model: str, *, relevant: Any = None, first_stage: Any = None) -> str | None:
