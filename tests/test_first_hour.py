@@ -478,8 +478,8 @@ def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, mon
                            max_items=100, device="cpu")
     assert degenerate_scores(setup.M, "fresh-head") is None  # the scores spread: the old check passed this CE
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(m.startswith("the CE fresh-head does not read the query on 100 queries x 100 items: its rankings "
-                            "barely depend on the query") for m in warned), warned
+    assert any(m.startswith("the CE fresh-head does not read the query on 100 queries x 100 items: ")
+               for m in warned), warned
     path = xh.save_results("03_adacur_rounds", "quick", {"params": {}}, out_dir=tmp_path / "r", params={})
     assert json.loads(path.read_text())["caveats"] == provenance.recorded_caveats() != []
     shown = []
