@@ -104,10 +104,10 @@ def test_a_cached_sample_is_found_without_loading_the_ce(monkeypatch, tmp_path, 
 def test_the_probe_scores_the_seeded_sample_it_documents():
     ce = loading.load_cross_encoder(CE)
     probe = probe_rate(ce, QUERIES, ITEMS, n_pairs=130, seed=3, device="cpu")
-    n_items = min(len(ITEMS), PROBE_ITEMS)  # 64 items, ceil(130 / 64) = 3 queries
-    qs = [QUERIES[r] for r in sample_rows(len(QUERIES), 3, 3, kind="queries")]
+    n_items = min(len(ITEMS), PROBE_ITEMS)  # 32 items, ceil(130 / 32) = 5 queries: a warm-up batch of 2, then 2 + 1
+    qs = [QUERIES[r] for r in sample_rows(len(QUERIES), 5, 3, kind="queries")]
     its = [ITEMS[c] for c in sample_rows(len(ITEMS), n_items, 3, kind="items")]
-    assert probe.scores.shape == (3, 64) and probe.timing.n_pairs == 192
+    assert probe.scores.shape == (5, 32) and probe.timing.n_pairs == 96 and len(probe.batch_rates) == 2
     direct = scoring.score_matrix(ce, qs, its, device="cpu", progress=False).scores
     np.testing.assert_allclose(probe.scores, direct, rtol=0, atol=1e-5)  # same pairs; batching may differ
     tiny = probe_rate(ce, QUERIES[:1], ITEMS[:4], n_pairs=1000, device="cpu")  # capped at what there is

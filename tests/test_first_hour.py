@@ -32,6 +32,8 @@ from _cli_inputs import WORDS, write_beir  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CE = str(REPO / "models" / "cls-ce")
+#: The estimate as a range of times at a range of rates (one value each when every probe batch ran alike)
+ESTIMATE = r"[\d.]+(?: (?:s|min|h))?(?:-[\d.]+)? (?:s|min|h) at \d+(?:-\d+)? pairs/s"
 
 
 def beir(root: Path, n_items: int = 120, n_queries: int = 300) -> Path:
@@ -258,8 +260,8 @@ def test_the_scoring_plan_is_one_line_before_the_kernel(tmp_path, monkeypatch, c
         xh.run_notebook("03_adacur_rounds", params=_fitting(data), out_dir=tmp_path / "r", progress_bar=False)
     plan = [m for m in seen if "pairs" in m]
     assert len(plan) == 1, seen
-    assert re.search(r"03_adacur_rounds: scoring 20 queries x 30 items = 600 pairs with cls-ce takes about [\d.]+ (?:s|min) at "
-                     r"the \d+ pairs/s measured here on cpu \(once: cached in .*cache/scores/\w+ for later runs\)",
+    assert re.search(r"03_adacur_rounds: scoring 20 queries x 30 items = 600 pairs with cls-ce takes about "
+                     rf"{ESTIMATE} measured here on cpu \(once: cached in .*cache/scores/\w+ for later runs\)",
                      plan[0]), plan[0]
     assert not any(r.levelno >= logging.WARNING for r in caplog.records)  # a trained CE: no degenerate warning
 
@@ -269,7 +271,7 @@ TIMEOUT_CASES = [
     # fills; the other sizes need max_queries >= n_anchor + n_dev + 1 and max_items >= 20 (budgets, focus_budgets)
     ({"max_queries": 200, "max_items": 120}, 100,
      r"The 'max_queries' parameter of notebook 03_adacur_rounds must be at most about 66 here for the on-demand scoring "
-     r"to fit in the cell timeout: scoring 200 queries x 120 items = 24,000 pairs with cls-ce takes about 4.0 min at the "
+     r"to fit in the cell timeout: scoring 200 queries x 120 items = 24,000 pairs with cls-ce takes about 4.0 min at "
      r"100 pairs/s measured here on cpu, past the 100 s timeout\. Or lower max_items \(about 40 fits\), or raise the "
      r"timeout \(xenbench run --timeout 300\)\. Got 200 instead\."),
     # 66 queries cannot hold 100 anchor + 40 dev + 1 test query: fewer items is the suggestion (before: max_queries 66)
@@ -293,14 +295,16 @@ TIMEOUT_CASES = [
 def test_scoring_past_the_cell_timeout_is_refused_with_a_fix_that_passes_every_check(
         tmp_path, capsys, kernel_calls, data, monkeypatch, sizes, timeout, message):
     """Each suggestion is checked against the notebook's other size relations before it is made."""
-    from types import SimpleNamespace
-
     import xenbench.models.probe as probe
 
     monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
-    measured = SimpleNamespace(scores=np.linspace(-2.0, 3.0, 64).reshape(1, 64),
-                               timing=SimpleNamespace(n_pairs=100, wall_s=1.0, device="cpu"))
-    monkeypatch.setattr(probe, "probe_rate", lambda *args, **kwargs: measured)  # 100 pairs/s, whatever the machine
+    from xenbench.models.scoring import ScoreTiming
+
+    def measured(ce, queries, items, **kwargs):  # one query, every batch at 100 pairs/s, whatever the machine
+        return probe.RateProbe(np.linspace(-2.0, 3.0, len(items)).reshape(1, -1), np.array([0]),
+                               np.arange(len(items)), (100.0,) * 3, ScoreTiming(300, 3.0, "cpu", "fp32", 64, 1))
+
+    monkeypatch.setattr(probe, "probe_rate", measured)
     argv = ["run", "03_adacur_rounds", "--out", str(tmp_path / "r"), "--timeout", str(timeout)]
     for k, v in {**_fitting(data), **sizes}.items():
         argv += ["-p", k, json.dumps(v) if isinstance(v, list) else str(v)]
@@ -367,7 +371,7 @@ def test_xenbench_score_says_what_it_will_take_before_it_starts(tmp_path, monkey
         assert main(["score", CE, data["good"], "--out", str(tmp_path / "s"), "--n-queries", "40", "--n-items",
                      "50", "--device", "cpu"]) == 130
     assert len(seen) == 1 and re.fullmatch(r"scoring 40 queries x 50 items = 2,000 pairs with cls-ce takes about "
-                                           r"\d+ s at the \d+ pairs/s measured here on cpu", seen[0]), seen
+                                           rf"{ESTIMATE} measured here on cpu", seen[0]), seen
 
 
 def test_xenbench_score_loads_the_ce_once_for_its_plan_and_its_job(tmp_path, monkeypatch, data):
@@ -449,41 +453,6 @@ def test_near_constant_scores_are_flagged(scores, flagged):
         assert warning.startswith("the CE my-ce gives near-constant scores on this data")
 
 
-def test_ranking_agreement_tells_a_query_blind_ce_from_one_that_reads_the_query():
-    from xenbench.models.probe import MIN_RANKING_SAMPLE, collapsed_ranking, ranking_agreement
-
-    rng = np.random.default_rng(0)
-    items, queries = rng.normal(size=120), rng.normal(size=(100, 1))
-    blind = queries + items + 0.1 * rng.normal(size=(100, 120))  # an offset per query + the same order for all
-    reading = queries + 0.3 * items + rng.normal(size=(100, 120))  # mostly each query's own order
-    assert ranking_agreement(blind) > 0.98 and ranking_agreement(reading) < 0.5
-    warning = collapsed_ranking(blind, "my-ce")
-    assert warning.startswith("the CE my-ce ranks the items nearly alike for every query: on 100 queries x 120 items "
-                              "the median query's scores correlate 0.99 with the other queries' mean")
-    assert collapsed_ranking(reading, "my-ce") is None
-    small = blind[: MIN_RANKING_SAMPLE[0] - 1]
-    assert collapsed_ranking(small, "my-ce") is None  # too few queries to judge
-    assert ranking_agreement(np.full((5, 4), 1.0)) != ranking_agreement(np.full((5, 4), 1.0))  # NaN: nothing spreads
-
-
-def test_the_bundled_ces_are_not_flagged_at_any_sample_the_notebooks_draw():
-    """Every bundled CE on its noun.cognition matrix, whole and in seeded samples from the smallest judged size up to
-    the quick profiles' (02: 300 queries; 03/04/07: 600 items): none is flagged, with a margin to the threshold."""
-    from xenbench.data.store import ScoreStore
-    from xenbench.models.probe import MIN_RANKING_SAMPLE, SHARED_RANKING, collapsed_ranking, ranking_agreement
-    from xenbench.sampling import sample_rows
-
-    sizes = [MIN_RANKING_SAMPLE, (100, 300), (300, 2964), (1001, 600)]
-    for ce in ("cls-ce", "emb-ce", "emb-ce-marker"):
-        M = ScoreStore.open(REPO / "data" / "scores" / "noun.cognition" / ce).to_numpy()
-        assert collapsed_ranking(M, ce) is None
-        for nq, ni in sizes:
-            for seed in range(5):
-                sub = M[np.ix_(sample_rows(M.shape[0], nq, seed, kind="queries"),
-                               sample_rows(M.shape[1], ni, seed, kind="items"))]
-                assert ranking_agreement(sub) < SHARED_RANKING - 0.005, (ce, nq, ni, seed)
-
-
 @pytest.mark.slow  # scores 100 x 100 pairs with a CE on the CPU: 346 s on 2 loaded cores
 def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, monkeypatch, caplog):
     """The bundled backbone under a fresh *ForSequenceClassification head (what a checkpoint saved before training
@@ -509,15 +478,15 @@ def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, mon
                            max_items=100, device="cpu")
     assert degenerate_scores(setup.M, "fresh-head") is None  # the scores spread: the old check passed this CE
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(m.startswith("the CE fresh-head ranks the items nearly alike for every query: on 100 queries x 100 "
-                            "items") for m in warned), warned
+    assert any(m.startswith("the CE fresh-head does not read the query on 100 queries x 100 items: ")
+               for m in warned), warned
     path = xh.save_results("03_adacur_rounds", "quick", {"params": {}}, out_dir=tmp_path / "r", params={})
     assert json.loads(path.read_text())["caveats"] == provenance.recorded_caveats() != []
     shown = []
     monkeypatch.setattr(ipd, "display", lambda obj, **kw: shown.append(obj["text/plain"]))  # the Markdown source
     monkeypatch.setattr("xenbench.studies.findings._lines_of", lambda p, doc: ["ADACUR beats ANNCUR by +94 points"])
     show(path)
-    assert shown[0].startswith("**⚠ These findings are not to be trusted:** the CE fresh-head ranks the items")
+    assert shown[0].startswith("**⚠ These findings are not to be trusted:** the CE fresh-head does not read")
     assert "**Findings of this run**" in shown[0] and "+94 points" in shown[0]
     provenance.clear_caveats()
     assert load_setup(REPO / "data" / "scores" / "noun.cognition" / "cls-ce", "wordnet-el:noun.cognition",

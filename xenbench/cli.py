@@ -259,7 +259,7 @@ def _score(args: argparse.Namespace) -> None:
     q_ids = _ids(args.query_ids, [q.id for q in ds.queries], args.n_queries, args.seed, "queries", ds.name)
     i_ids = _ids(args.item_ids, [i.id for i in ds.items], args.n_items, args.seed, "items", ds.name)
     try:
-        if args.model not in ("de", "tfidf") and not args.model.startswith(("untrained", "bundled-")):  # not folders
+        if args.model not in ("de", "tfidf") and not args.model.startswith("bundled-"):  # CEs, untrained-* included
             _plan_score(args, ds, q_ids, i_ids)
         if args.model in ("de", "tfidf"):
             from xenbench.models.retrievers import retriever_score_store
@@ -281,11 +281,13 @@ def _score(args: argparse.Namespace) -> None:
 
 def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: list[str] | None) -> None:
     """Log what ``xenbench score`` is about to do before it starts, as ``xenbench run`` does: the pairs left to score
-    and how long they take at the rate the CE reaches here on a few of them (:func:`xenbench.models.probe.probe_rate`,
-    with the job's device, precision and batch size); a CE whose probe scores are NaN or inf is refused."""
+    and how long they take, as a range, at the rates the CE reaches here on a few hundred of them
+    (:func:`xenbench.models.probe.probe_rate`, with the job's device, precision and batch size); a CE whose probe scores
+    are NaN or inf is refused; one that does not read the query on the probe's pairs is warned about
+    (:func:`xenbench.harness.preflight.check_probe`). ``untrained-*`` is built here as the job builds it (same seed)."""
     import contextlib
 
-    from xenbench.harness.preflight import ce_name, quiet_transformers
+    from xenbench.harness.preflight import ce_name, check_probe, quiet_transformers
     from xenbench.models.fingerprint import load_shared
     from xenbench.models.probe import degenerate_scores, nonfinite_scores, probe_rate, scoring_line
 
@@ -303,16 +305,27 @@ def _plan_score(args: argparse.Namespace, ds, q_ids: list[str] | None, i_ids: li
     pairs = int(round(len(queries) * len(items) * todo))
     if pairs == 0:
         return
-    name = ce_name(args.model)
-    with quiet_transformers():  # a load's bar would only stand between the command and its plan
-        # run_score_job scores with this same object (load_shared): the CE loads, and its weights are hashed, once
-        ce = load_shared(args.model, args.max_length, base=args.base)
+    if args.model.startswith("untrained"):
+        import warnings
+
+        from xenbench.models.loading import UNTRAINED, untrained_cross_encoder
+
+        if args.model not in UNTRAINED:
+            return  # run_score_job refuses the name
+        with warnings.catch_warnings():  # the job warns once that its scores are meaningless
+            warnings.simplefilter("ignore", UserWarning)
+            name, ce = args.model, untrained_cross_encoder(args.model, args.seed)
+    else:
+        name = ce_name(args.model)
+        with quiet_transformers():  # a load's bar would only stand between the command and its plan
+            # run_score_job scores with this same object (load_shared): the CE loads, and its weights are hashed, once
+            ce = load_shared(args.model, args.max_length, base=args.base)
     probe = probe_rate(ce, queries, items, seed=args.seed, device=args.device, precision=args.precision,
-                       batch_size=args.batch_size)
+                       batch_size=args.batch_size, relevant=ds.gold)
     broken = nonfinite_scores(probe.scores, name)
     if broken:
         raise ParameterError("MODEL", broken, args.model, "xenbench score")
-    warning = degenerate_scores(probe.scores, name)
+    warning = degenerate_scores(probe.scores, name) or check_probe(probe, ds.gold, queries, items, name)
     if warning:
         log.warning(warning)
     left = " (the blocks left of the store at --out)" if todo < 1 else ""

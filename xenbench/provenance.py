@@ -95,7 +95,7 @@ def record_caveat(text: str) -> None:
     """Note that this run's findings rest on something found wrong (once per text): the results file says so
     (:func:`xenbench.harness.results.save_results`, its ``caveats``) and the findings are marked untrustworthy
     (:func:`xenbench.studies.findings.show`). Called where the problem is found, e.g. when a CE's scores are loaded
-    (:func:`xenbench.models.probe.collapsed_ranking`)."""
+    (:func:`xenbench.models.ce_check.warn_if_untrained`)."""
     if text not in _CAVEATS:
         _CAVEATS.append(text)
 

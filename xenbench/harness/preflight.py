@@ -11,7 +11,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -391,15 +391,17 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
     score. A folder that holds no trained head is refused by that load
     (:func:`~xenbench.models.loading.load_cross_encoder`), naming the folder.
 
-    Logs one line (INFO) with the pairs and the estimated time; logs a warning when the probe's (or the cached)
-    scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`), or when the cached sample ranks every
-    query's items alike (:func:`~xenbench.models.probe.collapsed_ranking`; a fresh sample is judged in the kernel,
-    once scored).
+    Logs one line (INFO) with the pairs and the estimated time, a range over the probe's batches; logs a warning when
+    the probe's (or the cached) scores are near-constant (:func:`~xenbench.models.probe.degenerate_scores`), or when
+    they show a CE that does not read the query (:func:`check_probe`; a cached sample: the caveat is recorded too, by
+    :func:`~xenbench.models.ce_check.warn_if_untrained`; a fresh sample is judged again in the kernel, once scored).
 
     Returns
     -------
     dict
-        ``pairs`` (still to score), ``seconds`` (estimated; 0 when cached), ``pairs_per_s``, ``cache`` (the store).
+        ``pairs`` (still to score), ``seconds`` (estimated at the median batch's rate; 0 when cached),
+        ``seconds_range`` (at the fastest and the slowest batch's; absent when cached), ``pairs_per_s`` (the median
+        batch's), ``cache`` (the store).
 
     Raises
     ------
@@ -421,10 +423,11 @@ def plan_scoring(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Ma
 def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, loaded: dict[str, Any],
           fit: bool = False) -> dict[str, Any]:
     from xenbench.data.store import ScoreStore
+    from xenbench.models.ce_check import sample_evidence, warn_if_untrained
     from xenbench.models.fingerprint import (cache_path, folder_fingerprint, load_shared, model_fingerprint,
                                              stored_fingerprint)
     from xenbench.models.probe import (  # the scorer loads in probe_rate only
-        PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line, warn_if_collapsed)
+        PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line)
 
     data = spec.data
     model = values["model"]
@@ -458,7 +461,7 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
             warning = degenerate_scores(cached, name)
             if warning:
                 log.warning(warning)
-            warn_if_collapsed(cached, name)
+            warn_if_untrained(cached, name, **sample_evidence(sub.gold, sub.queries, sub.items))
             log.info("%s: the scores of %s on %d queries x %d items are cached (%s): no scoring", spec.name, name,
                      nq, ni, out)
             return {"pairs": 0, "seconds": 0.0, "pairs_per_s": None, "cache": out}
@@ -469,16 +472,19 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     else:
         with quiet_transformers():
             ce = load_shared(path, max_length)  # the CE the fingerprint was just computed from, if it was: loaded once
-    probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"))
-    rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
+    probe = probe_rate(ce, sub.queries, sub.items, n_pairs=PROBE_PAIRS, seed=seed, device=values.get("device", "auto"),
+                       relevant=sub.gold)
+    rate = probe.rate
     broken = nonfinite_scores(probe.scores, name)
     if broken:  # the kernel would fail on them after scoring everything: refused now, as xenbench score refuses them
         raise ParameterError("model", broken, model, spec.owner)
-    warning = degenerate_scores(probe.scores, name)
-    if warning:
+    warning = degenerate_scores(probe.scores, name) or check_probe(probe, sub.gold, sub.queries, sub.items,
+                                                                   name)
+    if warning:  # the kernel judges the whole sample again and marks the report's findings
         log.warning(warning)
     if fit:
-        caps = fit_sizes(spec, values, loaded, ds, pairs_per_s=rate, timeout=timeout or 1200)
+        # sized at the probe's slowest batch: the range's pessimistic end
+        caps = fit_sizes(spec, values, loaded, ds, pairs_per_s=min(probe.rate_range), timeout=timeout or 1200)
         values.update(caps)  # type: ignore[attr-defined]  (preflight's documented contract with fit)
         sample = run_sample(spec, values, ds)
         sub = ds.subset([ds.queries[r].id for r in sample.queries], [ds.items[i].id for i in sample.items])
@@ -491,7 +497,19 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
         _refuse_past_timeout(spec, values, loaded, timeout=timeout, rate=rate, sizes=(nq, ni), what=what,
                              seconds=seconds)
     log.info("%s: %s (once: cached in %s for later runs)", spec.name, what, out)
-    return {"pairs": pairs, "seconds": seconds, "pairs_per_s": rate, "cache": out}
+    return {"pairs": pairs, "seconds": seconds, "seconds_range": probe.seconds(pairs), "pairs_per_s": rate,
+            "cache": out}
+
+
+def check_probe(probe: Any, gold: Mapping[str, Any], queries: Sequence[Any], items: Sequence[Any],
+                name: str) -> str | None:
+    """The CE check (:func:`xenbench.models.ce_check.check_ce`) on the probe's pairs (``probe``:
+    :func:`~xenbench.models.probe.probe_rate` of ``queries`` x ``items``), against ``gold`` (query id -> relevant item
+    ids): its warning, or None. Nothing is recorded: the kernel judges the whole sample once scored."""
+    from xenbench.models.ce_check import check_ce, sample_evidence
+
+    qs, its = [queries[r] for r in probe.rows], [items[c] for c in probe.cols]
+    return check_ce(probe.scores, name, **sample_evidence(gold, qs, its)).warning()
 
 
 #: Test queries (with a relevant item, when the data has labels) that ``--fit`` keeps per split at least.

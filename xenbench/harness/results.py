@@ -123,8 +123,8 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         ``peak_rss_mb``, its peak resident memory: what a run on a larger corpus cost. ``provenance``
         (:func:`xenbench.provenance.collect`) says what produced the numbers: commit and dirty flag, parameters,
         package versions, machine, and the SHA-256 of every store, dataset and model the process read. ``caveats``
-        (:func:`xenbench.provenance.record_caveat`) says why the findings may not be trusted, e.g. a CE that ranks
-        every query's items alike (:func:`xenbench.models.probe.warn_if_collapsed`); empty when nothing was found.
+        (:func:`xenbench.provenance.record_caveat`) says why the findings may not be trusted, e.g. a CE that does
+        not read the query (:func:`xenbench.models.ce_check.warn_if_untrained`); empty when nothing was found.
     """
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ParameterError("name", "a notebook name such as '00_data'", name, "save_results")

@@ -1,12 +1,22 @@
-"""A cross-encoder tried on a few pairs: how fast it scores on this machine, and whether its scores spread.
+"""A cross-encoder tried on a few hundred pairs: how fast it scores on this machine, and whether its scores spread.
 
 One probe for both uses: before a notebook's kernel starts (:func:`xenbench.harness.preflight.plan_scoring`: the
-time on-demand scoring will take, and a warning for a CE whose scores are near-constant), and in notebook 07
+time on-demand scoring will take, as a range, and the checks of a CE that cannot rank: near-constant scores here,
+query-blind rankings in :mod:`xenbench.models.ce_check`), and in notebook 07
 (:func:`xenbench.studies.compare.ce_seconds_per_pair`: the seconds per CE call on its wall-time axis).
+
+The rate is measured in batches of :data:`PROBE_BATCH_QUERIES` queries x the probe's items, the first one a warm-up
+(scored, not timed: lazy initialization and first kernels are not the CE's rate). The spread of the timed batches'
+rates is the estimate's range: on a loaded machine one short probe was off by 0.5-1.9x; the range shows how much the
+rate moved while it was measured (a load that changes later is not foreseen). Cost: at most :data:`PROBE_PAIRS` pairs
+(512: 1.5-2 s at MiniLM-L6's 300 pairs/s on 2 idle cores), and no new batch once :data:`PROBE_SECONDS` have passed
+with :data:`MIN_TIMED_BATCHES` timed.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,66 +27,152 @@ from xenbench.sampling import sample_rows
 if TYPE_CHECKING:  # the scorer (torch, transformers) loads in probe_rate: degenerate_scores on cached scores needs none
     from xenbench.data.datasets import Item, Query
     from xenbench.models.crossencoder import CrossEncoder
-    from xenbench.models.scoring import ScoredMatrix
+    from xenbench.models.scoring import ScoreTiming
 
-__all__ = ["PROBE_PAIRS", "PROBE_ITEMS", "SHARED_RANKING", "MIN_RANKING_SAMPLE", "probe_rate", "duration", "scoring_line",
-           "degenerate_scores", "nonfinite_scores", "ranking_agreement", "collapsed_ranking", "warn_if_collapsed"]
+__all__ = ["PROBE_PAIRS", "PROBE_ITEMS", "PROBE_BATCH_QUERIES", "PROBE_SECONDS", "MIN_TIMED_BATCHES", "RateProbe",
+           "probe_rate", "duration", "duration_range", "rate_range_text", "scoring_line", "degenerate_scores",
+           "nonfinite_scores"]
 
-#: Pairs the harness scores before a run to measure the CE's rate here (after a warm-up batch of 8).
-PROBE_PAIRS = 64
+#: Pairs the harness scores before a run: the CE's rate here (and its spread), and the sample the CE check judges.
+PROBE_PAIRS = 512
 #: At most this many items per probe: the pairs are about ``n_pairs / PROBE_ITEMS`` queries x these items.
-PROBE_ITEMS = 64
+PROBE_ITEMS = 32
+#: Queries per timed batch (a batch: these queries x the probe's items, 64 pairs at the defaults).
+PROBE_BATCH_QUERIES = 2
+#: No batch starts after this many seconds of probing once :data:`MIN_TIMED_BATCHES` are timed: a slow CE (an LLM
+#: reranker at a few pairs/s) costs at most about this plus one batch.
+PROBE_SECONDS = 20.0
+#: Timed batches (after the warm-up) the range needs at least.
+MIN_TIMED_BATCHES = 3
 # Scores spread less than this (std over the probe's pairs; for large scores, 1e-4 of |mean|) are "near-constant".
 _FLAT = 1e-3
-#: A CE whose median query ranks the items with a correlation of at least this to the other queries' mean ranking
-#: ignores the query (:func:`collapsed_ranking`). Measured on noun.cognition, 300 random samples per size: the bundled
-#: CEs reach at most 0.915 at 100 queries x 100 items and 0.88 from 100 x 300 up (medians: cls-ce ~0.6-0.7, emb-ce
-#: ~0.73, emb-ce-marker ~0.85); the bundled backbone under an untrained head (three seeds) at least 0.924 at 100 x 100
-#: (median 0.95). Below 100 x 100 the two overlap.
-SHARED_RANKING = 0.92
-#: The smallest sample judged (queries, items): on fewer, a trained CE's agreement varies too much to tell it apart.
-MIN_RANKING_SAMPLE = (100, 100)
+# The probe's clock (a test advances a fake one from its scorer: no timing in tests)
+_clock = time.perf_counter
+
+
+@dataclass(frozen=True)
+class RateProbe:
+    """What :func:`probe_rate` measured.
+
+    Attributes
+    ----------
+    scores : ndarray of shape (n_probe_queries, n_probe_items), float32
+        Every scored pair, the warm-up batch's included (rows: ``queries[rows]``, columns: ``items[cols]``).
+    rows, cols : ndarray of int64
+        The probe's queries and items, as indices into the ``queries`` and ``items`` given.
+    batch_rates : tuple of float
+        Pairs per second of each timed batch, in order (the warm-up excluded).
+    timing : ScoreTiming
+        The timed batches together: ``timing.wall_s / timing.n_pairs`` is the seconds per CE call.
+    """
+
+    scores: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    batch_rates: tuple[float, ...]
+    timing: ScoreTiming
+
+    @property
+    def rate(self) -> float:
+        """The median batch's pairs per second."""
+        return float(np.median(self.batch_rates))
+
+    @property
+    def rate_range(self) -> tuple[float, float]:
+        """The slowest and the fastest timed batch's pairs per second."""
+        return float(min(self.batch_rates)), float(max(self.batch_rates))
+
+    def seconds(self, pairs: int) -> tuple[float, float]:
+        """How long ``pairs`` pairs take: at the fastest and at the slowest batch's rate (seconds, low <= high)."""
+        low, high = self.rate_range
+        return pairs / high, pairs / low
+
+
+def _probe_sample(queries: Sequence[Query], items: Sequence[Item], n_pairs: int, seed: int,
+                  relevant: Mapping[str, Sequence[str]] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns of the probe: ``min(len(items), PROBE_ITEMS)`` items, ``ceil(n_pairs / that)`` queries.
+
+    Without ``relevant``: seeded samples (:func:`xenbench.sampling.sample_rows`). With it (query id -> relevant item
+    ids) and queries that have a relevant item among ``items``: the queries are drawn among those, and the items are
+    their relevant items (at most half the probe's) and a seeded draw of the others, so the CE check can judge the
+    probe against the labels.
+    """
+    n_items = min(len(items), PROBE_ITEMS)
+    n_queries = max(1, min(len(queries), -(-n_pairs // max(n_items, 1))))
+    index = {it.id: c for c, it in enumerate(items)}
+    labelled = [] if relevant is None else [
+        r for r, q in enumerate(queries) if any(i in index for i in relevant.get(q.id, ()))]
+    if not labelled:
+        return (sample_rows(len(queries), n_queries, seed, kind="queries"),
+                sample_rows(len(items), n_items, seed, kind="items"))
+    rows = np.asarray(labelled)[sample_rows(len(labelled), n_queries, seed, kind="queries")]
+    gold = list(dict.fromkeys(index[i] for r in rows for i in relevant[queries[r].id] if i in index))
+    gold = gold[: max(1, n_items // 2)]
+    others = np.setdiff1d(np.arange(len(items)), gold)
+    fill = others[sample_rows(len(others), n_items - len(gold), seed, kind="items")] if n_items > len(gold) else []
+    return rows, np.sort(np.concatenate([np.asarray(gold, dtype=np.int64), np.asarray(fill, dtype=np.int64)]))
 
 
 def probe_rate(ce: CrossEncoder, queries: Sequence[Query], items: Sequence[Item], *, n_pairs: int = PROBE_PAIRS,
-               seed: int = 0, device: str = "auto", precision: str = "fp32",
-               batch_size: int | None = None) -> ScoredMatrix:
-    """Score about ``n_pairs`` pairs of ``queries`` x ``items`` as the score stores are scored, and time it.
+               seed: int = 0, device: str = "auto", precision: str = "fp32", batch_size: int | None = None,
+               relevant: Mapping[str, Sequence[str]] | None = None) -> RateProbe:
+    """Score about ``n_pairs`` pairs of ``queries`` x ``items`` as the score stores are scored, in timed batches.
 
-    The pairs are a seeded sample (:func:`xenbench.sampling.sample_rows`): ``min(len(items), 64)`` items and
-    ``ceil(n_pairs / that)`` queries (at least 1, at most all). One warm-up batch (1 query x 8 items) is scored first
-    and not timed: lazy initialization and first kernels are not the CE's rate.
+    The pairs: :func:`_probe_sample` (``min(len(items), PROBE_ITEMS)`` items, ``ceil(n_pairs / that)`` queries).
+    They are scored in batches of
+    :data:`PROBE_BATCH_QUERIES` queries x the probe's items; the first batch is a warm-up, not timed (with a single
+    batch, it is scored once to warm up and once timed). No new batch starts once :data:`PROBE_SECONDS` have passed
+    and :data:`MIN_TIMED_BATCHES` are timed: the scores then hold the rows scored.
 
     Parameters
     ----------
     ce : CrossEncoder
+        Or any scorer :func:`~xenbench.models.scoring.score_matrix` takes.
     queries : sequence of Query of length n_queries
     items : sequence of Item of length n_items
     n_pairs
-        About how many pairs to time (>= 1).
+        About how many pairs to score (>= 1).
     seed
         Seeds the sample of queries and items.
     device
         Where to score (:func:`xenbench._device.resolve_device`).
     precision, batch_size
         As the scoring to be planned will use them (:func:`xenbench.models.scoring.score_matrix`).
+    relevant : mapping of query id to relevant item ids, optional
+        The labels (``Dataset.gold``): the probe keeps them in its sample (:func:`_probe_sample`).
 
     Returns
     -------
-    ScoredMatrix
-        ``scores`` of shape (n_probe_queries, n_probe_items) and their ``timing``: ``timing.pairs_per_s`` is the rate,
-        ``timing.wall_s / timing.n_pairs`` the seconds per CE call.
+    RateProbe
+        The scores, the sample, each timed batch's rate (``rate_range``: the estimate's range) and their timing.
     """
-    from xenbench.models.scoring import score_matrix
+    from xenbench.models.scoring import ScoreTiming, score_matrix
 
     n_pairs = check_int(n_pairs, "n_pairs", 1, None, "probe_rate")
-    n_items = min(len(items), PROBE_ITEMS)
-    n_queries = max(1, min(len(queries), -(-n_pairs // max(n_items, 1))))
-    qs = [queries[r] for r in sample_rows(len(queries), n_queries, seed, kind="queries")]
-    its = [items[c] for c in sample_rows(len(items), n_items, seed, kind="items")]
+    rows, cols = _probe_sample(queries, items, n_pairs, seed, relevant)
+    its = [items[c] for c in cols]
     options = {"device": device, "precision": precision, "batch_size": batch_size, "progress": False}
-    score_matrix(ce, qs[:1], its[:8], **options)  # warm-up: lazy init, first kernels
-    return score_matrix(ce, qs, its, **options)
+    starts = list(range(0, len(rows), PROBE_BATCH_QUERIES))
+    blocks, rates, wall, timed_pairs, last = [], [], 0.0, 0, None
+    begin = _clock()
+    for b, a in enumerate([starts[0], *starts] if len(starts) == 1 else starts):
+        if len(rates) >= MIN_TIMED_BATCHES and _clock() - begin > PROBE_SECONDS:
+            break
+        qs = [queries[r] for r in rows[a:a + PROBE_BATCH_QUERIES]]
+        t0 = _clock()
+        last = score_matrix(ce, qs, its, **options)
+        spent = _clock() - t0
+        if b == 0:  # the warm-up: lazy initialization, first kernels
+            if len(starts) > 1:
+                blocks.append(last.scores)
+            continue
+        blocks.append(last.scores)
+        rates.append(last.scores.size / max(spent, 1e-9))
+        wall, timed_pairs = wall + spent, timed_pairs + last.scores.size
+    scores = np.concatenate(blocks, axis=0)
+    t = last.timing
+    timing = ScoreTiming(timed_pairs, wall, t.device, t.precision, t.batch_size, t.n_threads)
+    return RateProbe(scores, rows[: scores.shape[0]], cols, tuple(rates), timing)
 
 
 def duration(seconds: float) -> str:
@@ -85,15 +181,28 @@ def duration(seconds: float) -> str:
                                                    f"{seconds / 3600:.1f} h")
 
 
-def scoring_line(name: str, n_queries: int, n_items: int, pairs: int, probe: ScoredMatrix) -> str:
-    """What scoring ``pairs`` pairs of ``n_queries`` x ``n_items`` with the CE ``name`` takes at the rate ``probe``
-    (:func:`probe_rate`) measured, in one line::
+def duration_range(low: float, high: float) -> str:
+    """Two times to wait in one unit when they share it: ``"1.5-2.3 min"``, else ``"50 s-2.3 min"``."""
+    a, b = duration(low), duration(high)
+    unit_a, unit_b = a.split(" ")[1], b.split(" ")[1]
+    return f"{a.split(' ')[0]}-{b}" if unit_a == unit_b and a != b else (a if a == b else f"{a}-{b}")
 
-        scoring 100 queries x 300 items = 30,000 pairs with my-ce takes about 1.7 min at the 290 pairs/s measured here on cpu
+
+def rate_range_text(probe: RateProbe) -> str:
+    """``"210-330 pairs/s"`` (``"300 pairs/s"`` when every batch ran alike)."""
+    low, high = probe.rate_range
+    return f"{low:.0f} pairs/s" if f"{low:.0f}" == f"{high:.0f}" else f"{low:.0f}-{high:.0f} pairs/s"
+
+
+def scoring_line(name: str, n_queries: int, n_items: int, pairs: int, probe: RateProbe) -> str:
+    """What scoring ``pairs`` pairs of ``n_queries`` x ``n_items`` with the CE ``name`` takes at the rates the timed
+    batches of ``probe`` (:func:`probe_rate`) reached, as a range, in one line::
+
+        scoring 100 queries x 300 items = 30,000 pairs with my-ce takes about 1.5-2.4 min at 210-330 pairs/s measured here on cpu
     """
-    rate = probe.timing.n_pairs / max(probe.timing.wall_s, 1e-9)
+    low, high = probe.seconds(pairs)
     return (f"scoring {n_queries:,} queries x {n_items:,} items = {pairs:,} pairs with {name} takes about "
-            f"{duration(pairs / rate)} at the {rate:.0f} pairs/s measured here on {probe.timing.device}")
+            f"{duration_range(low, high)} at {rate_range_text(probe)} measured here on {probe.timing.device}")
 
 
 def degenerate_scores(scores: Any, model: str) -> str | None:
@@ -136,81 +245,3 @@ def nonfinite_scores(scores: Any, model: str) -> str | None:
         return None
     return (f"a CE whose scores are finite: {model} scored {bad} of {s.size} probe pairs NaN or inf (NaN weights in "
             f"the folder, or an overflow?)")
-
-
-def ranking_agreement(scores: Any) -> float:
-    """How much every query ranks the items alike: the median over queries of the correlation between a query's scores
-    and the mean scores of the *other* queries, each query's scores centred (its own offset removed).
-
-    1 means every query orders the items the same way (the query is ignored: an untrained or collapsed head); a CE
-    that reads the query gives each its own order. NaN when fewer than 2 queries or items spread.
-
-    Parameters
-    ----------
-    scores : array-like of shape (n_queries, n_items)
-
-    Examples
-    --------
-    >>> alike = np.array([[1.0, 2.0, 3.0], [1.5, 2.5, 3.5], [0.0, 1.0, 2.0]])  # each query: the same order + offset
-    >>> float(round(ranking_agreement(alike), 6))
-    1.0
-    >>> float(round(ranking_agreement(np.eye(3)), 6))  # each query its own item, the others' mean its opposite
-    -1.0
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 2 or s.shape[0] < 2 or s.shape[1] < 2:
-        return float("nan")
-    r = s - s.mean(axis=1, keepdims=True)
-    total = r.sum(axis=0)
-    own = np.einsum("qi,qi->q", r, r)
-    dots = r @ total - own  # r_q . (sum of the other rows)
-    others = np.sqrt(np.maximum(total @ total - 2 * (r @ total) + own, 0.0))  # |sum of the other rows|
-    with np.errstate(invalid="ignore", divide="ignore"):
-        corr = dots / (np.sqrt(own) * others)
-    corr = corr[np.isfinite(corr)]
-    return float(np.median(corr)) if corr.size else float("nan")
-
-
-def collapsed_ranking(scores: Any, model: str) -> str | None:
-    """A warning when a CE ranks the items nearly alike for every query (:func:`ranking_agreement` at least
-    :data:`SHARED_RANKING`), as an untrained head on a pretrained encoder does: its scores spread, so
-    :func:`degenerate_scores` passes them, but they follow the items, not the query. None when the CE reads the query,
-    or when the sample is smaller than :data:`MIN_RANKING_SAMPLE` (not judged).
-
-    Parameters
-    ----------
-    scores : array-like of shape (n_queries, n_items)
-        The scored sample (rows: queries).
-    model
-        The CE's name in the warning.
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 2 or s.shape[0] < MIN_RANKING_SAMPLE[0] or s.shape[1] < MIN_RANKING_SAMPLE[1]:
-        return None
-    agreement = ranking_agreement(s)
-    if not agreement >= SHARED_RANKING:
-        return None
-    top = np.nanargmax(np.where(np.isfinite(s), s, -np.inf), axis=1)
-    share = np.bincount(top).max() / top.size
-    return (f"the CE {model} ranks the items nearly alike for every query: on {s.shape[0]} queries x {s.shape[1]} "
-            f"items the median query's scores correlate {agreement:.2f} with the other queries' mean (from "
-            f"{SHARED_RANKING} up the query barely matters; the bundled CEs stay below 0.92), and {share:.0%} of "
-            f"the queries share one top-1 item. An untrained or collapsed head? Conclusions drawn from its scores are "
-            f"not to be trusted")
-
-
-def warn_if_collapsed(scores: Any, model: str) -> str | None:
-    """:func:`collapsed_ranking`, and when it finds a collapse: a logged warning (the terminal of ``xenbench run`` shows
-    a kernel's) and a caveat of the run (:func:`xenbench.provenance.record_caveat`), which its results file keeps and
-    its findings show first. Called wherever a CE's scored sample is loaded (03/04/07's
-    :func:`~xenbench.studies.setup.load_setup`, 02's :func:`~xenbench.studies.rank.load_matrices`, the pre-kernel
-    plan of a cached sample)."""
-    import logging
-
-    from xenbench import provenance
-
-    warning = collapsed_ranking(scores, model)
-    if warning:
-        logging.getLogger(__name__).warning(warning)
-        provenance.record_caveat(warning)
-    return warning

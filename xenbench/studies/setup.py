@@ -127,8 +127,9 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
     sampled columns' rows in it), so first stages learn their statistics from the corpus
     (:func:`first_stage_matrix`), and ``sample`` says what was kept.
 
-    A CE that ranks every query's items alike (:func:`xenbench.models.probe.collapsed_ranking`) is warned about, and
-    the run's findings are marked as not to be trusted (:func:`xenbench.models.probe.warn_if_collapsed`).
+    A CE that does not read the query (:func:`xenbench.models.ce_check.check_ce`: its rankings barely depend on the
+    query, or it does not beat chance and BM25 on the sample's labels) is warned about, and the run's findings are
+    marked as not to be trusted (:func:`xenbench.models.ce_check.warn_if_untrained`).
 
     Raises
     ------
@@ -160,11 +161,12 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
         if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
             raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
         M = read_sample(store, sample.queries, sample.items)
-    from xenbench.models.probe import warn_if_collapsed
+    from xenbench.models.ce_check import sample_evidence, warn_if_untrained
 
     name = os.path.basename(str(model or store.attrs.get("model") or store_path).rstrip("/\\"))
-    warn_if_collapsed(M, name)  # a CE that ranks every query's items alike: warned, and the findings marked
     corpus = ds if sample.queries.size == len(ds.queries) else ds.subset(query_ids)
+    kept = [corpus.items[i] for i in sample.items]  # a CE that does not read the query: warned, and the findings marked
+    warn_if_untrained(M, name, **sample_evidence(corpus.gold, corpus.queries, kept))
     return Setup(M=M, dataset=corpus, items=np.asarray(sample.items), attrs=store.attrs, sample=sample)
 
 

@@ -93,10 +93,10 @@ def load_matrices(
     if max_queries is not None and max_queries < n_all:
         rows = sample_rows(n_all, max_queries, seed, kind="queries")
         matrices = {ce: m[rows] for ce, m in matrices.items()}
-    from xenbench.models.probe import warn_if_collapsed
+    from xenbench.models.ce_check import warn_if_untrained
 
-    for ce, m in matrices.items():  # a CE that ranks every query's items alike: warned, and the findings marked
-        warn_if_collapsed(m, ce)
+    for ce, m in matrices.items():  # a CE whose rankings ignore the query: warned, and the findings marked
+        warn_if_untrained(m, ce)
     return matrices
 
 
