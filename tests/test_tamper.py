@@ -304,3 +304,40 @@ def test_the_trimmed_copies_pass_unchanged(tmp_path, monkeypatch):
     are covered by the committed files' own verify)."""
     for nb in ("00_data", "01_score_matrices", "02_rank_cls_vs_emb", "03_adacur_rounds"):
         assert _bad(_trimmed(tmp_path / nb, nb, False, monkeypatch), nb, ("stores",)) == [], nb
+
+
+# ----------------------------------------------------------------------------------------------
+# the claims table's downstream row: 04's label comparisons, checked by their own arithmetic
+# ----------------------------------------------------------------------------------------------
+def _downstream(r: dict) -> dict[str, Any]:
+    """The row behind the README's downstream cell (its smallest cell, B_CE = 200, read by claims._judge_04_labels)."""
+    [row] = _rows(r, "label_comparisons", challenger="AXN DE, MF-IND, tuned λ", baseline="ADACUR TopK No-Split",
+                  budget=200, measure="Success@1")
+    return row
+
+
+def _shift_all(r: dict) -> None:
+    row = _downstream(r)
+    for key in ("mean", "lo", "hi"):
+        row[key] += 0.10
+
+
+#: the issue's two edits: +0.10 on mean, lo and hi (the interval's shape kept: only its p-value disagrees), and the mean
+#: alone lowered to 0.167 (the README would read "+16.7 points [+18.8, +24.5]")
+DOWNSTREAM: dict[str, tuple[Callable[[dict], None], tuple[str, ...]]] = {
+    "mean, lo and hi + 0.10": (_shift_all, ("p (as -log10)",)),
+    "mean alone to 0.167": (lambda r: _downstream(r).update(mean=0.167), ("lo ≤ mean ≤ hi", "mean (midpoint of")),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(DOWNSTREAM))
+def test_the_downstream_table_edited_is_named(tmp_path, edit):
+    name = "04_axn_lambda.full.results.json"
+    doc = _doc(name)
+    change, cells = DOWNSTREAM[edit]
+    change(doc["results"])
+    bad = _bad(_write(tmp_path, name, doc), name, ("records",))
+    where = "label_comparisons [challenger=AXN DE, MF-IND, tuned λ, baseline=ADACUR TopK No-Split, budget=200, " \
+            "measure=Success@1]"
+    assert bad and all(w.cell.startswith(where) for w in bad), [w.line() for w in bad]
+    assert all(any(c in w.cell for w in bad) for c in cells), [w.line() for w in bad]
