@@ -258,3 +258,38 @@ def test_a_changed_method_constant_is_named_with_the_results_it_moves(monkeypatc
         monkeypatch.setattr(target, "__kwdefaults__", {**target.__kwdefaults__, name: value})
     lines = constant_changes(json.loads(METHOD_CONSTANTS.read_text(encoding="utf-8")), method_constants())
     assert len(lines) == 1 and lines[0].startswith(named), lines
+
+
+# ----------------------------------------------------------------------------------------------
+# a notebook's witness list: pinned here, and each declared table needs a witness
+# ----------------------------------------------------------------------------------------------
+#: What each notebook's witnesses recompute from the stores: removing a table here or from witnesses.WITNESSED, or a
+#: notebook, fails the pin below; removing a witness block from a notebook's function fails --verify (next test).
+PINNED_WITNESSED = {
+    "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
+    "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
+    "07_compare_methods": ("summary",),
+}
+
+
+def test_every_notebook_s_witness_list_is_the_pinned_one():
+    assert witnesses.WITNESSED == PINNED_WITNESSED
+    assert set(witnesses.registered()) == set(PINNED_WITNESSED)
+
+
+def test_a_removed_witness_block_fails_verify(monkeypatch):
+    """06's function without its faiss-baseline block (here: its by_reg witnesses only) leaves results['baselines']
+    unrecomputed: a failing witness names it."""
+    by_reg = Witness("06_ccsa_balance", "by_reg λ=0 B=1000 seed 0 dev imbalance", 1.1, 1.1)
+    monkeypatch.setitem(witnesses._REGISTRY, "06_ccsa_balance", lambda results: [by_reg])
+    results = {"by_reg": [{"reg": 0.0}], "baselines": [{"method": "IVF-PQ"}]}
+    found = witnesses.witnesses({"notebook": "06_ccsa_balance", "results": results, "provenance": {}})
+    bad = [w for w in found if not w.ok]
+    assert [w.cell for w in bad] == ["witnesses of results['baselines'] (witnesses.WITNESSED declares them)"]
+    assert bad[0].line() == ("06_ccsa_balance: witnesses of results['baselines'] (witnesses.WITNESSED declares them): "
+                             "committed present, today none recomputed MISMATCH")
+    del results["baselines"]  # a results file without the table needs no witness of it
+    assert all(w.ok for w in witnesses.witnesses({"notebook": "06_ccsa_balance", "results": results,
+                                                  "provenance": {}}))

@@ -50,7 +50,7 @@ import pandas as pd
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["Witness", "register", "registered", "witnesses", "verify", "describe"]
+__all__ = ["Witness", "WITNESSED", "register", "registered", "witnesses", "verify", "describe"]
 
 #: Relative paths in a notebook's parameters are relative to the notebook's folder (its kernel's working directory).
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -152,6 +152,17 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "07_compare_methods": ("summary",),
 }
 _ABSENT = "absent or empty"
+#: The tables of each notebook's results that its witnesses recompute (a witness cell's first word names its table):
+#: where the results hold one non-empty, a witness of it is required, so a witness block removed from a notebook's
+#: function (06's faiss baselines, say) fails --verify instead of leaving the table silently unchecked.
+#: tests/test_witnesses.py pins this table.
+WITNESSED: dict[str, tuple[str, ...]] = {
+    "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
+    "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
+    "07_compare_methods": ("summary",),
+}
 
 
 def _missing(notebook: str, cell: str, needed: str) -> Witness:
@@ -180,6 +191,10 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     torch.set_num_threads(int(threads) if threads else before)
     try:
         found = fn(results) or [_missing(name, "every witness cell", "required (at least one)")]
+        tables = {w.cell.split()[0] for w in found}
+        found += [Witness(name, f"witnesses of results[{t!r}] (witnesses.WITNESSED declares them)", "present",
+                          "none recomputed") for t in WITNESSED.get(name, ())
+                  if results.get(t) not in (None, [], {}) and t not in tables]
         return [replace(w, profile=profile) for w in found]
     finally:
         torch.set_num_threads(before)
