@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from xenbench.studies import findings, witnesses
@@ -341,3 +342,66 @@ def test_the_downstream_table_edited_is_named(tmp_path, edit):
             "measure=Success@1]"
     assert bad and all(w.cell.startswith(where) for w in bad), [w.line() for w in bad]
     assert all(any(c in w.cell for w in bad) for c in cells), [w.line() for w in bad]
+
+
+# ----------------------------------------------------------------------------------------------
+# the results' digest bound to the commit: any raw record edited, a commit swapped between two files
+# ----------------------------------------------------------------------------------------------
+def _edit_a_later_run(r: dict) -> None:
+    """03's ANNCUR at B_CE = 100, k = 10 on split 2, anchor seed 3 (no store witness recomputes it): one query's
+    recall 0 -> 1 with the run's recall moved to match, as an edit recomputed with the package's functions would."""
+    from xenbench.studies.records import unpack_array
+
+    [row] = _rows(r, "test_at_dev_choice", split_seed=2, anchor_seed=3, method="ANNCUR", budget=100, k=10)
+    values = unpack_array(row["per_query"])
+    values[list(values).index(0.0)] = 1.0
+    row["per_query"] = " ".join(repr(float(v)) for v in values)
+    row["recall"] = float(values.mean())
+
+
+def test_an_edited_raw_record_of_any_run_is_named(tmp_path):
+    name = "03_adacur_rounds.full.results.json"
+    doc = _doc(name)
+    _edit_a_later_run(doc["results"])
+    bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
+    assert [w.cell for w in bad] == ["results['test_at_dev_choice'] sha256 (bound at the run to its commit)"], \
+        [w.line() for w in bad]
+
+
+def test_swapped_provenance_commits_are_named(tmp_path):
+    a, b = "01_score_matrices.full.results.json", "03_adacur_rounds.full.results.json"
+    docs = {a: _doc(a), b: _doc(b)}
+    ga, gb = docs[a]["provenance"]["git"], docs[b]["provenance"]["git"]
+    assert ga["commit"] != gb["commit"]
+    ga["commit"], gb["commit"] = gb["commit"], ga["commit"]
+    for name, doc in docs.items():
+        bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
+        cells = [w.cell for w in bad]
+        assert cells[0] == "provenance commit (the one its results digest was bound to)", cells
+        assert bad[0].committed == docs[a if name == b else b]["provenance"]["git"]["commit"]
+
+
+def test_a_results_file_without_its_bound_digest_is_named(tmp_path):
+    name = "07_compare_methods.full.results.json"
+    doc = _doc(name)
+    del doc["provenance"]["results_sha256"]
+    bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
+    assert [w.cell for w in bad] == ["provenance results_sha256 (the results' digest bound at the run)"]
+
+
+def test_save_results_binds_the_digest_that_verify_checks(tmp_path):
+    from xenbench import provenance
+    from xenbench.harness import results as harness_results
+
+    path = harness_results.save_results("07_compare_methods", "full", {"summary": [{"mean": 0.5, "n": np.int64(3)}],
+                                                                       "beta": np.float64(0.25)},
+                                        out_dir=tmp_path, params={})
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    checked = provenance.check_results_digest(doc)
+    assert {w for w, _, _ in checked} == {"provenance commit (the one its results digest was bound to)",
+                                          "results['summary'] sha256 (bound at the run to its commit)",
+                                          "results['beta'] sha256 (bound at the run to its commit)"}
+    assert all(recorded == today for _, recorded, today in checked)
+    doc["results"]["summary"][0]["mean"] = 0.6
+    assert [w for w, recorded, today in provenance.check_results_digest(doc) if recorded != today] == \
+        ["results['summary'] sha256 (bound at the run to its commit)"]

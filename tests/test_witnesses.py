@@ -122,8 +122,9 @@ def test_a_changed_committed_value_fails_verify_even_with_regenerated_docs(tmp_p
     assert not replace_blocks([findings.block(doc, results)], write=False)
     # ... but the witness recomputed with today's code is not.
     bad = [w for w in witnesses.verify(results, notebooks=[RANK]) if not w.ok]
-    assert [w.cell for w in bad] == ["grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"]
-    assert bad[0].committed == pytest.approx(committed + 0.01) and bad[0].today == pytest.approx(committed)
+    assert [w.cell for w in bad] == ["results['grid'] sha256 (bound at the run to its commit)",  # the bound digest
+                                     "grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"]
+    assert bad[1].committed == pytest.approx(committed + 0.01) and bad[1].today == pytest.approx(committed)
 
     capsys.readouterr()
     assert main(["findings", "--verify", "--results-dir", str(results)]) == 1

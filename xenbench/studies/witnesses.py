@@ -203,7 +203,8 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
 def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
                     log: Callable[[str], None] | None = None) -> list[Witness]:
     """One witness per input digest the document's provenance records (:func:`xenbench.provenance.check_inputs`):
-    recorded against the checkout's. What changed that no score depends on, and an input not found here, are logged
+    recorded against the checkout's; and the results' digest bound at the run (commit and each table,
+    :func:`xenbench.provenance.check_results_digest`) against the file's own. What changed that no score depends on, and an input not found here, are logged
     as notes, not witnesses."""
     from xenbench import provenance
 
@@ -217,6 +218,8 @@ def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
         out.append(Witness(name, "provenance commit", str(commit),
                            "not a commit of this repository" if known is False else str(commit), source="inputs",
                            profile=profile))
+    for what, recorded, today in provenance.check_results_digest(doc):  # an edited table, a swapped commit
+        out.append(Witness(name, what, recorded, today, source="inputs", profile=profile))
     for c in provenance.check_inputs(doc, cache=cache):
         if c.note and log is not None:
             log(f"{name} ({profile}): input {c.kind} {c.path}: {c.note}")
