@@ -405,3 +405,33 @@ def test_save_results_binds_the_digest_that_verify_checks(tmp_path):
     doc["results"]["summary"][0]["mean"] = 0.6
     assert [w for w, recorded, today in provenance.check_results_digest(doc) if recorded != today] == \
         ["results['summary'] sha256 (bound at the run to its commit)"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 03: a run beyond the first, drawn at verify time, recomputed from the store
+# ----------------------------------------------------------------------------------------------
+def test_a_consistent_edit_of_a_later_run_is_named_by_the_run_drawn_at_verify(tmp_path, monkeypatch):
+    """Split 2 / anchor seed 3 edited, its recall matching its per-query values and the results' digest bound again
+    (what passed before, when only split 0 / seed 0 was recomputed): the verify whose draw holds that run names it."""
+    from xenbench import provenance
+
+    nb, name = "03_adacur_rounds", "03_adacur_rounds.full.results.json"
+    every = [(s, a) for s in range(3) for a in range(5)][1:]
+    seed = next(s for s in range(1000) if _draw(every, s) == [(2, 3)])
+    monkeypatch.setenv(witnesses.WITNESS_SEED_ENV, str(seed))
+    assert witnesses.extra_runs(every) == [(2, 3)]
+    doc = _doc(name)
+    _trim_03(doc["results"])
+    _edit_a_later_run(doc["results"])
+    doc = provenance.bind_results(doc)
+    folder = _write(tmp_path, name, doc)
+    assert _bad(folder, name, ("inputs",)) == []  # the digest, bound again, passes
+    bad = _bad(folder, name, ("stores",))
+    assert [w.cell for w in bad] == ["test_at_dev_choice split 2 seed 3 ANNCUR B_CE=100 k=10 recall"], \
+        [w.line() for w in bad]
+
+
+def _draw(every: list[tuple[int, int]], seed: int) -> list[tuple[int, int]]:
+    """witnesses.extra_runs's draw of one run under ``seed`` (as it draws it)."""
+    i = int(np.random.default_rng(seed).choice(len(every), size=1, replace=False)[0])
+    return [every[i]]

@@ -376,7 +376,8 @@ def _summary_rows(nb: str, what: str, saved: pd.DataFrame, today: pd.DataFrame, 
 #: the summaries re-derived from them. Each is a cost decision, stated where ``findings --verify`` reports it.
 NOT_RECOMPUTED: dict[str, str] = {
     "01_score_matrices": "agreement's maximum over all its pairs (a few pairs are re-scored), throughput (timing)",
-    "03_adacur_rounds": "runs other than the first split and anchor seed, recall_vs_rounds, latency_vs_rounds (timing)",
+    "03_adacur_rounds": ("runs other than the first split and anchor seed and one run drawn at each verify "
+                         "(witnesses.extra_runs), recall_vs_rounds, latency_vs_rounds (timing)"),
     "04_axn_lambda": "runs other than the first split and seed, every MF-IND run",
     "05_pefa_lambda": "split seeds after the first",
     "06_ccsa_balance": "seeds after the first, λ other than 0 and 1, by_batch, paper_objective, binary, collapse",
