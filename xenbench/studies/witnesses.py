@@ -190,7 +190,9 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads) if threads else before)
     try:
-        found = fn(results) or [_missing(name, "every witness cell", "required (at least one)")]
+        found = fn(results)
+        if not found:
+            return [replace(_missing(name, "every witness cell", "required (at least one)"), profile=profile)]
         tables = {w.cell.split()[0] for w in found}
         found += [Witness(name, f"witnesses of results[{t!r}] (witnesses.WITNESSED declares them)", "present",
                           "none recomputed") for t in WITNESSED.get(name, ())
