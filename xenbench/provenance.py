@@ -557,7 +557,8 @@ def results_digest(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bind_results(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``doc`` (as JSON reads it) with :func:`results_digest` in its provenance under :data:`RESULTS_DIGEST`."""
+    """A copy of ``doc`` (as JSON reads it) with :func:`results_digest` in its provenance, under
+    :data:`RESULTS_DIGEST`."""
     out = json.loads(json.dumps(doc, allow_nan=True))
     out.setdefault("provenance", {})[RESULTS_DIGEST] = results_digest(out)
     return out
@@ -572,8 +573,9 @@ def check_results_digest(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         return [(f"provenance {RESULTS_DIGEST} (the results' digest bound at the run)", "absent",
                  "required (bind it: xenbench.provenance.bind_results)")]
     today = results_digest(doc)
-    out = [("provenance commit (the one its results digest was bound to)", str(bound.get("commit")), str(today["commit"]))]
+    out = [("provenance commit (the one its results digest was bound to)", str(bound.get("commit")),
+            str(today["commit"]))]
     for name in sorted(set(bound["tables"]) | set(today["tables"])):
-        out.append((f"results[{name!r}] sha256 (bound at the run to its commit)", str(bound["tables"].get(name, "absent")),
-                    str(today["tables"].get(name, "absent"))))
+        out.append((f"results[{name!r}] sha256 (bound at the run to its commit)",
+                    str(bound["tables"].get(name, "absent")), str(today["tables"].get(name, "absent"))))
     return out

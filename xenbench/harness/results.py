@@ -112,8 +112,8 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         imported (the notebook's first cell) and
         ``peak_rss_mb``, its peak resident memory: what a run on a larger corpus cost. ``provenance``
         (:func:`xenbench.provenance.collect`) says what produced the numbers: commit and dirty flag, parameters,
-        package versions, machine, the SHA-256 of every store, dataset and model the process read, and the results' digest
-        bound to the commit (``results_sha256``, :func:`xenbench.provenance.results_digest`). ``caveats``
+        package versions, machine, the SHA-256 of every store, dataset and model the process read, and the
+        results' digest bound to the commit (``results_sha256``, :func:`xenbench.provenance.results_digest`). ``caveats``
         (:func:`xenbench.provenance.record_caveat`) says why the findings may not be trusted, e.g. a CE that ranks
         every query's items alike (:func:`xenbench.models.probe.warn_if_collapsed`); empty when nothing was found.
     """

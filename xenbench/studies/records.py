@@ -33,7 +33,8 @@ import pandas as pd
 from xenbench.errors import DataError, ParameterError
 from xenbench.studies.witnesses import Witness
 
-__all__ = ["PACKED", "PEFA_ARRAYS", "label_summary_rows", "label_comparison_rows", "ordered_row", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
+__all__ = ["PACKED", "PEFA_ARRAYS", "label_summary_rows",
+           "label_comparison_rows", "ordered_row", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
            "register", "registered", "rederive", "refuse_inconsistent", "unwitnessed", "NOT_RECOMPUTED",
            "UNWITNESSED_PROFILES"]
 
@@ -252,8 +253,8 @@ def ordered_row(nb: str, what: str, row: Mapping[str, Any], *, mean: str = "mean
     (one run) pass. Source ``"summary"``."""
     m, a, b = float(row[mean]), float(row[lo]), float(row[hi])
     inside = not (math.isfinite(a) and math.isfinite(b)) or a <= m <= b
-    return _w(nb, f"{what} {lo} ≤ {mean} ≤ {hi} ({a:.6g} ≤ {m:.6g} ≤ {b:.6g})", "inside" if inside else "outside",
-              "inside", "summary")
+    return _w(nb, f"{what} {lo} ≤ {mean} ≤ {hi} ({a:.6g} ≤ {m:.6g} ≤ {b:.6g})",
+              "inside" if inside else "outside", "inside", "summary")
 
 
 def t_row(nb: str, what: str, row: Mapping[str, Any], n: int, *, mean: str = "mean", lo: str = "lo", hi: str = "hi",

@@ -6,8 +6,8 @@ notebook) and recomputes them from the inputs the run read (the score stores, da
 ``models/``), through the same package functions the notebook calls. The cells are chosen so that every number of
 the README's claims table rests on witnessed records: 02's whole (k_q × k_i) grid and every rank; 03's and 04's
 first run (split, seed) of every method of their declared pairs at every budget and k (MF-IND excepted: its training
-is 04's slowest cell), and for 03 one more run drawn at each verify (:func:`extra_runs`); 05's first seed of every split regime; 06's CCSA at λ = 0 and 1 and its faiss baselines on the
-first seed; 00's every baseline accuracy (and label measure, once saved); 01's score statistics and fresh scores of a few pairs; 07's ANNCUR and DE
+is 04's slowest cell), and for 03 one more run drawn at each verify (:func:`extra_runs`); 05's first seed of every
+split regime; 06's CCSA at λ = 0 and 1 and its faiss baselines on the first seed; 00's every baseline accuracy (and label measure, once saved); 01's score statistics and fresh scores of a few pairs; 07's ANNCUR and DE
 re-rank over every run. :func:`verify` runs them, with the two cheap checks: each recorded input digest against the
 checkout (:func:`input_witnesses`) and every summary re-derived from the records in the same file
 (:mod:`xenbench.studies.records`). A cell whose value today differs from the committed one by more than its stated
@@ -50,7 +50,8 @@ import pandas as pd
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["Witness", "WITNESSED", "extra_runs", "witness_seed", "register", "registered", "witnesses", "verify", "describe"]
+__all__ = ["Witness", "WITNESSED", "extra_runs", "witness_seed", "register", "registered", "witnesses", "verify",
+           "describe"]
 
 #: Relative paths in a notebook's parameters are relative to the notebook's folder (its kernel's working directory).
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -206,8 +207,8 @@ def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
                     log: Callable[[str], None] | None = None) -> list[Witness]:
     """One witness per input digest the document's provenance records (:func:`xenbench.provenance.check_inputs`):
     recorded against the checkout's; and the results' digest bound at the run (commit and each table,
-    :func:`xenbench.provenance.check_results_digest`) against the file's own. What changed that no score depends on, and an input not found here, are logged
-    as notes, not witnesses."""
+    :func:`xenbench.provenance.check_results_digest`) against the file's own. What changed that no score depends on,
+    and an input not found here, are logged as notes, not witnesses."""
     from xenbench import provenance
 
     name, profile = str(doc.get("notebook")), str(doc.get("profile", "full"))
