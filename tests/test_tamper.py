@@ -1,5 +1,8 @@
 """Show that `xenbench findings --verify` can fail: on a copy of each committed results file, a tampered summary number,
-a tampered raw record, a stale input digest and a changed method constant are each named by the check that sees them.
+a tampered raw record, a stale input digest and a changed method constant are each named by the check that sees them;
+so are the claims table's downstream row edited (04's label comparisons), any table edited against the digest its run
+bound to its commit, provenance commits swapped between two files, and a later run of 03 edited consistently (by the
+run drawn at verify time).
 
 Each test verifies a copy of ONE results file. The raw-record and method-constant cases recompute witness cells from
 the stores, so their copies are trimmed to the records they exercise (the witness functions recompute what the file
