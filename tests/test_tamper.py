@@ -1,5 +1,8 @@
 """Show that `xenbench findings --verify` can fail: on a copy of each committed results file, a tampered summary number,
-a tampered raw record, a stale input digest and a changed method constant are each named by the check that sees them.
+a tampered raw record, a stale input digest and a changed method constant are each named by the check that sees them;
+so are the claims table's downstream row edited (04's label comparisons), any table edited against the digest its run
+bound to its commit, provenance commits swapped between two files, and a later run of 03 edited consistently (by the
+run drawn at verify time).
 
 Each test verifies a copy of ONE results file. The raw-record and method-constant cases recompute witness cells from
 the stores, so their copies are trimmed to the records they exercise (the witness functions recompute what the file
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from xenbench.studies import findings, witnesses
@@ -304,3 +308,133 @@ def test_the_trimmed_copies_pass_unchanged(tmp_path, monkeypatch):
     are covered by the committed files' own verify)."""
     for nb in ("00_data", "01_score_matrices", "02_rank_cls_vs_emb", "03_adacur_rounds"):
         assert _bad(_trimmed(tmp_path / nb, nb, False, monkeypatch), nb, ("stores",)) == [], nb
+
+
+# ----------------------------------------------------------------------------------------------
+# the claims table's downstream row: 04's label comparisons, checked by their own arithmetic
+# ----------------------------------------------------------------------------------------------
+def _downstream(r: dict) -> dict[str, Any]:
+    """The row behind the README's downstream cell (its smallest cell, B_CE = 200, read by claims._judge_04_labels)."""
+    [row] = _rows(r, "label_comparisons", challenger="AXN DE, MF-IND, tuned λ", baseline="ADACUR TopK No-Split",
+                  budget=200, measure="Success@1")
+    return row
+
+
+def _shift_all(r: dict) -> None:
+    row = _downstream(r)
+    for key in ("mean", "lo", "hi"):
+        row[key] += 0.10
+
+
+#: the issue's two edits: +0.10 on mean, lo and hi (the interval's shape kept: only its p-value disagrees), and the mean
+#: alone lowered to 0.167 (the README would read "+16.7 points [+18.8, +24.5]")
+DOWNSTREAM: dict[str, tuple[Callable[[dict], None], tuple[str, ...]]] = {
+    "mean, lo and hi + 0.10": (_shift_all, ("p (as -log10)",)),
+    "mean alone to 0.167": (lambda r: _downstream(r).update(mean=0.167), ("lo ≤ mean ≤ hi", "mean (midpoint of")),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(DOWNSTREAM))
+def test_the_downstream_table_edited_is_named(tmp_path, edit):
+    name = "04_axn_lambda.full.results.json"
+    doc = _doc(name)
+    change, cells = DOWNSTREAM[edit]
+    change(doc["results"])
+    bad = _bad(_write(tmp_path, name, doc), name, ("records",))
+    where = "label_comparisons [challenger=AXN DE, MF-IND, tuned λ, baseline=ADACUR TopK No-Split, budget=200, " \
+            "measure=Success@1]"
+    assert bad and all(w.cell.startswith(where) for w in bad), [w.line() for w in bad]
+    assert all(any(c in w.cell for w in bad) for c in cells), [w.line() for w in bad]
+
+
+# ----------------------------------------------------------------------------------------------
+# the results' digest bound to the commit: any raw record edited, a commit swapped between two files
+# ----------------------------------------------------------------------------------------------
+def _edit_a_later_run(r: dict) -> None:
+    """03's ANNCUR at B_CE = 100, k = 10 on split 2, anchor seed 3 (no store witness recomputes it): one query's
+    recall 0 -> 1 with the run's recall moved to match, as an edit recomputed with the package's functions would."""
+    from xenbench.studies.records import unpack_array
+
+    [row] = _rows(r, "test_at_dev_choice", split_seed=2, anchor_seed=3, method="ANNCUR", budget=100, k=10)
+    values = unpack_array(row["per_query"])
+    values[list(values).index(0.0)] = 1.0
+    row["per_query"] = " ".join(repr(float(v)) for v in values)
+    row["recall"] = float(values.mean())
+
+
+def test_an_edited_raw_record_of_any_run_is_named(tmp_path):
+    name = "03_adacur_rounds.full.results.json"
+    doc = _doc(name)
+    _edit_a_later_run(doc["results"])
+    bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
+    assert [w.cell for w in bad] == ["results['test_at_dev_choice'] sha256 (bound at the run to its commit)"], \
+        [w.line() for w in bad]
+
+
+def test_swapped_provenance_commits_are_named(tmp_path):
+    a, b = "01_score_matrices.full.results.json", "03_adacur_rounds.full.results.json"
+    docs = {a: _doc(a), b: _doc(b)}
+    ga, gb = docs[a]["provenance"]["git"], docs[b]["provenance"]["git"]
+    assert ga["commit"] != gb["commit"]
+    ga["commit"], gb["commit"] = gb["commit"], ga["commit"]
+    for name, doc in docs.items():
+        bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
+        cells = [w.cell for w in bad]
+        assert cells[0] == "provenance commit (the one its results digest was bound to)", cells
+        assert bad[0].committed == docs[a if name == b else b]["provenance"]["git"]["commit"]
+
+
+def test_a_results_file_without_its_bound_digest_is_named(tmp_path):
+    name = "07_compare_methods.full.results.json"
+    doc = _doc(name)
+    del doc["provenance"]["results_sha256"]
+    bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
+    assert [w.cell for w in bad] == ["provenance results_sha256 (the results' digest bound at the run)"]
+
+
+def test_save_results_binds_the_digest_that_verify_checks(tmp_path):
+    from xenbench import provenance
+    from xenbench.harness import results as harness_results
+
+    path = harness_results.save_results("07_compare_methods", "full", {"summary": [{"mean": 0.5, "n": np.int64(3)}],
+                                                                       "beta": np.float64(0.25)},
+                                        out_dir=tmp_path, params={})
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    checked = provenance.check_results_digest(doc)
+    assert {w for w, _, _ in checked} == {"provenance commit (the one its results digest was bound to)",
+                                          "results['summary'] sha256 (bound at the run to its commit)",
+                                          "results['beta'] sha256 (bound at the run to its commit)"}
+    assert all(recorded == today for _, recorded, today in checked)
+    doc["results"]["summary"][0]["mean"] = 0.6
+    assert [w for w, recorded, today in provenance.check_results_digest(doc) if recorded != today] == \
+        ["results['summary'] sha256 (bound at the run to its commit)"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 03: a run beyond the first, drawn at verify time, recomputed from the store
+# ----------------------------------------------------------------------------------------------
+def test_a_consistent_edit_of_a_later_run_is_named_by_the_run_drawn_at_verify(tmp_path, monkeypatch):
+    """Split 2 / anchor seed 3 edited, its recall matching its per-query values and the results' digest bound again
+    (what passed before, when only split 0 / seed 0 was recomputed): the verify whose draw holds that run names it."""
+    from xenbench import provenance
+
+    nb, name = "03_adacur_rounds", "03_adacur_rounds.full.results.json"
+    every = [(s, a) for s in range(3) for a in range(5)][1:]
+    seed = next(s for s in range(1000) if _draw(every, s) == [(2, 3)])
+    monkeypatch.setenv(witnesses.WITNESS_SEED_ENV, str(seed))
+    assert witnesses.extra_runs(every) == [(2, 3)]
+    doc = _doc(name)
+    _trim_03(doc["results"])
+    _edit_a_later_run(doc["results"])
+    doc = provenance.bind_results(doc)
+    folder = _write(tmp_path, name, doc)
+    assert _bad(folder, name, ("inputs",)) == []  # the digest, bound again, passes
+    bad = _bad(folder, name, ("stores",))
+    assert [w.cell for w in bad] == ["test_at_dev_choice split 2 seed 3 ANNCUR B_CE=100 k=10 recall"], \
+        [w.line() for w in bad]
+
+
+def _draw(every: list[tuple[int, int]], seed: int) -> list[tuple[int, int]]:
+    """witnesses.extra_runs's draw of one run under ``seed`` (as it draws it)."""
+    i = int(np.random.default_rng(seed).choice(len(every), size=1, replace=False)[0])
+    return [every[i]]

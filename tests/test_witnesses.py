@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -121,8 +122,9 @@ def test_a_changed_committed_value_fails_verify_even_with_regenerated_docs(tmp_p
     assert not replace_blocks([findings.block(doc, results)], write=False)
     # ... but the witness recomputed with today's code is not.
     bad = [w for w in witnesses.verify(results, notebooks=[RANK]) if not w.ok]
-    assert [w.cell for w in bad] == ["grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"]
-    assert bad[0].committed == pytest.approx(committed + 0.01) and bad[0].today == pytest.approx(committed)
+    assert [w.cell for w in bad] == ["results['grid'] sha256 (bound at the run to its commit)",  # the bound digest
+                                     "grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"]
+    assert bad[1].committed == pytest.approx(committed + 0.01) and bad[1].today == pytest.approx(committed)
 
     capsys.readouterr()
     assert main(["findings", "--verify", "--results-dir", str(results)]) == 1
@@ -142,3 +144,153 @@ def test_a_results_file_without_the_witnessed_cells_is_one_clear_error(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("xenbench: error: ") and "lacks what its witnesses read" in err[-1]
     assert RANK_FILE.name in err[-1]
+
+
+
+# ----------------------------------------------------------------------------------------------
+# method constants: every default a method reads is witnessed state (a committed table checked against the code)
+# ----------------------------------------------------------------------------------------------
+#: The committed table of method constants (``xenbench.methods``' module constants and every default argument of its
+#: functions and classes) and, per module, the committed results its constants move. Regenerate it after a re-run
+#: that follows a changed constant: ``PYTHONPATH=$PWD .venv/bin/python -c "import tests.test_witnesses as t;
+#: t.write_method_constants()"``.
+METHOD_CONSTANTS = Path(__file__).with_name("method_constants.json")
+_CONSTANT_NAME = re.compile(r"_?[A-Z][A-Z0-9_]*")
+
+
+def _constant_value(value: Any) -> str | None:
+    """A constant's committed form: ``repr`` of a plain value (an array's by its SHA-256); None for what is no
+    constant (a function, a class, a registry of objects)."""
+    import hashlib
+
+    if isinstance(value, np.ndarray):
+        return f"ndarray {value.dtype} {value.shape} sha256 {hashlib.sha256(value.tobytes()).hexdigest()}"
+    if isinstance(value, (bool, int, float, str, type(None), np.generic)):
+        return repr(value)
+    if isinstance(value, (tuple, list, frozenset)) and all(_constant_value(v) is not None for v in value):
+        return repr(value)
+    return None
+
+
+def method_constants() -> dict[str, str]:
+    """``"<module>: <NAME>"`` and ``"<module>: <qualname>(<argument>)"`` -> the value's committed form, for every
+    module of ``xenbench.methods``: its module-level constants and each default argument of the functions, classes
+    and methods it defines (what a method reads when a driver does not pass the argument)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import xenbench.methods as methods
+
+    out: dict[str, str] = {}
+    names = ["xenbench.methods"] + [m.name for m in pkgutil.walk_packages(methods.__path__, "xenbench.methods.")]
+    for name in sorted(names):
+        module = importlib.import_module(name)
+        for attr, value in sorted(vars(module).items()):
+            if _CONSTANT_NAME.fullmatch(attr) and (form := _constant_value(value)) is not None:
+                out[f"{name}: {attr}"] = form
+            if not (inspect.isfunction(value) or inspect.isclass(value)) or value.__module__ != name:
+                continue
+            callables = [(value.__qualname__, value)]
+            if inspect.isclass(value):
+                callables = [(f.__qualname__, f) for f in vars(value).values() if inspect.isfunction(f)]
+                for key, const in vars(value).items():
+                    if _CONSTANT_NAME.fullmatch(key) and (form := _constant_value(const)) is not None:
+                        out[f"{name}: {value.__qualname__}.{key}"] = form
+            for qualname, fn in callables:
+                for param in inspect.signature(fn).parameters.values():
+                    if param.default is not inspect.Parameter.empty:
+                        form = _constant_value(param.default)
+                        out[f"{name}: {qualname}({param.name})"] = form if form is not None else repr(param.default)
+    return out
+
+
+def constant_changes(committed: Mapping[str, Any], today: Mapping[str, str]) -> list[str]:
+    """One line per constant added, removed or changed since the committed table, naming the committed results its
+    module's constants move (``committed["affects"]``)."""
+    affects, saved = committed["affects"], committed["constants"]
+    lines = []
+    for key in sorted(set(saved) | set(today)):
+        if saved.get(key) == today.get(key):
+            continue
+        module = key.split(":")[0]
+        moved = next((v for m, v in sorted(affects.items(), key=lambda kv: -len(kv[0]))
+                      if module == m or module.startswith(m + ".")), "no committed result named")
+        lines.append(f"method constant {key}: committed {saved.get(key, 'absent')}, code {today.get(key, 'absent')}; "
+                     f"moves {moved}: re-run those notebooks, then regenerate {METHOD_CONSTANTS.name}")
+    return lines
+
+
+def write_method_constants() -> None:
+    """Rewrite the table's constants from the code, keeping its ``affects`` (after the re-runs a change asks for)."""
+    doc = json.loads(METHOD_CONSTANTS.read_text(encoding="utf-8"))
+    doc["constants"] = method_constants()
+    METHOD_CONSTANTS.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def test_every_method_constant_is_the_committed_one():
+    """A default a method reads moves committed numbers that no witness recomputes (MF-IND is not recomputed; 1024 ->
+    512 in its batch size moved a claimed cell by 5.1 points): each is checked against the committed table."""
+    committed = json.loads(METHOD_CONSTANTS.read_text(encoding="utf-8"))
+    today = method_constants()
+    assert "xenbench.methods.mf: MatrixFactorization.__init__(batch_size)" in today
+    assert constant_changes(committed, today) == []
+    modules = {key.split(":")[0] for key in today}
+    assert all(any(m == a or m.startswith(a + ".") for a in committed["affects"]) for m in modules), modules
+
+
+@pytest.mark.parametrize("change, named", [
+    (("mf", "MatrixFactorization.__init__", "batch_size", 512),
+     "method constant xenbench.methods.mf: MatrixFactorization.__init__(batch_size): committed 1024, code 512; moves "
+     "04_axn_lambda.full"),
+    (("cur", None, "_PLAIN_RCOND", 1e-12), "method constant xenbench.methods.cur: _PLAIN_RCOND: committed 1e-15, "
+                                            "code 1e-12; moves 02_rank_cls_vs_emb.full"),
+])
+def test_a_changed_method_constant_is_named_with_the_results_it_moves(monkeypatch, change, named):
+    import importlib
+
+    module, owner, name, value = change
+    mod = importlib.import_module(f"xenbench.methods.{module}")
+    if owner is None:
+        monkeypatch.setattr(mod, name, value)
+    else:
+        cls, fn = owner.split(".")
+        target = getattr(getattr(mod, cls), fn)
+        monkeypatch.setattr(target, "__kwdefaults__", {**target.__kwdefaults__, name: value})
+    lines = constant_changes(json.loads(METHOD_CONSTANTS.read_text(encoding="utf-8")), method_constants())
+    assert len(lines) == 1 and lines[0].startswith(named), lines
+
+
+# ----------------------------------------------------------------------------------------------
+# a notebook's witness list: pinned here, and each declared table needs a witness
+# ----------------------------------------------------------------------------------------------
+#: What each notebook's witnesses recompute from the stores: removing a table here or from witnesses.WITNESSED, or a
+#: notebook, fails the pin below; removing a witness block from a notebook's function fails --verify (next test).
+PINNED_WITNESSED = {
+    "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
+    "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
+    "07_compare_methods": ("summary",),
+}
+
+
+def test_every_notebook_s_witness_list_is_the_pinned_one():
+    assert witnesses.WITNESSED == PINNED_WITNESSED
+    assert set(witnesses.registered()) == set(PINNED_WITNESSED)
+
+
+def test_a_removed_witness_block_fails_verify(monkeypatch):
+    """06's function without its faiss-baseline block (here: its by_reg witnesses only) leaves results['baselines']
+    unrecomputed: a failing witness names it."""
+    by_reg = Witness("06_ccsa_balance", "by_reg λ=0 B=1000 seed 0 dev imbalance", 1.1, 1.1)
+    monkeypatch.setitem(witnesses._REGISTRY, "06_ccsa_balance", lambda results: [by_reg])
+    results = {"by_reg": [{"reg": 0.0}], "baselines": [{"method": "IVF-PQ"}]}
+    found = witnesses.witnesses({"notebook": "06_ccsa_balance", "results": results, "provenance": {}})
+    bad = [w for w in found if not w.ok]
+    assert [w.cell for w in bad] == ["witnesses of results['baselines'] (witnesses.WITNESSED declares them)"]
+    assert bad[0].line() == ("06_ccsa_balance: witnesses of results['baselines'] (witnesses.WITNESSED declares them): "
+                             "committed present, today none recomputed MISMATCH")
+    del results["baselines"]  # a results file without the table needs no witness of it
+    assert all(w.ok for w in witnesses.witnesses({"notebook": "06_ccsa_balance", "results": results,
+                                                  "provenance": {}}))

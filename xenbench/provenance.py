@@ -56,7 +56,8 @@ from xenbench.integrity import CHECKSUMS_NAME, file_sha256
 __all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "record_caveat",
            "recorded_caveats", "clear_caveats", "content_sha256", "model_sha256", "hub_snapshot", "describe_input",
            "locate_input", "InputCheck", "check_inputs", "commit_known", "git_state",
-           "run_git_state", "environment", "collect", "refusal", "summary"]
+           "run_git_state", "environment", "collect", "refusal", "summary", "RESULTS_DIGEST", "results_digest",
+           "bind_results", "check_results_digest"]
 
 #: Distributions whose versions can change a number (``numba``: CCSA's kernel; faiss ships as faiss-cpu/-gpu).
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -535,3 +536,46 @@ def summary(prov: Mapping[str, Any]) -> str:
         lines.append("Inputs: " + "; ".join(f"{i['kind']} {i['path']} (sha256 {str(i['sha256'])[:12]})"
                                             for i in inputs) + ".")
     return "\n".join(lines)
+
+
+#: The key of a results file's provenance that binds its results to its commit (:func:`results_digest`).
+RESULTS_DIGEST = "results_sha256"
+
+
+def results_digest(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The digest that binds a results document's tables to the commit that produced them:
+    ``{"commit": <provenance.git.commit>, "tables": {<table>: sha256}}``, each table's SHA-256 over the canonical JSON
+    of its notebook, profile, commit, name and value (as the file holds them: call it on the JSON as read back).
+
+    :func:`check_results_digest` compares it with the document: an edited table (a raw record, a summary) or a commit
+    swapped between two files is named. It binds, it does not seal: whoever edits a table and recomputes this digest
+    passes it; what catches that is a witness recomputing the table from the stores."""
+    commit = ((doc.get("provenance") or {}).get("git") or {}).get("commit")
+    head = {"notebook": doc.get("notebook"), "profile": doc.get("profile"), "commit": commit}
+    return {"commit": commit, "tables": {name: _canonical_sha256({**head, "table": name, "value": value})
+                                         for name, value in (doc.get("results") or {}).items()}}
+
+
+def bind_results(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` (as JSON reads it) with :func:`results_digest` in its provenance, under
+    :data:`RESULTS_DIGEST`."""
+    out = json.loads(json.dumps(doc, allow_nan=True))
+    out.setdefault("provenance", {})[RESULTS_DIGEST] = results_digest(out)
+    return out
+
+
+def check_results_digest(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(what, recorded, today)`` of the document's bound digest (:func:`results_digest`): the commit it was bound to
+    against the provenance's, then each table's digest (``"absent"`` for a table added or removed since); one
+    ``("results digest", "absent", "required")`` when the file has none."""
+    bound = (doc.get("provenance") or {}).get(RESULTS_DIGEST)
+    if not isinstance(bound, Mapping) or not isinstance(bound.get("tables"), Mapping):
+        return [(f"provenance {RESULTS_DIGEST} (the results' digest bound at the run)", "absent",
+                 "required (bind it: xenbench.provenance.bind_results)")]
+    today = results_digest(doc)
+    out = [("provenance commit (the one its results digest was bound to)", str(bound.get("commit")),
+            str(today["commit"]))]
+    for name in sorted(set(bound["tables"]) | set(today["tables"])):
+        out.append((f"results[{name!r}] sha256 (bound at the run to its commit)",
+                    str(bound["tables"].get(name, "absent")), str(today["tables"].get(name, "absent"))))
+    return out

@@ -122,7 +122,8 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         imported (the notebook's first cell) and
         ``peak_rss_mb``, its peak resident memory: what a run on a larger corpus cost. ``provenance``
         (:func:`xenbench.provenance.collect`) says what produced the numbers: commit and dirty flag, parameters,
-        package versions, machine, and the SHA-256 of every store, dataset and model the process read. ``caveats``
+        package versions, machine, the SHA-256 of every store, dataset and model the process read, and the
+        results' digest bound to the commit (``results_sha256``, :func:`xenbench.provenance.results_digest`). ``caveats``
         (:func:`xenbench.provenance.record_caveat`) says why the findings may not be trusted, e.g. a CE that does
         not read the query (:func:`xenbench.models.ce_check.warn_if_untrained`); empty when nothing was found.
     """
@@ -144,7 +145,9 @@ def save_results(name: str, profile: str, results: Mapping[str, Any], *, out_dir
         "caveats": provenance.recorded_caveats(),  # why its findings may not be trusted (e.g. a collapsed CE)
         "results": dict(results),
     }
-    text = json.dumps(doc, indent=2, default=_jsonable, allow_nan=True) + "\n"
+    # the digest binds the tables as the file holds them (read back from JSON) to the commit: provenance.results_digest
+    doc = provenance.bind_results(json.loads(json.dumps(doc, default=_jsonable, allow_nan=True)))
+    text = json.dumps(doc, indent=2, allow_nan=True) + "\n"
     path = folder / _results_name(name, profile)
     write_text_atomic(path, text)
     return path

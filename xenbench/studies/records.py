@@ -33,7 +33,8 @@ import pandas as pd
 from xenbench.errors import DataError, ParameterError
 from xenbench.studies.witnesses import Witness
 
-__all__ = ["PACKED", "PEFA_ARRAYS", "label_summary_rows", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
+__all__ = ["PACKED", "PEFA_ARRAYS", "label_summary_rows",
+           "label_comparison_rows", "ordered_row", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
            "register", "registered", "rederive", "refuse_inconsistent", "unwitnessed", "NOT_RECOMPUTED",
            "UNWITNESSED_PROFILES"]
 
@@ -230,6 +231,32 @@ def label_summary_rows(nb: str, results: Mapping[str, Any], today: Callable[[pd.
                        ["mean", "lo", "hi", "n_runs", "setting", "n_queries", "n_queries_max"])
 
 
+def label_comparison_rows(nb: str, results: Mapping[str, Any], *, n: str, better: str, worse: str,
+                          se: str | None = None) -> list[Witness]:
+    """What each saved label comparison's numbers (``label_comparisons``: mean, interval, p over queries, on a label
+    measure such as Success@1) imply about each other, until the notebook keeps the per-query label values they come
+    from: the mean inside its interval (:func:`ordered_row`), :func:`t_row` (the interval symmetric about the mean, the
+    p-value from mean, interval and ``n``) and :func:`count_row`. The claims table's downstream row renders these
+    numbers, so an edit of its mean (alone, or with lo and hi) is named. Source ``"summary"``."""
+    out = []
+    for _, r in pd.DataFrame(results.get("label_comparisons") or []).iterrows():
+        label = f"label_comparisons [{_label(r)}, measure={r['measure']}]"
+        out.append(ordered_row(nb, label, r))
+        out += t_row(nb, label, r, int(r[n]), se=se)
+        out.append(count_row(nb, label, [(better, int(r[better])), (worse, int(r[worse]))], (n, int(r[n]))))
+    return out
+
+
+def ordered_row(nb: str, what: str, row: Mapping[str, Any], *, mean: str = "mean", lo: str = "lo",
+                hi: str = "hi") -> Witness:
+    """``lo ≤ mean ≤ hi`` of one saved interval (a witness of the mean, "inside" its interval or not); NaN bounds
+    (one run) pass. Source ``"summary"``."""
+    m, a, b = float(row[mean]), float(row[lo]), float(row[hi])
+    inside = not (math.isfinite(a) and math.isfinite(b)) or a <= m <= b
+    return _w(nb, f"{what} {lo} ≤ {mean} ≤ {hi} ({a:.6g} ≤ {m:.6g} ≤ {b:.6g})",
+              "inside" if inside else "outside", "inside", "summary")
+
+
 def t_row(nb: str, what: str, row: Mapping[str, Any], n: int, *, mean: str = "mean", lo: str = "lo", hi: str = "hi",
           p: str | None = "p", se: str | None = None, confidence: float = 0.95) -> list[Witness]:
     """What a paired t-test's saved numbers imply about each other (:func:`xenbench.methods.protocol.paired_test`):
@@ -350,7 +377,8 @@ def _summary_rows(nb: str, what: str, saved: pd.DataFrame, today: pd.DataFrame, 
 #: the summaries re-derived from them. Each is a cost decision, stated where ``findings --verify`` reports it.
 NOT_RECOMPUTED: dict[str, str] = {
     "01_score_matrices": "agreement's maximum over all its pairs (a few pairs are re-scored), throughput (timing)",
-    "03_adacur_rounds": "runs other than the first split and anchor seed, recall_vs_rounds, latency_vs_rounds (timing)",
+    "03_adacur_rounds": ("runs other than the first split and anchor seed and one run drawn at each verify "
+                         "(witnesses.extra_runs), recall_vs_rounds, latency_vs_rounds (timing)"),
     "04_axn_lambda": "runs other than the first split and seed, every MF-IND run",
     "05_pefa_lambda": "split seeds after the first",
     "06_ccsa_balance": "seeds after the first, λ other than 0 and 1, by_batch, paper_objective, binary, collapse",
@@ -505,6 +533,33 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
 # ----------------------------------------------------------------------------------------------
 # 04: AXN's protocol
 # ----------------------------------------------------------------------------------------------
+def _label_family_04(nb: str, results: Mapping[str, Any]) -> list[Witness]:
+    """04's ``label_comparisons`` (the claims table's downstream row): each row's own arithmetic
+    (:func:`label_comparison_rows`), its interval across runs re-derived from ``label_runs`` and the Holm adjustment
+    and verdict over the family (as :func:`xenbench.studies.findings.axn.label_family` decides it for the findings)."""
+    from xenbench.methods.protocol import run_interval
+
+    comp = pd.DataFrame(results.get("label_comparisons") or [])
+    runs = pd.DataFrame(results.get("label_runs") or [])
+    if comp.empty or runs.empty:
+        return []
+    out = label_comparison_rows(nb, results, n="n", better="n_a_better", worse="n_b_better", se="se")
+    for _, r in comp.iterrows():
+        cell = runs[(runs["budget"] == r["budget"]) & (runs["measure"] == r["measure"])]
+        today = run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
+                             value="value")
+        for key in ("run_mean", "run_lo", "run_hi", "n_runs"):
+            if key in r.index:
+                out.append(_w(nb, f"label_comparisons [{_label(r)}, measure={r['measure']}] {key}", r[key], today[key]))
+    from xenbench.methods.protocol import ALPHA, decide
+
+    labelled = comp.assign(challenger=comp["challenger"] + " on " + comp["measure"])
+    today = decide(comp.drop(columns=["p_holm", "p_wilcoxon_holm", "verdict"], errors="ignore"), alpha=ALPHA)
+    out += family(nb, "label_comparisons", labelled, today.assign(challenger=labelled["challenger"].to_numpy()),
+                  source="summary")
+    return out
+
+
 @register("04_axn_lambda")
 def _axn(results: Mapping[str, Any]) -> list[Witness]:
     """From the per-run test recalls (``runs``): ``summary`` and each comparison's interval across runs; from the
@@ -519,6 +574,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     out = _summary_rows(nb, "summary", pd.DataFrame(results["summary"]), axn_protocol_summary(runs),
                         ["method", "budget", "k"])
     out += label_summary_rows(nb, results, label_summary)
+    out += _label_family_04(nb, results)
     comp = pd.DataFrame(results["comparisons"])
     if has_per_query(results["runs"]):
         runs = _rows_of_splits(results, runs, "split")
@@ -638,6 +694,7 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
             search_s=lambda d: d["search_ms"] / 1e3).drop(columns="search_ms")
         out += label_summary_rows(nb, results, lambda runs: compare.compare_summary(
             runs, label_seconds, float(results["ce_cost"]["seconds_per_pair"]), cell="measure", value="value"))
+    out += label_comparison_rows(nb, results, n="n_queries", better="n_better", worse="n_worse")
     runs = results.get("runs")
     if has_per_query(runs):
         runs = _rows_of_splits(results, unpack_records(runs), "split_seed")

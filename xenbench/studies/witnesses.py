@@ -6,8 +6,8 @@ notebook) and recomputes them from the inputs the run read (the score stores, da
 ``models/``), through the same package functions the notebook calls. The cells are chosen so that every number of
 the README's claims table rests on witnessed records: 02's whole (k_q × k_i) grid and every rank; 03's and 04's
 first run (split, seed) of every method of their declared pairs at every budget and k (MF-IND excepted: its training
-is 04's slowest cell); 05's first seed of every split regime; 06's CCSA at λ = 0 and 1 and its faiss baselines on the
-first seed; 00's every baseline accuracy (and label measure, once saved); 01's score statistics and fresh scores of a few pairs; 07's ANNCUR and DE
+is 04's slowest cell), and for 03 one more run drawn at each verify (:func:`extra_runs`); 05's first seed of every
+split regime; 06's CCSA at λ = 0 and 1 and its faiss baselines on the first seed; 00's every baseline accuracy (and label measure, once saved); 01's score statistics and fresh scores of a few pairs; 07's ANNCUR and DE
 re-rank over every run. :func:`verify` runs them, with the two cheap checks: each recorded input digest against the
 checkout (:func:`input_witnesses`) and every summary re-derived from the records in the same file
 (:mod:`xenbench.studies.records`). A cell whose value today differs from the committed one by more than its stated
@@ -50,7 +50,8 @@ import pandas as pd
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["Witness", "register", "registered", "witnesses", "verify", "describe"]
+__all__ = ["Witness", "WITNESSED", "extra_runs", "witness_seed", "register", "registered", "witnesses", "verify",
+           "describe"]
 
 #: Relative paths in a notebook's parameters are relative to the notebook's folder (its kernel's working directory).
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -158,6 +159,17 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "07_compare_methods": ("summary",),
 }
 _ABSENT = "absent or empty"
+#: The tables of each notebook's results that its witnesses recompute (a witness cell's first word names its table):
+#: where the results hold one non-empty, a witness of it is required, so a witness block removed from a notebook's
+#: function (06's faiss baselines, say) fails --verify instead of leaving the table silently unchecked.
+#: tests/test_witnesses.py pins this table.
+WITNESSED: dict[str, tuple[str, ...]] = {
+    "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
+    "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
+    "07_compare_methods": ("summary",),
+}
 
 
 def _missing(notebook: str, cell: str, needed: str) -> Witness:
@@ -185,7 +197,13 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads) if threads else before)
     try:
-        found = fn(results) or [_missing(name, "every witness cell", "required (at least one)")]
+        found = fn(results)
+        if not found:
+            return [replace(_missing(name, "every witness cell", "required (at least one)"), profile=profile)]
+        tables = {w.cell.split()[0] for w in found}
+        found += [Witness(name, f"witnesses of results[{t!r}] (witnesses.WITNESSED declares them)", "present",
+                          "none recomputed") for t in WITNESSED.get(name, ())
+                  if results.get(t) not in (None, [], {}) and t not in tables]
         return [replace(w, profile=profile) for w in found]
     finally:
         torch.set_num_threads(before)
@@ -194,8 +212,9 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
 def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
                     log: Callable[[str], None] | None = None) -> list[Witness]:
     """One witness per input digest the document's provenance records (:func:`xenbench.provenance.check_inputs`):
-    recorded against the checkout's. What changed that no score depends on, and an input not found here, are logged
-    as notes, not witnesses."""
+    recorded against the checkout's; and the results' digest bound at the run (commit and each table,
+    :func:`xenbench.provenance.check_results_digest`) against the file's own. What changed that no score depends on,
+    and an input not found here, are logged as notes, not witnesses."""
     from xenbench import provenance
 
     name, profile = str(doc.get("notebook")), str(doc.get("profile", "full"))
@@ -208,6 +227,8 @@ def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
         out.append(Witness(name, "provenance commit", str(commit),
                            "not a commit of this repository" if known is False else str(commit), source="inputs",
                            profile=profile))
+    for what, recorded, today in provenance.check_results_digest(doc):  # an edited table, a swapped commit
+        out.append(Witness(name, what, recorded, today, source="inputs", profile=profile))
     for c in provenance.check_inputs(doc, cache=cache):
         if c.note and log is not None:
             log(f"{name} ({profile}): input {c.kind} {c.path}: {c.note}")
@@ -260,6 +281,9 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
             raise ParameterError("notebooks", f"notebooks with witnesses ({sorted(_REGISTRY)})", unknown, "verify")
     out: list[Witness] = []
     cache: dict = {}
+    if log is not None and "stores" in checks:
+        log(f"witness seed {witness_seed()} draws the runs recomputed besides the first ({WITNESS_SEED_ENV}="
+            f"{witness_seed()} draws them again)")
     for path in sorted(folder.glob("*.results.json")):
         name, profile = path.name.split(".")[0], path.name.split(".")[-3]
         if profile not in README_PROFILES or name not in _REGISTRY or (notebooks is not None and name not in notebooks):
@@ -487,36 +511,78 @@ def _de_scores(setup: Any, key: tuple[str, str, int]) -> np.ndarray:
     return _DE_SCORES[key]
 
 
+#: Runs of 03 recomputed besides the first, drawn afresh at each verify (:func:`extra_runs`): a raw record of any run
+#: edited, with its summaries and the results' digest recomputed to match, is caught by one verify with probability
+#: EXTRA_RUNS / 14 (03 has 15 runs) and by repeated verifies in the end; one more run roughly doubles 03's witness time.
+EXTRA_RUNS = 1
+#: Environment variable fixing the draw of :func:`extra_runs` (an integer seed); unset, each process draws its own.
+WITNESS_SEED_ENV = "XENBENCH_WITNESS_SEED"
+_WITNESS_SEED: list[int] = []
+
+
+def witness_seed() -> int:
+    """The seed of this process's :func:`extra_runs` draw: ``$XENBENCH_WITNESS_SEED`` when set, else drawn once from
+    the OS (``verify`` logs it, so a failing draw is reproduced by setting it)."""
+    import os
+    import secrets
+
+    raw = os.environ.get(WITNESS_SEED_ENV)
+    if raw is not None:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ParameterError(WITNESS_SEED_ENV, "an integer seed", raw, "witnesses") from None
+    if not _WITNESS_SEED:
+        _WITNESS_SEED.append(secrets.randbits(32))
+    return _WITNESS_SEED[0]
+
+
+def extra_runs(candidates: list[tuple[int, int]], n: int | None = None) -> list[tuple[int, int]]:
+    """``n`` (default :data:`EXTRA_RUNS`) of the ``(split seed, anchor seed)`` ``candidates``, drawn with
+    :func:`witness_seed`, in their order."""
+    n = EXTRA_RUNS if n is None else n
+    if not candidates or n <= 0:
+        return []
+    picked = np.random.default_rng(witness_seed()).choice(len(candidates), size=min(n, len(candidates)), replace=False)
+    return [candidates[i] for i in sorted(int(i) for i in picked)]
+
+
 @register("03_adacur_rounds")
 def _adacur(results: Mapping[str, Any]) -> list[Witness]:
+    """The first run (first split and anchor seed) and :data:`EXTRA_RUNS` more drawn at verify time
+    (:func:`extra_runs`) of every method of the declared pairs at every budget and k; the budget-rule gap."""
+    from xenbench.methods.protocol import query_splits
     from xenbench.studies.adacur import METHODS, adacur_protocol_runs, budget_rule_gap, chosen_on_dev
 
     p = results["params"]
-    setup, split = _store_setup(p, p["split_seeds"][:1])
-    seed = p["anchor_seeds"][0]
+    setup, _ = _store_setup(p, p["split_seeds"][:1])
     committed = pd.DataFrame(results["test_at_dev_choice"])
     k_values = sorted({int(r) for r in committed["k"]})
     budgets = sorted({int(b) for b in committed["budget"]})
     labels = set(committed["method"])
     methods = [m for m in ADACUR_METHODS if METHODS[m] in labels]
     de = _de_scores(setup, (p["ce"], p["dataset"], int(p["seed"]))) if any("de" in m for m in methods) else None
-    runs = adacur_protocol_runs(setup.M, split, [seed], budgets, methods=methods, k_values=k_values, de_scores=de,
-                                n_rounds=p["n_rounds"], device="cpu")
-    today = chosen_on_dev(runs)
+    every = [(int(s), int(a)) for s in p["split_seeds"] for a in p["anchor_seeds"]]
     out = []
-    for method in (METHODS[m] for m in methods):
-        for budget in budgets:
-            for k in k_values:
-                sel = lambda d: d[(d["split_seed"] == p["split_seeds"][0]) & (d["anchor_seed"] == seed)  # noqa: E731
-                                  & (d["method"] == method) & (d["budget"] == budget) & (d["k"] == k)]
-                c, t = sel(committed), sel(today)
-                if c.empty:
-                    continue
-                cell = f"test_at_dev_choice split {p['split_seeds'][0]} seed {seed} {method} B_CE={budget} k={k}"
-                out.append(Witness("03_adacur_rounds", f"{cell} recall", float(c["recall"].iloc[0]),
-                                   float(t["recall"].iloc[0]) if len(t) else float("nan")))
-                out.append(Witness("03_adacur_rounds", f"{cell} k_i chosen", float(c["n_anchor_items"].iloc[0]),
-                                   float(t["n_anchor_items"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
+    for split_seed, seed in every[:1] + extra_runs(every[1:]):
+        split = query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], [split_seed],
+                             max_test=p["max_test_queries"])
+        runs = adacur_protocol_runs(setup.M, split, [seed], budgets, methods=methods, k_values=k_values, de_scores=de,
+                                    n_rounds=p["n_rounds"], device="cpu")
+        today = chosen_on_dev(runs)
+        for method in (METHODS[m] for m in methods):
+            for budget in budgets:
+                for k in k_values:
+                    sel = lambda d: d[(d["split_seed"] == split_seed) & (d["anchor_seed"] == seed)  # noqa: E731
+                                      & (d["method"] == method) & (d["budget"] == budget) & (d["k"] == k)]
+                    c, t = sel(committed), sel(today)
+                    if c.empty:  # a method deterministic given the split ran under the first anchor seed only
+                        continue
+                    cell = f"test_at_dev_choice split {split_seed} seed {seed} {method} B_CE={budget} k={k}"
+                    out.append(Witness("03_adacur_rounds", f"{cell} recall", float(c["recall"].iloc[0]),
+                                       float(t["recall"].iloc[0]) if len(t) else float("nan")))
+                    out.append(Witness("03_adacur_rounds", f"{cell} k_i chosen", float(c["n_anchor_items"].iloc[0]),
+                                       float(t["n_anchor_items"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
     saved_gap = pd.DataFrame(results.get("budget_rules") or [])
     if not saved_gap.empty:  # ANNCUR under both budget rules, every split and seed: cheap (no rounds, no DE)
         from xenbench.methods.protocol import query_splits
