@@ -52,3 +52,22 @@ def one_error(capsys: pytest.CaptureFixture[str]) -> str:
     errors = [line for line in err if line.startswith("xenbench: error: ")]
     assert len(errors) == 1 and not any("Traceback" in line for line in err), err
     return errors[0]
+
+
+def sparse_beir(folder: Path, n_items: int = 3000, n_queries: int = 240, labelled: float = 0.5,
+                seed: int = 0) -> Path:
+    """A BEIR folder shaped like a real corpus: ``n_items`` items, and of the ``n_queries`` queries only a share
+    ``labelled`` judged, each with 1–3 relevant items (grades 1 or 2) and one judged not relevant (grade 0), as
+    TREC-style qrels are; every query mentions the names of the items it is about, so a CE can find them. Seeded."""
+    rng = np.random.default_rng(seed)
+    names = [f"{WORDS[i % 12]}{WORDS[(i // 12) % 12]}{WORDS[(i // 144) % 12]}{i // 1728}" for i in range(n_items)]
+    items = [{"_id": f"d{k}", "title": n, "text": f"{n} is a {rng.choice(WORDS)} near the {rng.choice(WORDS)}"}
+             for k, n in enumerate(names)]
+    queries, qrels = [], []
+    for k in range(n_queries):
+        about = rng.choice(n_items, size=int(rng.integers(1, 4)), replace=False)
+        queries.append({"_id": f"q{k}", "text": "we talked about " + " and ".join(names[j] for j in about)})
+        if rng.random() < labelled:
+            qrels += [(f"q{k}", f"d{j}", int(rng.integers(1, 3))) for j in about]
+            qrels.append((f"q{k}", f"d{int(rng.integers(n_items))}", 0))
+    return write_beir(folder, items, queries, qrels)

@@ -3,6 +3,7 @@ synthetic low-rank matrices: every method at every budget, exactness at full bud
 with AdaCur itself, and the dev/test protocol."""
 from __future__ import annotations
 
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,8 @@ from xenbench.methods.adacur import AdaCur
 from xenbench.methods.protocol import Split
 from xenbench.studies import adacur as ex
 from xenbench.studies import setup as study_setup
+
+REPO = Path(__file__).resolve().parent.parent
 
 N_QUERIES, N_ITEMS, N_ANCHOR_QUERIES = 70, 60, 20
 
@@ -43,17 +46,6 @@ def retrievers(M, split) -> dict[str, np.ndarray]:
     test = M[split.test]
     return {"de_scores": test + 0.5 * rng.standard_normal(test.shape),
             "tfidf_scores": test + 2.0 * rng.standard_normal(test.shape)}
-
-
-# ----------------------------------------------------------------------------------------------
-# subsample
-# ----------------------------------------------------------------------------------------------
-def test_subsample_is_sorted_seeded_and_all_when_unbounded():
-    np.testing.assert_array_equal(study_setup.subsample(5, None), np.arange(5))
-    np.testing.assert_array_equal(study_setup.subsample(5, 9), np.arange(5))
-    s = study_setup.subsample(100, 10, seed=2)
-    assert s.size == 10 and np.unique(s).size == 10 and (np.diff(s) > 0).all()
-    np.testing.assert_array_equal(s, study_setup.subsample(100, 10, seed=2))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -591,6 +583,13 @@ def test_cuda_gives_the_cpu_results(M, split, retrievers, adacur_devices):
     assert set(ex.latency_vs_rounds(M, split, [20], rounds=(1, 4), max_queries=2, device="cuda")["device"]) == {"cuda"}
 
 
-def test_load_setup_takes_max_queries_only_with_a_model():
-    with pytest.raises(ParameterError, match="'max_queries' parameter of load_setup must be None unless model"):
-        study_setup.load_setup("../data/scores/noun.cognition/cls-ce", "wordnet-el:noun.cognition", max_queries=50)
+def test_load_setup_samples_a_store_keeping_every_relevant_item():
+    """A store is sampled as a CE on demand is: the queries with a relevant item, each one's relevant items kept."""
+    store = str(REPO / "data/scores/noun.cognition/cls-ce")
+    setup = study_setup.load_setup(store, "wordnet-el:noun.cognition", max_queries=50, max_items=120, seed=3)
+    whole = study_setup.load_setup(store, "wordnet-el:noun.cognition")
+    assert setup.M.shape == (50, 120) and setup.sample.n_relevant + setup.sample.n_random == 120
+    assert (setup.grades().getnnz(axis=1) > 0).all()  # every sampled query keeps its gold
+    rows = [whole.dataset.query_ids.index(q) for q in setup.dataset.query_ids]
+    np.testing.assert_array_equal(setup.M, whole.M[np.ix_(rows, setup.items)])  # the same scores, read block-wise
+    assert len(setup.dataset.items) == 2964  # the queries over the whole corpus: first stages fit on it

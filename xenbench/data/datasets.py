@@ -19,13 +19,14 @@ import numpy as np
 from xenbench._validation import PY_INT, check_int, is_float
 from xenbench.data.readers import MAX_LINE_BYTES  # noqa: F401  (docs/DATA.md names xb.data.datasets.MAX_LINE_BYTES)
 from xenbench.errors import ParameterError
-from xenbench.sampling import sample_rows
+from xenbench.sampling import Sample, labelled_sample, sample_rows
 
 __all__ = [
     "Item",
     "Query",
     "Dataset",
     "DEFAULT_FRACTIONS",
+    "corpus_sample",
     "sample_queries",
 ]
 
@@ -291,6 +292,20 @@ class Dataset:
             raise ParameterError(name, "ids present in the dataset", unknown[:5], "Dataset.subset")
         return wanted
 
+
+
+def corpus_sample(dataset: Dataset, max_queries: int | None = None, max_items: int | None = None, seed: int = 0, *,
+                  owner: str = "corpus_sample") -> Sample:
+    """The seeded sample notebooks 03, 04 and 07 work on (:func:`xenbench.sampling.labelled_sample`): with qrels, the
+    queries with a relevant item and every relevant item of theirs plus a random fill; without, plain seeded rows.
+
+    One function for the kernel (:func:`xenbench.studies.setup.load_setup`) and every check before it (the sizes,
+    the scoring plan, a run file's queries), so all of them see the same rows.
+    """
+    grades = dataset.grades()
+    relevant = [grades.indices[grades.indptr[r]:grades.indptr[r + 1]] for r in range(grades.shape[0])]
+    return labelled_sample(len(dataset.queries), len(dataset.items), relevant, max_queries, max_items, seed,
+                           owner=owner)
 
 
 def sample_queries(dataset: Dataset, max_queries: int | None = None, seed: int = 0) -> list[Query]:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from xenbench.errors import DataError, ParameterError
-from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once, store_names
-from xenbench.harness.spec import SIZES, NotebookSpec, as_spec
+from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once, run_sample, store_names
+from xenbench.harness.spec import NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
 __all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "FIRST_STAGE_PARAMS", "MODEL_OVERRIDES",
@@ -208,15 +208,13 @@ def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: di
 
 def _ranked_queries(spec: NotebookSpec, values: Mapping[str, Any], ds: Any) -> list[str]:
     """The ids of the queries a notebook ranks with its first stage (see :func:`check_first_stages`)."""
-    from xenbench.sampling import sample_rows
-
     seed = values.get(spec.data.get("seed", "seed"), 0)
     if "eval_datasets" in spec.params:  # 00: a seeded sample of the queries with gold
         from xenbench.data.datasets import sample_queries
 
         return [q.id for q in sample_queries(ds, values.get("max_queries"), seed)]
-    if values.get("model"):  # 03, 04, 07 scoring on demand: the sample load_setup scores
-        return [ds.queries[r].id for r in sample_rows(len(ds.queries), values.get("max_queries"), seed, kind="queries")]
+    if "max_items" in spec.data:  # 03, 04, 07: the sample load_setup draws
+        return [ds.queries[r].id for r in run_sample(spec, values, ds).queries]
     return ds.query_ids
 
 
@@ -294,7 +292,6 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
     from xenbench.models.fingerprint import cache_path, folder_fingerprint, load_shared, stored_fingerprint
     from xenbench.models.probe import (  # the scorer loads in probe_rate only
         PROBE_PAIRS, degenerate_scores, nonfinite_scores, probe_rate, scoring_line, warn_if_collapsed)
-    from xenbench.sampling import sample_rows
 
     data = spec.data
     model = values["model"]
@@ -307,10 +304,8 @@ def _plan(spec: NotebookSpec, values: Mapping[str, Any], timeout: int | None, lo
         with quiet_transformers():
             fingerprint = folder_fingerprint(path, max_length)
     name, seed = ce_name(model), values.get(data.get("seed", ""), 0)
-    caps = {size: values.get(data.get(f"max_{size}", "")) for size in SIZES}
-    rows = sample_rows(len(ds.queries), caps["queries"], seed, kind="queries")
-    cols = sample_rows(len(ds.items), caps["items"], seed, kind="items")
-    sub = ds.subset([ds.queries[r].id for r in rows], [ds.items[i].id for i in cols])
+    sample = run_sample(spec, values, ds)  # the sample load_setup scores in the kernel
+    sub = ds.subset([ds.queries[r].id for r in sample.queries], [ds.items[i].id for i in sample.items])
     nq, ni = len(sub.queries), len(sub.items)
     out = cache_path(fingerprint, sub)
     todo = 1.0

@@ -16,7 +16,7 @@ from typing import Any
 from xenbench.errors import ParameterError
 from xenbench.harness.spec import SIZES, TERM, Fit, NotebookSpec, as_spec, term_param
 
-__all__ = ["data_sizes", "check_sizes", "sized_values", "dataset_specs", "in_folder", "load_dataset_once", "store_names"]
+__all__ = ["data_sizes", "check_sizes", "run_sample", "sized_values", "dataset_specs", "in_folder", "load_dataset_once", "store_names"]
 
 
 @contextlib.contextmanager
@@ -71,6 +71,9 @@ def _sizes(spec: NotebookSpec, values: Mapping[str, Any],
             specs = dataset_specs(spec, data["dataset"], values[data["dataset"]])
             datasets = [load_dataset_once(s, loaded) for s in specs]
             raw = {"queries": sum(len(d.queries) for d in datasets), "items": sum(len(d.items) for d in datasets)}
+            if "max_items" in data and len(datasets) == 1:  # 03, 04, 07: the sample that keeps the labels
+                sample = run_sample(spec, values, datasets[0])
+                return raw, {"queries": int(sample.queries.size), "items": int(sample.items.size)}
         else:
             from xenbench.data.store import ScoreStore
 
@@ -87,6 +90,19 @@ def _sizes(spec: NotebookSpec, values: Mapping[str, Any],
         if cap is not None:
             sizes[size] = min(sizes[size], int(cap))
     return raw, sizes
+
+
+def run_sample(spec: NotebookSpec, values: Mapping[str, Any], dataset: Any) -> Any:
+    """The seeded sample of ``dataset`` a run of notebook 03, 04 or 07 works on
+    (:func:`xenbench.data.datasets.corpus_sample` with the run's ``max_queries``, ``max_items`` and ``seed``): the
+    same rows the kernel's :func:`xenbench.studies.setup.load_setup` draws. Refused, naming ``max_items``, when it
+    cannot hold the sampled queries' relevant items."""
+    from xenbench.data.datasets import corpus_sample
+
+    data = spec.data
+    cap = {size: values.get(data.get(f"max_{size}", "")) for size in ("queries", "items")}
+    return corpus_sample(dataset, cap["queries"], cap["items"], values.get(data.get("seed", ""), 0) or 0,
+                         owner=spec.owner)
 
 
 def data_sizes(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any]) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """First-stage retrievers: the dual encoder (DE) and TF-IDF baselines of ANNCUR §4, BM25, and a TREC run file.
 
-All follow one contract: ``fit(items)`` indexes offline, ``scores(queries)`` gives every item's score (nq, nb) and
+All follow one contract: ``fit(items)`` indexes offline, ``scores(queries)`` gives every item's score (nq, nb)
+(``scores(queries, columns)`` those of some item rows: a first stage fitted on a whole corpus, read on a sample) and
 ``search(queries, k) -> (D, I)`` retrieves online, with ``D`` float32 of shape (nq, k) (scores, best first) and
 ``I`` int64 of shape (nq, k) (item rows; ``-1`` and ``-inf`` pad where a run file lists fewer than k items).
 
@@ -168,10 +169,11 @@ class DualEncoder:
         """Query embeddings (nq, d): the query text as is (mention spans are not marked)."""
         return self.encode([q.text for q in queries], desc="queries")
 
-    def scores(self, queries: Sequence[Query]) -> np.ndarray:
-        """Cosine scores (nq, nb) against the fitted items."""
+    def scores(self, queries: Sequence[Query], columns: np.ndarray | None = None) -> np.ndarray:
+        """Cosine scores (nq, nb) against the fitted items (``columns``: against those item rows only)."""
         check_is_fitted(self, "item_embeddings_", "fit(items)")
-        return self.embed_queries(queries) @ self.item_embeddings_.T
+        items = self.item_embeddings_ if columns is None else self.item_embeddings_[np.asarray(columns)]
+        return self.embed_queries(queries) @ items.T
 
     def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
         return topk(self.scores(queries), k)
@@ -196,11 +198,13 @@ class TfidfRetriever:
         self.item_matrix_ = self.vectorizer_.fit_transform([item_text(it) for it in items])
         return self
 
-    def scores(self, queries: Sequence[Query]) -> np.ndarray:
-        """Cosine scores (nq, nb), dense float32."""
+    def scores(self, queries: Sequence[Query], columns: np.ndarray | None = None) -> np.ndarray:
+        """Cosine scores (nq, nb), dense float32 (``columns``: of those item rows only; the idf stays the fitted
+        items')."""
         check_is_fitted(self, "vectorizer_", "fit(items)")
         q = self.vectorizer_.transform([query.text for query in queries])
-        return np.asarray((q @ self.item_matrix_.T).todense(), dtype=np.float32)
+        items = self.item_matrix_ if columns is None else self.item_matrix_[np.asarray(columns)]
+        return np.asarray((q @ items.T).todense(), dtype=np.float32)
 
     def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
         return topk(self.scores(queries), k)
@@ -244,15 +248,18 @@ class BM25Retriever:
         self.n_items_ = len(items)
         return self
 
-    def scores(self, queries: Sequence[Query]) -> np.ndarray:
-        """BM25 scores (nq, nb), float32."""
+    def scores(self, queries: Sequence[Query], columns: np.ndarray | None = None) -> np.ndarray:
+        """BM25 scores (nq, nb), float32 (``columns``: of those item rows only; document frequencies and the average
+        length stay the fitted items')."""
         check_is_fitted(self, "index_", "fit(items)")
         tokens = self.tokenizer_.tokenize([q.text for q in queries], update_vocab=False, return_as="ids",
                                           show_progress=False)
-        out = np.zeros((len(queries), self.n_items_), dtype=np.float32)
+        cols = None if columns is None else np.asarray(columns)
+        out = np.zeros((len(queries), self.n_items_ if cols is None else cols.size), dtype=np.float32)
         for row, ids in enumerate(tokens):
             if ids:  # a query of unknown words only is the empty token: it matches nothing
-                out[row] = self.index_.get_scores(list(ids))
+                every = self.index_.get_scores(list(ids))
+                out[row] = every if cols is None else every[cols]
         return out
 
     def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -281,8 +288,9 @@ class RunRetriever:
         self.item_index_ = {it.id: row for row, it in enumerate(items)}
         return self
 
-    def scores(self, queries: Sequence[Query]) -> np.ndarray:
-        """Rank-based scores (nq, nb), float32; ``-inf`` for items the query's list does not hold.
+    def scores(self, queries: Sequence[Query], columns: np.ndarray | None = None) -> np.ndarray:
+        """Rank-based scores (nq, nb), float32; ``-inf`` for items the query's list does not hold (``columns``: of
+        those item rows only, the ranks still counted over every fitted item).
 
         Raises
         ------
@@ -297,7 +305,7 @@ class RunRetriever:
                 raise DataError(self.run.path, f"has no list for query {q.id!r}: a first stage must rank every query")
             cols = [self.item_index_[d] for d in docs if d in self.item_index_]
             out[row, cols] = np.arange(len(cols), 0, -1, dtype=np.float32)
-        return out
+        return out if columns is None else out[:, np.asarray(columns)]
 
     def search(self, queries: Sequence[Query], k: int) -> tuple[np.ndarray, np.ndarray]:
         D, I = topk(self.scores(queries), k)

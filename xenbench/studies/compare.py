@@ -291,30 +291,33 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
 
 
 def named_first_stages(setup: Setup, first_stages: Sequence[str], *, depth: int,
-                       device: str | torch.device = "auto") -> dict[str, tuple[np.ndarray, float]]:
+                       device: str | torch.device = "auto", first_stage_depth: int | None = None,
+                       seed: int = 0) -> dict[str, tuple[np.ndarray, float]]:
     """First stages named by :func:`xenbench.models.retrievers.make_retriever` specs (``"tfidf"``, ``"bm25"``,
-    ``"run:<path>"``; ``"de"``, always compared, is skipped), for the first-stage axis of notebook 07.
+    ``"run:<path>"``; ``"de"``, always compared, is skipped), for the first-stage axis of notebook 07: fitted on the
+    whole corpus and read on the kept items (:func:`xenbench.studies.setup.first_stage_matrix`, with its
+    ``first_stage_depth`` and the seeded order of the items a first stage does not return).
 
     Returns
     -------
     dict
         Label (``"TF-IDF"``, ``"BM25"``, ``"run <name>"``) -> (scores of every query row on the kept items, shape
         (n_queries, n_items), and the measured search seconds per query: scoring every item and its top ``depth``,
-        batched over all queries; 0 for a run file, whose search was done elsewhere).
+        batched over all queries, the index built beforehand; 0 for a run file, whose search was done elsewhere).
     """
-    from xenbench.models.retrievers import first_stage_label, make_retriever, run_path
+    from xenbench.models.retrievers import first_stage_label, run_path
+    from xenbench.studies.setup import first_stage_matrix, fitted_first_stage
 
-    items = [setup.dataset.items[i] for i in setup.items]
-    queries = list(setup.dataset.queries)
     out = {}
     for spec in first_stages:
         if spec == "de":
             continue
-        retriever = make_retriever(spec, device=device, owner="named_first_stages").fit(items)
+        fitted_first_stage(spec, setup.dataset.items, device=device)  # the offline index: not the search's time
         t0 = time.perf_counter()
-        scores = np.asarray(retriever.scores(queries), dtype=np.float64)
+        scores = np.asarray(first_stage_matrix(setup, spec, device=device, depth=first_stage_depth, seed=seed),
+                            dtype=np.float64)
         topk_indices(scores, min(depth, scores.shape[1]))
-        seconds = 0.0 if run_path(spec) is not None else (time.perf_counter() - t0) / len(queries)
+        seconds = 0.0 if run_path(spec) is not None else (time.perf_counter() - t0) / len(setup.dataset.queries)
         out[first_stage_label(spec)] = (scores, seconds)
     return out
 
@@ -335,7 +338,8 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                           mf_epochs: int = 3, mf_lr: float = 0.005, pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75),
                           pefa_neighbors: int = 32, pq_bytes: int | None = 12, device: str | torch.device = "auto",
                           progress: bool = True, first_stages: Sequence[str] = (), labels: Any = None,
-                          measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, dict[str, Any]]:
+                          measures: Sequence[str] = LABEL_MEASURES, first_stage_depth: int | None = None,
+                          seed: int = 0) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-query test recall of every method at its dev-chosen setting, per run (query split × anchor seed).
 
     Parameters
@@ -367,6 +371,9 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
         :mod:`xenbench.studies.labels`), in ``info["label_runs"]``.
     measures : sequence of str
         The label measures, with ``labels``.
+    first_stage_depth, seed : int, optional
+        How deep the ``first_stages`` retrieve over the whole corpus, and the seed of the order of the items they do
+        not return (:func:`xenbench.studies.setup.first_stage_matrix`).
 
     Returns
     -------
@@ -417,7 +424,8 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                 .assign(method=lambda d: d["method"].map(_AXN)))
     bar.update(1)
     pq, pq_info = (None, None) if pq_bytes is None else pq_codes(V, int(pq_bytes), seed=int(splits[0].seed))
-    named = named_first_stages(setup, first_stages, depth=depth, device=device)
+    named = named_first_stages(setup, first_stages, depth=depth, device=device, first_stage_depth=first_stage_depth,
+                               seed=seed)
     bar.update(1)
     first, seconds = [], None
     for sp in splits:
@@ -603,7 +611,9 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str =
     table : DataFrame
         One row per (budget, k): ``best``, ``best_mean``, ``best_lo``, ``best_hi`` (test recall across runs),
         ``within_noise``, ``below`` (methods it beats on test), ``above`` (methods that beat it on test), each a
-        list of labels, and ``n_methods``.
+        list of labels, ``n_methods``, and what the best's test value rests on: ``n_queries`` (test queries per run,
+        the fewest of its runs; with labels, those with a relevant kept item) and ``n_runs``. A cell without a dev
+        value (no dev query with a relevant kept item) has no row, and a warning says so.
     comparisons : DataFrame
         The paired comparisons, ``challenger`` = the best.
     """
@@ -613,13 +623,19 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str =
     table, comps = [], []
     for (budget, key), g in runs.groupby(["budget", cell], sort=True):
         dev = g.groupby("method")[f"dev_{value}"].mean().sort_index()
+        if dev.isna().all():  # no dev query with a relevant kept item: no best can be named, so none is
+            logger.warning("best_per_budget: no dev value at B_CE = %s, %s = %s (no dev query with a relevant kept item): "
+                        "that cell has no best method", budget, cell, key)
+            continue
         best = str(dev.idxmax())
         others = [m for m in dev.index if m != best]
         distinct = g[(g["method"] == best) & (~_is_deterministic(g["method"]) | (g["anchor_seed"] == first_seed))]
         s = summarize(distinct, ["method"], value=value, se=f"{value}_se", confidence=confidence).iloc[0]
+        n_queries = (distinct["n_queries"] if "n_queries" in distinct else distinct["rows"].map(len)).astype(int)
         row = {"budget": int(budget), cell: int(key) if cell == "k" else key, "best": best, "best_dev": float(dev[best]),
                "best_mean": float(s["mean"]), "best_lo": float(s["lo"]), "best_hi": float(s["hi"]),
-               "within_noise": [], "below": [], "above": [], "n_methods": int(len(dev))}
+               "within_noise": [], "below": [], "above": [], "n_methods": int(len(dev)),
+               "n_queries": int(n_queries.min()), "n_runs": int(len(distinct))}
         if others:
             c = adacur_paired_comparisons(g, pairs=[(best, m) for m in others], confidence=confidence, cell=cell)
             comps.append(c)

@@ -19,6 +19,7 @@ query: the list :func:`export_runs` writes and ir-measures re-scores to the same
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ import pandas as pd
 
 from xenbench.errors import ParameterError
 from xenbench.metrics import LABEL_MEASURES, label_metrics, mean_se
+
+log = logging.getLogger(__name__)
 
 __all__ = ["GZIP_LINES", "LABEL_COLUMNS", "choose_by_labels", "export_runs", "label_summary"]
 
@@ -84,7 +87,13 @@ def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray]
     dev = [label_metrics(r, dev_grades, measures) if dev_rows.size else dict.fromkeys(measures, np.nan)
            for r in dev_ranked]
     scores = np.array([d[choose_by] for d in dev], dtype=np.float64)
-    best = int(np.nanargmax(scores)) if np.isfinite(scores).any() else 0  # first maximum: ties to the first setting
+    if np.isfinite(scores).any():
+        best = int(np.nanargmax(scores))  # first maximum: ties to the first setting
+    else:
+        best = 0
+        if len(settings) > 1:  # said, not silent: the choice below is not a dev choice
+            log.warning("choose_by_labels: no dev query has a relevant kept item, so no setting can be chosen on dev by "
+                        "%s; the first of %s is used", choose_by, [float(v) for v in settings])
     ranked = test_ranked[best]() if callable(test_ranked[best]) else test_ranked[best]
     counted, values = label_metrics(ranked, test_grades, measures, per_query=True)
     if not counted.size:
@@ -100,14 +109,25 @@ def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray]
 
 def label_summary(label_runs: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
     """Test value per (method, budget, measure): mean over runs with its t-interval across runs
-    (:func:`xenbench.methods.protocol.summarize`), and how often each setting was chosen (value×runs)."""
+    (:func:`xenbench.methods.protocol.summarize`), how often each setting was chosen (value×runs), and the test
+    queries each run's value rests on (those with a relevant kept item: ``n_queries`` the fewest of any run,
+    ``n_queries_max`` the most). Empty (with those columns) when no run has a labelled test query."""
     from xenbench.methods.protocol import summarize
 
     by = ["method", "budget", "measure"]
+    columns = [*by, "mean", "lo", "hi", "sd_runs", "min", "max", "se_query", "n_runs", "setting", "n_queries",
+               "n_queries_max"]
+    if not isinstance(label_runs, pd.DataFrame) or label_runs.empty:  # no test query has a relevant kept item
+        return pd.DataFrame(columns=columns)
     out = summarize(label_runs, by, value="value", se="value_se", confidence=confidence)
-    chosen = label_runs.groupby(by)["setting"].agg(
+    grouped = label_runs.groupby(by)
+    chosen = grouped["setting"].agg(
         lambda s: ", ".join(f"{v:g}×{c}" for v, c in s.dropna().value_counts().sort_index().items()))
-    return out.merge(chosen.rename("setting").reset_index(), on=by, how="left")
+    out = out.merge(chosen.rename("setting").reset_index(), on=by, how="left")
+    if "n_queries" not in label_runs:  # records of another source, without the counts
+        return out
+    counts = grouped["n_queries"].agg(n_queries="min", n_queries_max="max").reset_index()
+    return out.merge(counts, on=by, how="left")
 
 
 def _slug(value: Any) -> str:

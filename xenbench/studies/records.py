@@ -227,7 +227,7 @@ def label_summary_rows(nb: str, results: Mapping[str, Any], today: Callable[[pd.
     if saved.empty or runs.empty:
         return []
     return _frame_rows(nb, "label_summary", saved, today(runs), ["method", "budget", "measure"],
-                       ["mean", "lo", "hi", "n_runs", "setting"])
+                       ["mean", "lo", "hi", "n_runs", "setting", "n_queries", "n_queries_max"])
 
 
 def t_row(nb: str, what: str, row: Mapping[str, Any], n: int, *, mean: str = "mean", lo: str = "lo", hi: str = "hi",
@@ -652,7 +652,8 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
             above=lambda d: d["above"].map(str)), best.assign(
             within_noise=lambda d: d["within_noise"].map(str), below=lambda d: d["below"].map(str),
             above=lambda d: d["above"].map(str)), ["budget", "k"],
-            ["best", "best_dev", "best_mean", "best_lo", "best_hi", "within_noise", "below", "above", "n_methods"])
+            ["best", "best_dev", "best_mean", "best_lo", "best_hi", "within_noise", "below", "above", "n_methods",
+             "n_queries", "n_runs"])
         out += _frame_rows(nb, "comparisons", comp, today_comp, ["challenger", "baseline", "budget", "k"],
                            ["mean", "lo", "hi", "p", "p_wilcoxon", "n_queries", "n_better", "n_worse", "run_mean",
                             "run_lo", "run_hi", "n_runs", "p_holm", "p_wilcoxon_holm", "verdict"])

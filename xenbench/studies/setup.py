@@ -1,36 +1,32 @@
-"""What notebooks 03, 04 and 07 work on: the exact score matrix of one CE on one dataset, with its texts and labels.
+"""What notebooks 03, 04 and 07 work on: the exact score matrix of one CE on a sample of one dataset, with its texts
+and labels.
 
-:func:`load_setup` opens a score store (or scores a seeded sample with your own CE) and keeps a seeded sample of
-the items (:func:`subsample`); :func:`de_embeddings` and :func:`retriever_scores` add the bundled dual encoder's
+:func:`load_setup` draws the sample that keeps the labels (:func:`xenbench.data.datasets.corpus_sample`: the queries
+with a relevant item, every relevant item of theirs and a seeded random fill) and reads its scores from a store (or
+scores it with your own CE); :func:`de_embeddings` and :func:`retriever_scores` add the bundled dual encoder's
 embeddings and the DE / TF-IDF scores of every query; :func:`first_stage_matrix` any first stage's scores
-(``de``, ``tfidf``, ``bm25`` or a TREC run file); :meth:`Setup.grades` the relevance labels of every query on the
-kept items. The query rows are split by
+(``de``, ``tfidf``, ``bm25`` or a TREC run file), fitted on the whole corpus and read on the sample;
+:meth:`Setup.grades` the relevance labels of every query on the kept items. The query rows are split by
 :func:`xenbench.methods.protocol.query_splits` (anchor / dev / test rows), not here.
 """
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from xenbench.errors import ParameterError
-from xenbench.sampling import sample_rows
+from xenbench.sampling import Sample, sample_rows
 
-__all__ = ["Setup", "ce_seconds_per_call", "de_embeddings", "first_stage_matrix", "load_setup", "retriever_scores",
-           "subsample"]
+log = logging.getLogger(__name__)
 
-
-def subsample(n: int, max_n: int | None, seed: int = 0) -> np.ndarray:
-    """Sorted seeded sample of ``min(n, max_n)`` item indices of ``range(n)`` (all of them when ``max_n`` is None):
-    :func:`xenbench.sampling.sample_rows` of kind ``"items"``, so every notebook's seed picks the same items.
-
-    Used to cut the item set (columns of M, and the same items of the retrievers) for quick runs.
-    """
-    return sample_rows(n, max_n, seed, kind="items")
+__all__ = ["Setup", "ce_seconds_per_call", "corpus_digest", "de_embeddings", "first_stage_matrix", "fitted_first_stage",
+           "load_setup", "read_sample", "retriever_scores", "returned_counts"]
 
 
 def ce_seconds_per_call(attrs: Mapping[str, Any]) -> float:
@@ -60,17 +56,21 @@ class Setup:
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores (the kept item columns only).
     dataset : Dataset
-        Texts of the same queries (rows) and items.
+        The sampled queries (rows of M, in order) over the whole corpus.
     items : ndarray of shape (n_items,)
         Dataset rows of the kept item columns.
     attrs : dict
         The store's manifest.
+    sample : Sample, optional
+        What :func:`load_setup` kept of the corpus (:class:`xenbench.sampling.Sample`).
     """
 
     M: np.ndarray
     dataset: Any
     items: np.ndarray
     attrs: dict
+    sample: Sample | None = None
+    returned: dict = field(default_factory=dict)
 
     @property
     def n_items(self) -> int:
@@ -103,21 +103,29 @@ class Setup:
         model = a.get("model") or os.path.basename(str(a.get("model_path", "?")).rstrip("/"))  # a cached store: its folder
         return (f"{model} on {self.dataset.name}: M is {self.M.shape[0]} queries x {self.n_items} items.\n"
                 f"One CE call cost {self.ce_seconds_per_call * 1e6:.1f} µs when the matrix was computed "
-                f"({a.get('device')}, {a.get('precision')}, batched); Fig. 4 charges calls at this rate.")
+                f"({a.get('device')}, {a.get('precision')}, batched); Fig. 4 charges calls at this rate."
+                + (f"\n{self.sample.describe()}" if self.sample is not None else ""))
 
 
 def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = None,
                model: str | os.PathLike[str] | Any = None, max_queries: int | None = None,
                device: str = "auto", max_length: int | None = None) -> Setup:
-    """The exact matrix of one CE on ``dataset``, items subsampled.
+    """The exact matrix of one CE on a seeded sample of ``dataset`` that keeps its labels.
 
-    Two sources. Without ``model``: open the score store at ``store_path`` and check that it scores ``dataset``'s
-    queries and items in order, and keep a seeded sample of ``max_items`` of its item columns (:func:`subsample`;
-    None: all). With ``model`` (for your own data: a CE folder or hub id, loaded with ``max_length``; or, from Python,
-    a model object: a xenbench CE, a ``sentence_transformers.CrossEncoder`` or a
-    :class:`~xenbench.models.scorers.Scorer` with a fingerprint): score a seeded sample of ``max_queries`` queries ×
-    ``max_items`` items with it through :func:`xenbench.models.cache.cached_scores` (resumable, cached by model and
-    texts; ``store_path`` is ignored), so nothing needs precomputing.
+    The sample is :func:`xenbench.data.datasets.corpus_sample` of ``max_queries`` queries and ``max_items`` items
+    (None: all): with qrels, queries with a relevant item and every relevant item of theirs plus a seeded random fill
+    (refused, naming ``max_items``, when it cannot hold them); without, plain seeded rows.
+
+    Two sources of scores. Without ``model``: the score store at ``store_path``, which must score ``dataset``'s
+    queries and items in order; its sampled rows and columns are read block by block (a corpus-scale store is never
+    held whole). With ``model`` (for your own data: a CE folder or hub id, loaded with ``max_length``; or, from
+    Python, a model object: a xenbench CE, a ``sentence_transformers.CrossEncoder`` or a
+    :class:`~xenbench.models.scorers.Scorer` with a fingerprint): the sample is scored with it through
+    :func:`xenbench.models.cache.cached_scores` (resumable, cached by model and texts; ``store_path`` is ignored).
+
+    The returned :class:`Setup` holds the sampled queries of ``dataset`` over its **whole** corpus (``items`` are the
+    sampled columns' rows in it), so first stages learn their statistics from the corpus
+    (:func:`first_stage_matrix`), and ``sample`` says what was kept.
 
     A CE that ranks every query's items alike (:func:`xenbench.models.probe.collapsed_ranking`) is warned about, and
     the run's findings are marked as not to be trusted (:func:`xenbench.models.probe.warn_if_collapsed`).
@@ -127,36 +135,51 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
     DataError
         If the store's query or item ids are not the dataset's, in the same order.
     ParameterError
-        If ``model`` is not a CE folder, hub id or scorer, or ``max_queries``/``max_length`` is given without it.
+        If ``model`` is not a CE folder, hub id or scorer, ``max_length`` is given without it, or ``max_items``
+        cannot hold the sampled queries' relevant items.
     """
+    from xenbench.data.datasets import corpus_sample
     from xenbench.data.sources import load_dataset
     from xenbench.data.store import ScoreStore
     from xenbench.errors import DataError
 
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
+    sample = corpus_sample(ds, max_queries, max_items, seed, owner="load_setup")
+    query_ids = [ds.queries[r].id for r in sample.queries]
     if model is not None and not (isinstance(model, str) and not model):
         from xenbench.models.cache import cached_scores
 
-        queries = sample_rows(len(ds.queries), max_queries, seed, kind="queries")
-        items = subsample(len(ds.items), max_items, seed)
-        ds = ds.subset([ds.queries[r].id for r in queries], [ds.items[i].id for i in items])
-        store = cached_scores(model, ds, device=device, max_length=max_length)
-        items = np.arange(len(ds.items))
+        store = cached_scores(model, ds.subset(query_ids, [ds.items[i].id for i in sample.items]), device=device,
+                              max_length=max_length)
+        M = store.to_numpy()
     else:
-        for name, value in (("max_queries", max_queries), ("max_length", max_length)):
-            if value is not None:
-                raise ParameterError(name, "None unless model is given (a precomputed store is used whole)", value,
-                                     "load_setup")
+        if max_length is not None:
+            raise ParameterError("max_length", "None unless model is given (a precomputed store is read as it is)",
+                                 max_length, "load_setup")
         store = ScoreStore.open(store_path)
         if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
             raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
-        items = subsample(len(ds.items), max_items, seed)
-    M = store.to_numpy()[:, items]
+        M = read_sample(store, sample.queries, sample.items)
     from xenbench.models.probe import warn_if_collapsed
 
     name = os.path.basename(str(model or store.attrs.get("model") or store_path).rstrip("/\\"))
     warn_if_collapsed(M, name)  # a CE that ranks every query's items alike: warned, and the findings marked
-    return Setup(M=M, dataset=ds, items=np.asarray(items), attrs=store.attrs)
+    corpus = ds if sample.queries.size == len(ds.queries) else ds.subset(query_ids)
+    return Setup(M=M, dataset=corpus, items=np.asarray(sample.items), attrs=store.attrs, sample=sample)
+
+
+def read_sample(store: Any, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``store[rows][:, cols]`` (float32, shape (len(rows), len(cols))), read one row block at a time, so a store of a
+    whole corpus is never held in memory at once; every block read is verified as :meth:`ScoreStore.read_chunk`
+    verifies it."""
+    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    out = np.empty((rows.size, cols.size), dtype=np.float32)
+    per = store.chunks[0]
+    for block in np.unique(rows // per):
+        start, _ = store.chunk_rows(int(block))
+        mine = np.flatnonzero(rows // per == block)
+        out[mine] = store.read_chunk(int(block))[rows[mine] - start][:, cols]
+    return out
 
 
 def de_embeddings(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
@@ -172,30 +195,120 @@ def de_embeddings(setup: Setup, *, device: str | torch.device = "auto") -> tuple
     return de.item_embeddings_.astype(np.float64), de.embed_queries(setup.dataset.queries).astype(np.float64)
 
 
-def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | torch.device = "auto") -> np.ndarray:
+#: Fitted first stages of this process, by (spec, device, digest of the corpus' item ids and texts): a notebook that
+#: reads BM25 for 03's table and again for a figure fits it once.
+_FITTED: dict[tuple[str, str, str], Any] = {}
+
+
+def corpus_digest(items: Sequence[Any]) -> str:
+    """SHA-256 of the items' ids and texts: the key of a first stage fitted on them."""
+    import hashlib
+
+    from xenbench.models.retrievers import item_text
+
+    h = hashlib.sha256()
+    for it in items:
+        h.update(f"{it.id}\t{item_text(it)}\n".encode())
+    return h.hexdigest()
+
+
+def fitted_first_stage(spec: str, items: Sequence[Any], *, device: str | torch.device = "auto") -> Any:
+    """The retriever of ``spec`` (:func:`xenbench.models.retrievers.make_retriever`) fitted on ``items``, once per
+    process and corpus (:data:`_FITTED`, keyed by :func:`corpus_digest`)."""
+    from xenbench.models.retrievers import make_retriever
+
+    key = (spec, str(device), corpus_digest(items))
+    if key not in _FITTED:
+        _FITTED.clear()  # one corpus at a time: a 10^6-item index is not kept beside the next one
+        _FITTED[key] = make_retriever(spec, device=device, owner="first_stage_matrix").fit(list(items))
+    return _FITTED[key]
+
+
+def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | torch.device = "auto",
+                       depth: int | None = None, seed: int = 0, report: bool = True) -> np.ndarray:
     """A first stage's scores of **every** query row on the kept items, shape (n_queries, n_items), float32.
 
     ``first_stage`` is a :func:`xenbench.models.retrievers.make_retriever` spec: ``"de"`` (the bundled DE, on
-    ``device``), ``"tfidf"``, ``"bm25"`` or ``"run:<path>"`` (a TREC run file: its order, ``-inf`` for the items its
-    list does not hold, so a re-ranking past the run's depth takes the remaining items in column order). Passed as
-    ``de_scores`` it replaces the DE's ranking in the methods that start from one (DE re-rank, ANNCUR DE,
+    ``device``), ``"tfidf"``, ``"bm25"`` or ``"run:<path>"`` (a TREC run file). TF-IDF and BM25 are fitted on the
+    **whole corpus** (``setup.dataset.items``: their document frequencies and average length are the corpus', not the
+    sample's), then read on the kept items; the DE embeds each item alone, so its scores need no corpus statistics.
+
+    What a first stage returns: with ``depth``, the items of its top ``depth`` over the whole corpus (so a sample
+    keeps only those of them it holds); a run file, the items its list holds; otherwise every kept item. The items
+    it does not return follow, below every returned one, in a seeded random order (``seed``; one permutation per
+    query): a re-ranking past the first stage's list takes random items, not the corpus' first rows. With
+    ``report``, a first stage that returns fewer than all kept items for some query is logged with its counts
+    (:func:`returned_counts` gives them).
+
+    Passed as ``de_scores`` it replaces the DE's ranking in the methods that start from one (DE re-rank, ANNCUR DE,
     ADACUR DE+TopK, AXN DE's first round).
     """
-    from xenbench.models.retrievers import make_retriever
+    from xenbench.metrics import topk_indices
+    from xenbench.models.first_stages import run_path
 
-    items = [setup.dataset.items[i] for i in setup.items]
-    return np.asarray(make_retriever(first_stage, device=device, owner="first_stage_matrix").fit(items)
-                      .scores(list(setup.dataset.queries)), dtype=np.float32)
+    cols = np.asarray(setup.items, dtype=np.int64)
+    corpus = setup.dataset.items
+    queries = list(setup.dataset.queries)
+    if first_stage == "de" and depth is None:  # per-item embeddings: the sample's are the corpus' own
+        fitted, read = fitted_first_stage("de", [corpus[i] for i in cols], device=device), None
+    else:
+        fitted, read = fitted_first_stage(first_stage, corpus, device=device), cols
+    scores = np.asarray(fitted.scores(queries, read), dtype=np.float32)
+    returned = np.isfinite(scores)
+    if depth is not None and depth < len(corpus):
+        where = np.full(len(corpus), -1, dtype=np.int64)
+        where[cols] = np.arange(cols.size)
+        for start in range(0, len(queries), _DEPTH_ROWS):  # (rows x corpus) at a time, never every query at once
+            block = np.asarray(fitted.scores(queries[start:start + _DEPTH_ROWS]), dtype=np.float32)
+            top = topk_indices(block, depth)
+            top = np.where(np.isfinite(np.take_along_axis(block, top, axis=1)), top, -1)
+            kept = np.zeros((block.shape[0], cols.size), dtype=bool)
+            r, c = np.nonzero(top >= 0)
+            hit = where[top[r, c]] >= 0
+            kept[r[hit], where[top[r, c]][hit]] = True
+            returned[start:start + block.shape[0]] &= kept
+    scores = _fill_unreturned(scores, returned, seed)
+    if report:
+        counts = returned.sum(axis=1)
+        short = int((counts < cols.size).sum())
+        if short:
+            what = (f"its top {depth} over the corpus of {len(corpus):,} items" if depth is not None
+                    else "its run file's lists" if run_path(first_stage) is not None else "its lists")
+            log.warning("first stage %s: %d of %d queries get fewer than the %d kept items from %s (median %d, fewest "
+                        "%d); the rest follow in a seeded random order (seed %d)", first_stage, short, len(queries),
+                        cols.size, what, int(np.median(counts)), int(counts.min()), seed)
+    setup.returned[first_stage] = returned.sum(axis=1)
+    return scores
+
+
+#: Query rows per block when a first stage's top ``depth`` over the corpus is found (a block x corpus float32 array).
+_DEPTH_ROWS = 256
+
+
+def _fill_unreturned(scores: np.ndarray, returned: np.ndarray, seed: int) -> np.ndarray:
+    """``scores`` with every item a first stage did not return placed below its returned ones, in a seeded random
+    order per query: strictly decreasing from (the row's lowest returned score - 1), so the one top-k tie rule
+    cannot fall back to column order."""
+    out = scores.copy()
+    rng = np.random.default_rng([int(seed), 11])
+    for row in np.flatnonzero(~returned.all(axis=1)):
+        miss = np.flatnonzero(~returned[row])
+        floor = float(out[row, returned[row]].min()) - 1.0 if returned[row].any() else 0.0
+        out[row, rng.permutation(miss)] = floor - np.arange(miss.size, dtype=np.float64)
+    return out
+
+
+def returned_counts(setup: Setup) -> dict[str, np.ndarray]:
+    """Per first stage read through :func:`first_stage_matrix`: how many kept items it returned for each query row."""
+    return dict(setup.returned)
 
 
 def retriever_scores(setup: Setup, *, device: str | torch.device = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """DE and TF-IDF scores of **every** query row on the kept items: two arrays (n_queries, n_items).
+    """DE and TF-IDF scores of **every** query row on the kept items: two arrays (n_queries, n_items), the TF-IDF
+    fitted on the whole corpus (:func:`first_stage_matrix`).
 
     The protocol needs them for dev and test rows of several splits; slice rows with ``[rows]``.
     ``device``: where the DE encodes (:class:`xenbench.models.retrievers.DualEncoder`).
     """
-    from xenbench.models.retrievers import DualEncoder, TfidfRetriever
-
-    items = [setup.dataset.items[i] for i in setup.items]
-    queries = list(setup.dataset.queries)
-    return DualEncoder(device=device).fit(items).scores(queries), TfidfRetriever().fit(items).scores(queries)
+    return (first_stage_matrix(setup, "de", device=device, report=False),
+            first_stage_matrix(setup, "tfidf", device=device, report=False))

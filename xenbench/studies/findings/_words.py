@@ -30,6 +30,17 @@ def verdict_rule(n_cells: int, family: str, alpha: float, randomness: str) -> st
             f"interval across runs, not in the p-values.")
 
 
+def _query_count(summary) -> str:
+    """``", each run on 60 test queries with a relevant item, 4 runs"``: what a label summary's numbers rest on
+    (empty for a summary saved before the counts were)."""
+    if "n_queries" not in summary or summary["n_queries"].isna().all():
+        return ""
+    lo, hi = int(summary["n_queries"].min()), int(summary.get("n_queries_max", summary["n_queries"]).max())
+    runs = int(summary["n_runs"].max()) if "n_runs" in summary else 0
+    queries = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    return f"; each run on {queries} test queries with a relevant item" + (f", {runs} runs" if runs else "")
+
+
 def label_summary_lines(summary, how: str, measures: tuple[str, ...] = ("nDCG@10", "Success@1")) -> list[str]:
     """One line per budget of a label summary (:func:`xenbench.studies.labels.label_summary` or 07's
     ``compare_summary(..., cell="measure")``): each method's mean test value of ``measures``, best nDCG@10 first, with
@@ -53,6 +64,6 @@ def label_summary_lines(summary, how: str, measures: tuple[str, ...] = ("nDCG@10
             interval = f" [{lo[method]:.3f}, {hi[method]:.3f}]" if math.isfinite(lo.get(method, math.nan)) else ""
             rest = ", ".join(f"{m.replace('RR@', 'MRR@')} {row[m]:.3f}" for m in measures[1:] if m in row)
             cells.append(f"{method} {first} {row[first]:.3f}{interval}" + (f", {rest}" if rest else ""))
-        out.append(f"Against the labels at B_CE = {int(budget)} ({how}; means over runs, 95% interval across runs): "
-                   + "; ".join(cells) + ".")
+        out.append(f"Against the labels at B_CE = {int(budget)} ({how}; means over runs, 95% interval across runs"
+                   f"{_query_count(g)}): " + "; ".join(cells) + ".")
     return out

@@ -25,8 +25,10 @@ def best_line(row: Mapping[str, Any]) -> str:
     interval = (f" (95% interval across runs {row['best_lo']:.3f} to {row['best_hi']:.3f})"
                 if pd.notna(row["best_lo"]) else "")
     cell, value = (f"k = {int(row['k'])}", "recall") if "k" in row else (str(row["measure"]), str(row["measure"]))
+    rests = (f" ({int(row['n_queries'])} test queries per run, {int(row['n_runs'])} runs)"
+             if pd.notna(row.get("n_queries", float("nan"))) else "")
     text = (f"**B_CE = {int(row['budget'])}, {cell}**: best on dev **{row['best']}**, test {value} "
-            f"{row['best_mean']:.3f}{interval}; within noise of it: {_names(row['within_noise'])}; "
+            f"{row['best_mean']:.3f}{interval}{rests}; within noise of it: {_names(row['within_noise'])}; "
             f"below it: {len(row['below'])} of {int(row['n_methods']) - 1}")
     if row["above"]:
         text += f"; **above it on test**: {_names(row['above'])}"

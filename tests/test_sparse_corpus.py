@@ -1,0 +1,132 @@
+"""A corpus shaped like a researcher's (thousands of items, 1–3 relevant items per judged query, half the queries
+unjudged): the sample that notebooks 03, 04 and 07 work on keeps the labels, first stages learn from the whole
+corpus, and 03 and 07 run at the README's first-run sizes (issue: labels lost to a random item sample)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xenbench.data.datasets import corpus_sample
+from xenbench.data.sources import load_dataset
+from xenbench.errors import ParameterError
+from xenbench.sampling import sample_rows
+from xenbench.studies.setup import Setup, first_stage_matrix
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
+from _cli_inputs import sparse_beir  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> str:
+    return f"beir:{sparse_beir(tmp_path_factory.mktemp('sparse') / 'mine')}"
+
+
+def _relevant(ds) -> list[set[int]]:
+    g = ds.grades()
+    return [set(g.indices[g.indptr[r]:g.indptr[r + 1]].tolist()) for r in range(g.shape[0])]
+
+
+def test_a_random_item_sample_loses_the_labels_that_the_labelled_sample_keeps(corpus):
+    ds = load_dataset(corpus)
+    relevant = _relevant(ds)
+    assert len(ds.items) == 3000 and 0 < sum(map(bool, relevant)) < len(ds.queries)  # sparse, partly judged
+    # what a random sample of 100 items keeps of the labels of 40 random queries: almost nothing
+    items = set(sample_rows(len(ds.items), 100, 0, kind="items").tolist())
+    queries = sample_rows(len(ds.queries), 40, 0, kind="queries")
+    assert sum(bool(relevant[q] & items) for q in queries) <= 3
+    for seed in (0, 1):
+        s = corpus_sample(ds, 40, 100, seed)
+        kept = set(s.items.tolist())
+        assert s.labelled and s.queries.size == 40 and s.items.size == 100
+        assert all(relevant[q] and relevant[q] <= kept for q in s.queries)  # every sampled query keeps all of them
+        assert s.n_relevant == len(set().union(*(relevant[q] for q in s.queries)))
+        assert s.n_random == 100 - s.n_relevant
+        again = corpus_sample(ds, 40, 100, seed)
+        np.testing.assert_array_equal(s.items, again.items)  # seeded
+        np.testing.assert_array_equal(s.queries, again.queries)
+    assert not np.array_equal(corpus_sample(ds, 40, 100, 0).items, corpus_sample(ds, 40, 100, 1).items)
+    with pytest.raises(ParameterError, match=r"'max_items' parameter of load_setup must be at least \d+ here: the 40 "
+                                             r"sampled queries .* Or lower max_queries"):
+        corpus_sample(ds, 40, 20, 0, owner="load_setup")
+
+
+def test_bm25_and_tfidf_learn_from_the_whole_corpus_not_the_sample(corpus):
+    """The first stage's scores on the sample are those of an index of the whole corpus (bm25s and scikit-learn used
+    directly), restricted to the sample's columns; an index of the sample alone gives other scores."""
+    import bm25s
+    from bm25s.tokenization import Tokenizer
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    ds = load_dataset(corpus)
+    s = corpus_sample(ds, 40, 100, 0)
+    queries = ds.subset([ds.queries[r].id for r in s.queries])
+    setup = Setup(M=np.zeros((40, 100), np.float32), dataset=queries, items=s.items, attrs={}, sample=s)
+    texts = [f"{it.title}: {it.text}" for it in ds.items]
+    tok = Tokenizer(stopwords="en")
+    index = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    index.index(tok.tokenize(texts, return_as="ids", show_progress=False), show_progress=False)
+    q_ids = tok.tokenize([q.text for q in queries.queries], update_vocab=False, return_as="ids", show_progress=False)
+    want = np.stack([index.get_scores(list(ids))[s.items] for ids in q_ids])
+    np.testing.assert_allclose(first_stage_matrix(setup, "bm25", report=False), want, rtol=1e-6)
+    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit(texts)
+    tfidf = (vec.transform([q.text for q in queries.queries]) @ vec.transform([texts[i] for i in s.items]).T)
+    np.testing.assert_allclose(first_stage_matrix(setup, "tfidf", report=False), tfidf.toarray(), rtol=1e-5, atol=1e-7)
+    sample_only = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit([texts[i] for i in s.items])
+    alone = sample_only.transform([q.text for q in queries.queries]) @ sample_only.transform(
+        [texts[i] for i in s.items]).T
+    assert not np.allclose(alone.toarray(), tfidf.toarray())  # the sample's own statistics differ
+
+
+def test_a_first_stage_shorter_than_the_sample_is_reported_and_filled_in_a_seeded_order(corpus, caplog):
+    ds = load_dataset(corpus)
+    s = corpus_sample(ds, 40, 100, 0)
+    queries = ds.subset([ds.queries[r].id for r in s.queries])
+    setup = Setup(M=np.zeros((40, 100), np.float32), dataset=queries, items=s.items, attrs={}, sample=s)
+    full = first_stage_matrix(setup, "bm25", report=False)
+    with caplog.at_level("WARNING"):
+        a = first_stage_matrix(setup, "bm25", depth=50, seed=3)
+    assert "get fewer than the 100 kept items from its top 50 over the corpus of 3,000 items" in caplog.text
+    returned = setup.returned["bm25"]
+    assert (returned < 100).all() and (returned <= 50).all()
+    for row in range(40):  # the returned items first, in BM25's order; then every other item, strictly below
+        order = np.argsort(-a[row], kind="stable")
+        head = order[:returned[row]]
+        assert (np.diff(full[row][head]) <= 0).all()
+        rest = a[row][order[returned[row]:]]
+        assert returned[row] == 0 or rest.max() < a[row][head].min()
+        assert np.unique(rest).size == rest.size  # no ties among them: the tie rule never falls back to column order
+    np.testing.assert_array_equal(a, first_stage_matrix(setup, "bm25", depth=50, seed=3, report=False))  # seeded
+    assert not np.array_equal(a, first_stage_matrix(setup, "bm25", depth=50, seed=4, report=False))
+
+
+@pytest.mark.notebook
+def test_03_and_07_finish_at_the_readme_first_run_sizes_with_every_label_number_counted(corpus, tmp_path,
+                                                                                       monkeypatch):
+    """The README's first run, on the sparse corpus with a bundled CE: it finished (a random sample once crashed in
+    label_summary), every split's dev and test queries have labels, and the label numbers carry their counts."""
+    from xenbench.cli import main
+
+    monkeypatch.setenv("CI", "true")
+    reports = tmp_path / "reports"
+    common = ["--out", str(reports), "-p", "dataset", corpus, "-p", "model", str(REPO / "models" / "cls-ce"),
+              "-p", "max_queries", "40", "-p", "max_items", "100", "-p", "n_anchor_queries", "20",
+              "-p", "n_dev_queries", "10", "-p", "max_test_queries", "null", "-p", "split_seeds", "[0, 1]",
+              "-p", "anchor_seeds", "[0, 1]", "-p", "budgets", "[10, 20]", "-p", "k_values", "[1, 10]",
+              "-p", "n_rounds", "2"]
+    assert main(["run", "03_adacur_rounds", *common, "-p", "focus_budgets", "[10, 20]", "-p", "rounds_grid", "[1, 2]",
+                 "-p", "latency_queries", "2"]) == 0
+    assert main(["run", "07_compare_methods", *common, "-p", "mf_items_per_query", "10", "-p", "mf_epochs", "1",
+                 "-p", "pefa_neighbors", "4", "-p", "timing_pairs", "16", "-p", "first_stages", "[bm25]"]) == 0
+    r03 = json.loads(next(reports.glob("03_adacur_rounds.*.results.json")).read_text(encoding="utf-8"))["results"]
+    assert r03["label_summary"] and {row["n_queries"] for row in r03["label_summary"]} == {10}  # 40 - 20 - 10
+    r07 = json.loads(next(reports.glob("07_compare_methods.*.results.json")).read_text(encoding="utf-8"))["results"]
+    assert r07["label_best"] and {row["n_queries"] for row in r07["label_best"]} == {10}
+    html = next(reports.glob("03_adacur_rounds.*.html")).read_text(encoding="utf-8")
+    assert "each run on 10 test queries with a relevant item" in html
+    assert "drawn at random" in html  # the sample's make-up is said
