@@ -56,13 +56,18 @@ BEGIN = "<!-- corpus-scale:start -->"
 END = "<!-- corpus-scale:end -->"
 DOC_KEYS = {"benchmark": str, "date": str, "command": str, "machine": dict, "corpus": dict, "stages": list}
 
-#: The notebooks' parameters at corpus scale beyond dataset/store/budgets (``-p`` values of ``xenbench run``):
-#: one split and one anchor seed (a measurement of cost, not the protocol's verdicts), quick's method settings.
+#: The notebooks' parameters at corpus scale beyond dataset, store, sizes and budgets (``-p`` values of ``xenbench
+#: run``): one split and one seed (a measurement of cost, not the protocol's verdicts), quick's method settings.
+_COMMON = {"n_anchor_queries": "100", "n_dev_queries": "50", "split_seeds": "[0]", "k_values": "[1, 10, 100]",
+           "max_test_queries": "null", "first_stage_depth": "1000", "device": "cpu"}
 NOTEBOOK_PARAMS: dict[str, dict[str, str]] = {
-    "07_compare_methods": {"n_anchor_queries": "100", "n_dev_queries": "50", "split_seeds": "[0]",
-                           "anchor_seeds": "[0]", "k_values": "[1, 10, 100]", "max_test_queries": "null",
-                           "first_stages": "[tfidf, bm25]", "pq_bytes": "12", "device": "cpu"},
+    "07_compare_methods": {**_COMMON, "anchor_seeds": "[0]", "first_stages": "[tfidf, bm25]", "pq_bytes": "12"},
+    "03_adacur_rounds": {**_COMMON, "anchor_seeds": "[0]", "rounds_grid": "[1, 5]", "latency_queries": "5"},
+    "04_axn_lambda": {**_COMMON, "first_round_seeds": "[0]"},
 }
+#: Parameters that take the run's budgets, and the notebooks that time the CE per call from ``ce_seconds_per_pair``.
+_BUDGET_LISTS = {"03_adacur_rounds": ("focus_budgets",)}
+_CE_TIMED = ("07_compare_methods",)
 
 
 # -- measuring a subprocess ------------------------------------------------------------------------------------------
@@ -198,7 +203,8 @@ def _cell_label(source: str) -> str:
     calls = list(dict.fromkeys(m.group(1) for m in _CALL.finditer(source)))
     if calls:
         return ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
-    return next((line.strip()[:60] for line in source.splitlines() if line.strip()), "(empty)")
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "(empty)")
+    return first if first.startswith("#") else first.split("  #", 1)[0][:60]  # a comment, or code without its comment
 
 
 def _seconds(stamp: str) -> float:
@@ -311,12 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=ROOT / "reports" / "corpus-scale",
                    help="folder of the corpus, the store and the notebook outputs")
-    p.add_argument("--n-queries", type=int, default=400, help="queries in the corpus (every one is scored)")
-    p.add_argument("--labelled", type=float, default=0.75, help="share of them with relevance labels")
+    p.add_argument("--n-queries", type=int, default=500, help="queries in the corpus (every one is scored)")
+    p.add_argument("--labelled", type=float, default=0.7, help="share of them with relevance labels")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--domains", default=None, help="comma-separated WordNet-EL domains (default: all 43)")
-    p.add_argument("--max-queries", type=int, default=None,
-                   help="-p max_queries of the notebooks (default: none, every query of the corpus)")
+    p.add_argument("--max-queries", default="300",
+                   help="-p max_queries of the notebooks: a seeded sample of the labelled queries ('null': all)")
     p.add_argument("--budgets", default="[100, 300, 900]", help="CE budgets, at most 1%% of the items")
     p.add_argument("--notebooks", nargs="+", default=["07_compare_methods"], choices=sorted(NOTEBOOK_PARAMS))
     p.add_argument("--ce-seconds-per-pair", default="0.0025",
@@ -338,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     stages = [gen, score(folder, store_dir / "de-dot", args.query_chunk, args.batch_size)]
     for name in args.notebooks:
         params = {"dataset": f"beir:{folder}", "scores_dir": str(store_dir), "ce": "de-dot", "model": "",
-                  "max_items": "null", "budgets": args.budgets, "ce_seconds_per_pair": args.ce_seconds_per_pair,
-                  **({"max_queries": str(args.max_queries)} if args.max_queries else {}), **NOTEBOOK_PARAMS[name]}
+                  "max_items": "null", "max_queries": args.max_queries, "budgets": args.budgets,
+                  **dict.fromkeys(_BUDGET_LISTS.get(name, ()), args.budgets),
+                  **({"ce_seconds_per_pair": args.ce_seconds_per_pair} if name in _CE_TIMED else {}),
+                  **NOTEBOOK_PARAMS[name]}
         stages += run_notebook(name, params, args.work / "runs" / name, args.sample_s, args.timeout)
     doc = {"benchmark": "bench_corpus_scale", "date": started.strftime("%Y-%m-%d"),
            "command": run_all.command_line(__file__, argv if argv is not None else sys.argv[1:]),

@@ -71,3 +71,60 @@ def test_dot_scorer_through_the_engine_equals_the_dual_encoders_scores():
     assert np.ptp(want) > 0.3  # the comparison is not between two near-constant matrices
     with pytest.raises(ParameterError, match="texts of the items this DualEncoderDotScorer was built for"):
         scorer.score([queries[0].text], ["no such item"])
+
+
+# -- the benchmark's measurement and its page (benchmarks/bench_corpus_scale.py) ------------------------------------
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_corpus_scale.py"
+    spec = importlib.util.spec_from_file_location("bench_corpus_scale", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cell_stages_read_papermill_times_and_the_kernels_high_water_mark(tmp_path):
+    """Three cells over a hand-made sample trace: the first raises VmHWM to 300 MB (exact), the second stays below it
+    (its highest sampled RSS, 250 MB, a lower bound), the third raises it to 500 MB; CPU seconds are tick differences
+    between the samples at the cells' edges."""
+    import json
+
+    bench = _bench()
+    t0 = 1_700_000_000.0
+
+    def stamp(t: float) -> str:
+        import datetime
+
+        return datetime.datetime.fromtimestamp(t0 + t, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+    cells = [("x = xb.studies.setup.load_setup(a)\ny = xb.protocol.query_splits(b)", 0, 10),
+             ("print(1)", 10, 12), ("xb.studies.compare.compare_protocol_runs(c)", 12, 20)]
+    nb = {"cells": [{"cell_type": "markdown", "source": "# t", "metadata": {}}] + [
+        {"cell_type": "code", "source": src, "metadata": {"papermill": {"start_time": stamp(a), "end_time": stamp(b)}}}
+        for src, a, b in cells]}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    mb = 1024  # kB per MB
+    samples = [[t0 + t, rss * mb, hwm * mb, ticks] for t, rss, hwm, ticks in
+               [(0, 100, 100, 0), (5, 300, 300, 400), (10, 200, 300, 900), (11, 250, 300, 1000), (12, 200, 300, 1100),
+                (16, 500, 500, 1500), (20, 400, 500, 1900)]]
+    rows = bench.cell_stages(tmp_path / "nb.ipynb", samples, tick_s=0.01)
+    assert [r["stage"] for r in rows] == ["studies.setup.load_setup, protocol.query_splits", "print(1)",
+                                          "studies.compare.compare_protocol_runs"]
+    assert [r["wall_s"] for r in rows] == [10, 2, 8]
+    assert [r["cpu_s"] for r in rows] == [9.0, 2.0, 8.0]
+    assert [(r["peak_rss_mb"], r["peak_exact"]) for r in rows] == [(300, True), (250, False), (500, True)]
+
+
+def test_the_corpus_scale_block_of_the_benchmarks_page_is_its_committed_run_rendered():
+    from pathlib import Path
+
+    bench = _bench()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md").read_text(encoding="utf-8")
+    block = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0].strip()
+    want = bench.render(bench.load_document()) if bench.COMMITTED.is_file() else \
+        f"Not run yet: there is no `{bench.COMMITTED.relative_to(bench.ROOT)}`."
+    assert block == want, "docs/BENCHMARKS.md's corpus-scale block is stale: run `python benchmarks/run_all.py --docs`"
