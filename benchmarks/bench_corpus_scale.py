@@ -177,7 +177,8 @@ def generate(folder: Path, n_queries: int, labelled: float, seed: int,
 
 
 def score(folder: Path, store: Path, query_chunk: int, batch_size: int) -> dict[str, Any]:
-    """Embed and score every query x item into ``store`` in a subprocess (resumed if it holds part of this job)."""
+    """Embed and score every query x item into ``store`` in a subprocess (a store already there is replaced: each run
+    times the whole job)."""
     run = measured(_python(
         "import json, time, _sparse_corpus as sc\n"
         "from xenbench.data.beir import load_beir\n"
@@ -185,14 +186,17 @@ def score(folder: Path, store: Path, query_chunk: int, batch_size: int) -> dict[
         f"ds = load_beir({str(folder)!r})\n"
         "t = time.perf_counter(); scorer = sc.DualEncoderDotScorer(ds.queries, ds.items); embed = time.perf_counter() - t\n"
         f"st = score_to_store(scorer, ds.queries, ds.items, {str(store)!r}, batch_size={batch_size}, "
-        f"query_chunk={query_chunk}, device='cpu', progress=False)\n"
+        f"query_chunk={query_chunk}, device='cpu', progress=False, overwrite=True)\n"
+        "blocks = sum(st.chunk_info(k)['wall_s'] for k in range(st.n_chunks))\n"
         "print(json.dumps({'embed_s': embed, 'store_s': time.perf_counter() - t - embed, 'n_chunks': st.n_chunks,"
+        " 'blocks_s': blocks,"
         " 'shape': [len(ds.queries), len(ds.items)], 'pairs_per_s': st.attrs['sessions'][-1]['n_pairs'] /"
         " max(st.attrs['sessions'][-1]['wall_s'], 1e-9)}))\n"))
     _checked(run, "scoring the store")
     info = json.loads(run["stdout"].strip().splitlines()[-1])
     return _stage(f"score: DE embeddings ({info['embed_s']:.0f} s) + store of {info['shape'][0]} x "
-                  f"{info['shape'][1]} in {info['n_chunks']} blocks ({info['store_s']:.0f} s)", run, **info)
+                  f"{info['shape'][1]} in {info['n_chunks']} blocks ({info['store_s']:.0f} s, of which scoring the "
+                  f"blocks {info['blocks_s']:.0f} s and the store's bookkeeping the rest)", run, **info)
 
 
 _CALL = re.compile(r"\bxb\.([A-Za-z_][\w.]*)\(")
@@ -281,7 +285,8 @@ def render(doc: Mapping[str, Any]) -> str:
     rel = ", ".join(f"{n} with {r}" for r, n in c["relevant_per_query"].items())
     lines = [
         f"Measured {doc['date']} on {m.get('cpu')} ({m.get('logical_cpus')} logical CPUs, {m.get('ram_gib')} GiB RAM, "
-        f"GPU: {m.get('gpu')}), shared with other jobs (load average {doc.get('load_average', '?')} at the start): "
+        f"GPU: {m.get('gpu')}), shared with other jobs (load average {doc.get('load_average', '?')} at the start, "
+        f"{doc.get('load_average_end', '?')} at the end): "
         "wall seconds stretch with the load, CPU seconds and memory much less.",
         "",
         f"Corpus: {c['items']:,} items, {c['queries']:,} queries, {c['labelled']:,} labelled (relevant items per "
@@ -342,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     domains = args.domains.split(",") if args.domains else None
     gen, corpus = generate(folder, args.n_queries, args.labelled, args.seed, domains)
     stages = [gen, score(folder, store_dir / "de-dot", args.query_chunk, args.batch_size)]
+    doc = {"benchmark": "bench_corpus_scale", "date": started.strftime("%Y-%m-%d"),
+           "command": run_all.command_line(__file__, argv if argv is not None else sys.argv[1:]),
+           "machine": run_all.machine(), "load_average": round(load, 1), "budgets": args.budgets, "corpus": corpus,
+           "stages": stages}
     for name in args.notebooks:
         params = {"dataset": f"beir:{folder}", "scores_dir": str(store_dir), "ce": "de-dot", "model": "",
                   "max_items": "null", "max_queries": args.max_queries, "budgets": args.budgets,
@@ -349,13 +358,9 @@ def main(argv: list[str] | None = None) -> int:
                   **({"ce_seconds_per_pair": args.ce_seconds_per_pair} if name in _CE_TIMED else {}),
                   **NOTEBOOK_PARAMS[name]}
         stages += run_notebook(name, params, args.work / "runs" / name, args.sample_s, args.timeout)
-    doc = {"benchmark": "bench_corpus_scale", "date": started.strftime("%Y-%m-%d"),
-           "command": run_all.command_line(__file__, argv if argv is not None else sys.argv[1:]),
-           "machine": run_all.machine(), "load_average": round(load, 1), "budgets": args.budgets, "corpus": corpus,
-           "stages": stages}
-    text = json.dumps(doc, indent=2) + "\n"
-    if args.json:
-        write_text_atomic(args.json, text)
+        doc["load_average_end"] = round(os.getloadavg()[0], 1)
+        if args.json:  # after each notebook: a later one that fails or is stopped leaves the earlier ones written
+            write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n")
     print(render(doc))
     return 0
 
