@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -100,10 +101,12 @@ def _kernel_pid(root_pid: int) -> int | None:
     return None
 
 
-def measured(cmd: Sequence[str], *, sample_s: float = 0.0, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def measured(cmd: Sequence[str], *, sample_s: float = 0.0, env: Mapping[str, str] | None = None,
+             deadline_s: float | None = None) -> dict[str, Any]:
     """Run ``cmd``; its wall and CPU seconds, peak RSS (MB, the largest process of its tree: ``ru_maxrss``), stdout,
     and its stderr lines each with the second it came; with ``sample_s``, samples of its Jupyter kernel
-    (``[t, VmRSS kB, VmHWM kB, CPU ticks]``) and the second the kernel was first seen."""
+    (``[t, VmRSS kB, VmHWM kB, CPU ticks]``) and the second the kernel was first seen; past ``deadline_s`` seconds
+    (checked at each sample) it is sent SIGINT, as Ctrl-C (``stopped`` says so)."""
     t0 = time.time()
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=None if env is None else {**os.environ, **env})
@@ -123,6 +126,9 @@ def measured(cmd: Sequence[str], *, sample_s: float = 0.0, env: Mapping[str, str
     def sample() -> None:
         pid = None
         while not done.is_set():
+            if deadline_s is not None and not seen.get("stopped") and time.time() - t0 > deadline_s:
+                seen["stopped"] = time.time() - t0
+                os.kill(proc.pid, signal.SIGINT)
             pid = pid or _kernel_pid(proc.pid)
             if pid is not None:
                 seen.setdefault("kernel_s", time.time() - t0)
@@ -143,7 +149,7 @@ def measured(cmd: Sequence[str], *, sample_s: float = 0.0, env: Mapping[str, str
         t.join()
     return {"rc": proc.returncode, "wall_s": time.time() - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
             "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": "".join(out), "stderr": lines, "samples": samples,
-            "kernel_s": seen.get("kernel_s")}
+            "kernel_s": seen.get("kernel_s"), "stopped": seen.get("stopped")}
 
 
 # -- stages ----------------------------------------------------------------------------------------------------------
@@ -223,9 +229,10 @@ def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: floa
     prior_hwm = 0.0
     for cell in nb["cells"]:
         meta = cell.get("metadata", {}).get("papermill", {})
-        if cell["cell_type"] != "code" or not meta.get("start_time") or not meta.get("end_time"):
+        if cell["cell_type"] != "code" or not meta.get("start_time"):
             continue
-        start, end = _seconds(meta["start_time"]), _seconds(meta["end_time"])
+        # a cell without an end time was running when the run was stopped: measured up to the last sample
+        start, end = _seconds(meta["start_time"]), _seconds(meta["end_time"]) if meta.get("end_time") else samples[-1][0]
         inside = [s for s in samples if start <= s[0] <= end]
         before = [s for s in samples if s[0] <= start]
         after = [s for s in samples if s[0] >= end]
@@ -235,28 +242,38 @@ def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: floa
         peak = hwm if exact else max([s[1] for s in inside] + [first[1], last[1]]) / 1024
         prior_hwm = max(prior_hwm, hwm)
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        rows.append({"stage": _cell_label(source), "wall_s": round(end - start, 2),
-                     "cpu_s": round((last[3] - first[3]) * tick_s, 2), "peak_rss_mb": round(peak, 1),
-                     "peak_exact": exact})
+        rows.append({"stage": _cell_label(source) + ("" if meta.get("end_time") else " (stopped here, unfinished)"),
+                     "wall_s": round(end - start, 2), "cpu_s": round((last[3] - first[3]) * tick_s, 2),
+                     "peak_rss_mb": round(peak, 1), "peak_exact": exact})
+        if not meta.get("end_time"):
+            break
     return rows
 
 
-def run_notebook(name: str, params: Mapping[str, str], out: Path, sample_s: float,
-                 timeout: int) -> list[dict[str, Any]]:
+def run_notebook(name: str, params: Mapping[str, str], out: Path, sample_s: float, timeout: int,
+                 deadline_s: float | None = None) -> list[dict[str, Any]]:
     """``xenbench run name`` with ``params``: a record of the whole run, of what came before the kernel, and of each
-    code cell."""
+    code cell. Past ``deadline_s`` the run is stopped as by Ctrl-C and its partly executed notebook is read (the cells
+    done, and the one it stopped in)."""
     cmd = [sys.executable, "-m", "xenbench.cli", "run", name, "--out", str(out), "--no-html", "--timeout",
            str(timeout)]
     for key, value in params.items():
         cmd += ["-p", key, value]
-    run = measured(cmd, sample_s=sample_s, env={"PYTHONPATH": str(ROOT)})
-    _checked(run, f"xenbench run {name}")
+    for old in out.glob(f"{name}.*.ipynb"):
+        old.unlink()  # a failed run's partial notebook from before is not this run's
+    run = measured(cmd, sample_s=sample_s, env={"PYTHONPATH": str(ROOT)}, deadline_s=deadline_s)
+    if not run["stopped"]:
+        _checked(run, f"xenbench run {name}")
     before = run["kernel_s"] or run["wall_s"]
     printed = [line for t, line in run["stderr"] if t <= before and line.strip()]
-    (notebook,) = sorted(out.glob(f"{name}.*.ipynb"))
-    results = json.loads(next(out.glob(f"{name}.*.results.json")).read_text())
-    cells = cell_stages(notebook, run["samples"], 1 / os.sysconf("SC_CLK_TCK"))
-    whole = _stage(f"{name}: the whole xenbench run", run, command=shlex.join(["xenbench", *cmd[3:]]),
+    notebooks = sorted(out.glob(f"{name}.*.ipynb"))  # none when stopped before its kernel ran a cell
+    results = {} if run["stopped"] else json.loads(next(out.glob(f"{name}.*.results.json")).read_text())
+    cells = cell_stages(notebooks[0], run["samples"], 1 / os.sysconf("SC_CLK_TCK")) if notebooks and \
+        run["samples"] else []
+    if run["stopped"] and cells and not cells[-1]["stage"].endswith("unfinished)"):
+        cells[-1]["stage"] += " (stopped here, unfinished)"  # papermill gave the interrupted cell an end time
+    what = f"stopped after {run['stopped']:.0f} s (--deadline-s)" if run["stopped"] else "the whole xenbench run"
+    whole = _stage(f"{name}: {what}", run, command=shlex.join(["xenbench", *cmd[3:]]),
                    kernel_seconds=results.get("resources", {}).get("seconds"))
     pre = {"stage": f"{name}: before the kernel (checks, cost)", "wall_s": round(before, 2), "cpu_s": None,
            "peak_rss_mb": None, "peak_exact": None, "printed": printed}
@@ -337,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=8192, help="pairs per call of the scorer")
     p.add_argument("--sample-s", type=float, default=0.1, help="seconds between samples of the kernel")
     p.add_argument("--timeout", type=int, default=7200, help="seconds a cell may run")
+    p.add_argument("--deadline-s", type=float, default=None,
+                   help="stop the notebooks (as Ctrl-C) this many seconds after the benchmark started, keeping the "
+                        "cells done and the one stopped in")
     p.add_argument("--json", type=Path, default=None, help="write the document here")
     args = p.parse_args(argv)
 
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started, t_start = datetime.datetime.now(datetime.timezone.utc), time.time()
     load = os.getloadavg()[0]
     args.work.mkdir(parents=True, exist_ok=True)
     folder, store_dir = args.work / "corpus", args.work / "scores"
@@ -357,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
                   **dict.fromkeys(_BUDGET_LISTS.get(name, ()), args.budgets),
                   **({"ce_seconds_per_pair": args.ce_seconds_per_pair} if name in _CE_TIMED else {}),
                   **NOTEBOOK_PARAMS[name]}
-        stages += run_notebook(name, params, args.work / "runs" / name, args.sample_s, args.timeout)
+        left = None if args.deadline_s is None else args.deadline_s - (time.time() - t_start)
+        if left is not None and left <= 0:
+            break
+        stages += run_notebook(name, params, args.work / "runs" / name, args.sample_s, args.timeout, left)
         doc["load_average_end"] = round(os.getloadavg()[0], 1)
         if args.json:  # after each notebook: a later one that fails or is stopped leaves the earlier ones written
             write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n")
