@@ -149,7 +149,7 @@ def measured(cmd: Sequence[str], *, sample_s: float = 0.0, env: Mapping[str, str
         t.join()
     return {"rc": proc.returncode, "wall_s": time.time() - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
             "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": "".join(out), "stderr": lines, "samples": samples,
-            "kernel_s": seen.get("kernel_s"), "stopped": seen.get("stopped")}
+            "kernel_s": seen.get("kernel_s"), "stopped": seen.get("stopped"), "started_at": t0}
 
 
 # -- stages ----------------------------------------------------------------------------------------------------------
@@ -221,18 +221,26 @@ def _seconds(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: float) -> list[dict[str, Any]]:
+def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: float,
+                stopped_at: float | None = None) -> list[dict[str, Any]]:
     """One record per executed code cell of ``notebook``: wall seconds (papermill's start/end), the kernel's CPU
-    seconds and peak RSS over that window (module docstring)."""
+    seconds and peak RSS over that window (module docstring). With ``stopped_at`` (the time the run was stopped), the
+    first cell papermill left pending is the one the run stopped in: measured from the previous cell's end."""
     nb = json.loads(notebook.read_text())
     rows = []
     prior_hwm = 0.0
+    prev_end = samples[0][0]
     for cell in nb["cells"]:
         meta = cell.get("metadata", {}).get("papermill", {})
-        if cell["cell_type"] != "code" or not meta.get("start_time"):
+        if cell["cell_type"] != "code":
             continue
-        # a cell without an end time was running when the run was stopped: measured up to the last sample
-        start, end = _seconds(meta["start_time"]), _seconds(meta["end_time"]) if meta.get("end_time") else samples[-1][0]
+        if not (meta.get("start_time") and meta.get("end_time")):
+            if stopped_at is None:
+                continue
+            meta = {"start_time": None, "end_time": None}  # the cell the run stopped in
+        start = _seconds(meta["start_time"]) if meta["start_time"] else prev_end
+        end = _seconds(meta["end_time"]) if meta["end_time"] else stopped_at
+        prev_end = end
         inside = [s for s in samples if start <= s[0] <= end]
         before = [s for s in samples if s[0] <= start]
         after = [s for s in samples if s[0] >= end]
@@ -242,10 +250,10 @@ def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: floa
         peak = hwm if exact else max([s[1] for s in inside] + [first[1], last[1]]) / 1024
         prior_hwm = max(prior_hwm, hwm)
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        rows.append({"stage": _cell_label(source) + ("" if meta.get("end_time") else " (stopped here, unfinished)"),
+        rows.append({"stage": _cell_label(source) + ("" if meta["end_time"] else " (stopped here, unfinished)"),
                      "wall_s": round(end - start, 2), "cpu_s": round((last[3] - first[3]) * tick_s, 2),
                      "peak_rss_mb": round(peak, 1), "peak_exact": exact})
-        if not meta.get("end_time"):
+        if not meta["end_time"]:
             break
     return rows
 
@@ -268,10 +276,9 @@ def run_notebook(name: str, params: Mapping[str, str], out: Path, sample_s: floa
     printed = [line for t, line in run["stderr"] if t <= before and line.strip()]
     notebooks = sorted(out.glob(f"{name}.*.ipynb"))  # none when stopped before its kernel ran a cell
     results = {} if run["stopped"] else json.loads(next(out.glob(f"{name}.*.results.json")).read_text())
-    cells = cell_stages(notebooks[0], run["samples"], 1 / os.sysconf("SC_CLK_TCK")) if notebooks and \
+    stopped_at = run["started_at"] + run["stopped"] if run["stopped"] else None
+    cells = cell_stages(notebooks[0], run["samples"], 1 / os.sysconf("SC_CLK_TCK"), stopped_at) if notebooks and \
         run["samples"] else []
-    if run["stopped"] and cells and not cells[-1]["stage"].endswith("unfinished)"):
-        cells[-1]["stage"] += " (stopped here, unfinished)"  # papermill gave the interrupted cell an end time
     what = f"stopped after {run['stopped']:.0f} s (--deadline-s)" if run["stopped"] else "the whole xenbench run"
     whole = _stage(f"{name}: {what}", run, command=shlex.join(["xenbench", *cmd[3:]]),
                    kernel_seconds=results.get("resources", {}).get("seconds"))
