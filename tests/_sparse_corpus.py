@@ -137,27 +137,30 @@ class DualEncoderDotScorer:
     ----------
     queries : sequence of Query
     items : sequence of Item
-        Their document texts must be distinct (else a text would name two items).
+        Items with one document text must have one ``"title: text"`` (else a text would have two scores).
     encoder : DualEncoder, optional
         Default ``DualEncoder(device="cpu")``.
 
     Raises
     ------
     ParameterError
-        Two items with one document text; at scoring time, a text the scorer was not built for.
+        Two items with one document text and two DE texts; at scoring time, a text the scorer was not built for.
     """
 
     def __init__(self, queries: Sequence[Query], items: Sequence[Item], *, encoder=None) -> None:
         from xenbench.models.fingerprint import texts_fingerprint
         from xenbench.models.pairs import document_text
-        from xenbench.models.retrievers import DualEncoder
+        from xenbench.models.retrievers import DualEncoder, item_text
 
         de = encoder if encoder is not None else DualEncoder(device="cpu")
-        self._item_row = {document_text(it): r for r, it in enumerate(items)}
-        if len(self._item_row) != len(items):
-            twice = next(t for t, n in Counter(document_text(it) for it in items).items() if n > 1)
-            raise ParameterError("items", "items whose 'title text' strings are distinct", twice,
-                                 "DualEncoderDotScorer")
+        self._item_row: dict[str, int] = {}
+        for r, it in enumerate(items):
+            first = self._item_row.setdefault(document_text(it), r)
+            # WordNet-EL has synsets of equal title and gloss in two domains: one embedding serves both; but two
+            # items whose "title: text" differ behind one "title text" string would be two scores for one text
+            if item_text(items[first]) != item_text(it):
+                raise ParameterError("items", "items whose 'title text' strings name one 'title: text' each",
+                                     document_text(it), "DualEncoderDotScorer")
         self._items = de.fit(items).item_embeddings_
         self._query_row = {q.text: r for r, q in enumerate(queries)}
         self._queries = de.embed_queries(queries)

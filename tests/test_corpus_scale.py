@@ -7,6 +7,7 @@ import pytest
 
 import _sparse_corpus as sc
 from xenbench.data.beir import load_beir
+from xenbench.data.datasets import Item
 from xenbench.data.sources import load_wordnet_el
 from xenbench.errors import ParameterError
 
@@ -62,15 +63,23 @@ def test_dot_scorer_through_the_engine_equals_the_dual_encoders_scores():
     from xenbench.models.scoring import score_matrix
 
     ds = sc.sparse_corpus(n_queries=50, labelled=0.5, seed=0, domains=[DOMAIN])
-    queries, items = ds.queries[:7], ds.items[:60]
+    # an item of another id with the same title and text (WordNet-EL has such synsets in two domains) shares its text
+    queries, items = ds.queries[:7], [*ds.items[:60], Item("copy", ds.items[3].title, ds.items[3].text)]
     scorer = sc.DualEncoderDotScorer(queries, items)
     # the engine hands the scorer "title text" strings, length-sorted, in batches of 16 pairs
     got = score_matrix(scorer, queries, items, batch_size=16, device="cpu", progress=False).scores
     want = DualEncoder(device="cpu").fit(items).scores(queries)  # cosine of "title: text" embeddings
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert np.ptp(want) > 0.3  # the comparison is not between two near-constant matrices
+    np.testing.assert_array_equal(got[:, 60], got[:, 3])
     with pytest.raises(ParameterError, match="texts of the items this DualEncoderDotScorer was built for"):
         scorer.score([queries[0].text], ["no such item"])
+
+
+def test_dot_scorer_refuses_one_document_text_behind_two_dual_encoder_texts():
+    # "red fox" + "a dog" and "red" + "fox a dog" are one "title text" string, two "title: text" strings
+    with pytest.raises(ParameterError, match="'title text' strings name one 'title: text' each. Got 'red fox a dog'"):
+        sc.DualEncoderDotScorer([], [Item("a", "red fox", "a dog"), Item("b", "red", "fox a dog")])
 
 
 # -- the benchmark's measurement and its page (benchmarks/bench_corpus_scale.py) ------------------------------------
