@@ -235,7 +235,7 @@ def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: floa
         if cell["cell_type"] != "code":
             continue
         if not (meta.get("start_time") and meta.get("end_time")):
-            if stopped_at is None:
+            if stopped_at is None or (rows and rows[-1]["stage"].endswith("unfinished)")):
                 continue
             meta = {"start_time": None, "end_time": None}  # the cell the run stopped in
         start = _seconds(meta["start_time"]) if meta["start_time"] else prev_end
@@ -250,10 +250,12 @@ def cell_stages(notebook: Path, samples: Sequence[Sequence[float]], tick_s: floa
         peak = hwm if exact else max([s[1] for s in inside] + [first[1], last[1]]) / 1024
         prior_hwm = max(prior_hwm, hwm)
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        rows.append({"stage": _cell_label(source) + ("" if meta["end_time"] else " (stopped here, unfinished)"),
+        # papermill gives the cell a stop interrupts (or whose kernel dies) an end time too: one ending after the stop
+        stopped_in = stopped_at is not None and (not meta["end_time"] or end >= stopped_at)
+        rows.append({"stage": _cell_label(source) + (" (stopped here, unfinished)" if stopped_in else ""),
                      "wall_s": round(end - start, 2), "cpu_s": round((last[3] - first[3]) * tick_s, 2),
                      "peak_rss_mb": round(peak, 1), "peak_exact": exact})
-        if not meta["end_time"]:
+        if stopped_in:
             break
     return rows
 
