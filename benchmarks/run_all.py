@@ -21,7 +21,8 @@ docs/BENCHMARKS.md's table is rendered from the committed copy benchmarks/result
     python benchmarks/run_all.py --docs          # re-render docs/BENCHMARKS.md's block (no running)
 
 docs/BENCHMARKS.md's "GPU check" block is rendered from benchmarks/results/gpu_check.json (a run of
-``benchmarks/gpu_check.py`` on a GPU, committed by hand) by the same ``--docs``.
+``benchmarks/gpu_check.py`` on a GPU, committed by hand) by the same ``--docs``, and its "Corpus scale" block from
+benchmarks/results/corpus_scale.json (a run of ``benchmarks/bench_corpus_scale.py``, committed by hand).
 """
 from __future__ import annotations
 
@@ -511,6 +512,17 @@ def gpu_block(path: str | os.PathLike[str] = GPU_COMMITTED) -> str:
     return render_gpu(load_gpu_document(path), full=False)
 
 
+def corpus_scale() -> Any:
+    """benchmarks/bench_corpus_scale.py as a module: it renders docs/BENCHMARKS.md's corpus-scale block from its
+    committed run (it imports this module, so it is loaded here only when asked for)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_corpus_scale", BENCH_DIR / "bench_corpus_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--docs", "--readme", action="store_true", dest="docs",
@@ -523,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.docs:
         changed = update_docs(DOC, COMMITTED)
+        changed = corpus_scale().update_docs(DOC) or changed  # its block, from benchmarks/results/corpus_scale.json
         print(f"{_shown(DOC)} {'updated' if changed else 'already up to date'} from {_shown(COMMITTED)}"
               f"{' and ' + str(_shown(GPU_COMMITTED)) if GPU_COMMITTED.is_file() else ''}")
         return 0
