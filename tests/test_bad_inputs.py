@@ -76,7 +76,7 @@ EXPENSIVE = {
     "dataset": [("xenbench.data.sources", "load_dataset")],
     "de": [("xenbench.models.retrievers", "DualEncoder"), ("xenbench.models.retrievers", "TfidfRetriever")],
     "ce": [("xenbench.models.loading", "load_cross_encoder"), ("xenbench.models.jobs", "load_shared"),
-           ("xenbench.models.jobs", "build_cross_encoder")],
+           ("xenbench.models.jobs", "untrained_cross_encoder")],
     "train": [("xenbench.models.train", "train_cross_encoder")],
     "mining": [("xenbench.models.train", "mine_training_data"), ("xenbench.models.train", "build_cross_encoder")],
 }
@@ -347,7 +347,7 @@ HARDENING = [
                                                                        value="2")),
          r"field 'provenance\.machine\.torch_threads' must be an integer, got a string"),
     Case("findings-type-in-results", _findings(edit=_set_field("results", "domain", value=["noun.cognition"])),
-         r"00_data\.full\.results\.json: its results cannot be turned into findings \(TypeError"),
+         r"00_data\.full\.results\.json: its results cannot be turned into findings \((TypeError|AttributeError)"),
     Case("findings-marker-in-dataset-name", _findings("--write", edit=_set_field(
         "results", "domain", "name", value="noun.cognition <!-- findings:end -->")),
          r"field 'results\.domain\.name' holds '<!--', which would change the generated blocks of README\.md and "
@@ -394,7 +394,7 @@ CASES = [
     Case("qrels-two-columns", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td0\n"),
          r"test\.tsv:2: expected 3 tab-separated columns"),
     Case("qrels-score-not-number", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td0\thigh\n"),
-         r"test\.tsv:2: score 'high' is not a number"),
+         r"test\.tsv:2: grade 'high' is not an integer of ASCII digits"),
     Case("qrels-unknown-query", score_beir(qrels="query-id\tcorpus-id\tscore\nq7\td0\t1\n"),
          r"test\.tsv:2: unknown query id 'q7' \(not in queries\.jsonl\)"),
     Case("qrels-unknown-item", score_beir(qrels="query-id\tcorpus-id\tscore\nq0\td7\t1\n"),

@@ -111,8 +111,9 @@ class _FakeDE:
     def embed_queries(self, queries):
         return self.encode([q.text for q in queries])
 
-    def scores(self, queries):
-        return self.embed_queries(queries) @ self.item_embeddings_.T
+    def scores(self, queries, columns=None):
+        items = self.item_embeddings_ if columns is None else self.item_embeddings_[np.asarray(columns)]
+        return self.embed_queries(queries) @ items.T
 
     def search(self, queries, k):
         from xenbench.models.retrievers import topk

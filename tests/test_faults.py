@@ -112,8 +112,9 @@ def test_create_is_atomic_and_follows_a_link(tmp_path, monkeypatch):
 # -- 5. a write error leaves no lock that blocks the retry ---------------------------------------------------
 
 _LIMITED = """
-import resource, signal, sys
+import resource, signal, sys, tempfile
 from xenbench.cli import main
+tempfile.gettempdir()  # found before the limit, as in any process that ran a while (dill, under torch, asks at import)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as a full disk does
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
 sys.exit(main(sys.argv[2:]))
@@ -189,7 +190,7 @@ def test_a_ray_address_that_never_answers_is_one_line_within_the_timeout(tmp_pat
     threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(8)], daemon=True).start()
     address = f"127.0.0.1:{server.getsockname()[1]}"
     monkeypatch.setattr(xray, "CONNECT_TIMEOUT_S", 3.0)
-    monkeypatch.setattr(jobs, "build_cross_encoder", lambda *a, **k: pytest.fail("the model loaded"))
+    monkeypatch.setattr(jobs, "untrained_cross_encoder", lambda *a, **k: pytest.fail("the model loaded"))
     rc = main(["score", "untrained-cls", f"beir:{smallest_beir(tmp_path)}", "--out", str(tmp_path / "out"), "--backend",
                "ray", "--address", address])
     server.close()

@@ -322,15 +322,15 @@ def test_scoring_past_the_cell_timeout_is_refused_with_a_fix_that_passes_every_c
 
 def test_a_cached_sample_is_not_scored_again(tmp_path, monkeypatch, data):
     from xenbench.data.sources import load_dataset
+    from xenbench.data.datasets import corpus_sample
     from xenbench.models.cache import cached_scores
-    from xenbench.sampling import sample_rows
 
     monkeypatch.setenv("XENBENCH_CACHE", str(tmp_path / "cache"))
     values = {**xh.profile_values("03_adacur_rounds"), **_fitting(data), "max_queries": 4, "max_items": 6}
     ds = load_dataset(data["good"])
-    rows = sample_rows(len(ds.queries), 4, 0, kind="queries")
-    cols = sample_rows(len(ds.items), 6, 0, kind="items")  # load_setup's sample (seed 0)
-    cached_scores(CE, ds.subset([ds.queries[r].id for r in rows], [ds.items[i].id for i in cols]), progress=False)
+    sample = corpus_sample(ds, 4, 6, 0)  # load_setup's sample (seed 0): the relevant items kept
+    cached_scores(CE, ds.subset([ds.queries[r].id for r in sample.queries], [ds.items[i].id for i in sample.items]),
+                  progress=False)
     plan = xh.plan_scoring("03_adacur_rounds", values, timeout=1)  # a 1 s timeout refuses any fresh scoring
     assert plan["pairs"] == 0 and plan["seconds"] == 0.0
 
@@ -351,7 +351,7 @@ def test_a_ce_scoring_nan_is_refused_before_the_kernel(tmp_path, capsys, kernel_
     for k, v in {**_fitting(data), "model": str(tmp_path / "nan-ce")}.items():
         argv += ["-p", k, json.dumps(v) if isinstance(v, list) else str(v)]
     _one_line_error(capsys, main(argv), r"The 'model' parameter of notebook 03_adacur_rounds must be a CE whose scores "
-                                        r"are finite: nan-ce scored 90 of 90 probe pairs NaN or inf")
+                                        r"are finite: nan-ce scored (\d+) of \1 probe pairs NaN or inf")
     assert not kernel_calls and not (tmp_path / "r").exists()
 
 
@@ -414,7 +414,7 @@ def test_make_lab_starts_as_root_and_passes_flags(tmp_path):
                              capture_output=True, text=True, timeout=60)
         return out.stdout.strip().splitlines()[-1]
 
-    assert command("LAB_UID=0").endswith("--ServerApp.ip=127.0.0.1 --allow-root")
+    assert command("LAB_UID=0").endswith(" --allow-root")
     assert "--allow-root" not in command("LAB_UID=1000", "LAB_ARGS=--port 9999") and command(
         "LAB_UID=1000", "LAB_ARGS=--port 9999").endswith(" --port 9999")
     # and it starts here, whoever we are, printing the link to open
@@ -490,7 +490,7 @@ def test_an_untrained_head_is_warned_about_and_its_findings_marked(tmp_path, mon
     assert "**Findings of this run**" in shown[0] and "+94 points" in shown[0]
     provenance.clear_caveats()
     assert load_setup(REPO / "data" / "scores" / "noun.cognition" / "cls-ce", "wordnet-el:noun.cognition",
-                      max_items=600).M.shape == (1001, 600)
+                      max_items=600, max_queries=200).M.shape == (200, 600)
     assert provenance.recorded_caveats() == []  # a bundled CE: no caveat
 
 

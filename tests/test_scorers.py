@@ -226,8 +226,8 @@ def test_the_cache_and_notebooks_03_and_07_take_a_scorer_through_the_python_api(
     assert setup.M.shape == (30, 40) and np.ptp(setup.M) > 0
     assert setup.attrs["model"] == ("overlap" if kind == "callable" else SentenceTransformersScorer(scorer).name)
     assert setup.describe().startswith(setup.attrs["model"])
-    direct = score_matrix(scorer, setup.dataset.queries, setup.dataset.items, device="cpu", progress=False,
-                          batch_size=setup.attrs["batch_size"]).scores
+    direct = score_matrix(scorer, setup.dataset.queries, [setup.dataset.items[i] for i in setup.items], device="cpu",
+                          progress=False, batch_size=setup.attrs["batch_size"]).scores
     assert np.array_equal(setup.M, direct)
     monkeypatch.setattr(cache, "score_to_store", lambda *a, **k: pytest.fail("a cached sample was scored again"))
     again = load_setup(None, "wordnet-el:noun.cognition", model=scorer, max_queries=30, max_items=40, seed=0)

@@ -136,16 +136,16 @@ def test_center_rows_and_score_summary():
 
 
 def test_one_sampling_convention_across_notebooks(ds):
-    """Notebook 01's item sample (sample_pairs) is 03/04's max_items sample and `xenbench score --n-items`'s under the
-    same seed; queries come from their own stream."""
+    """Notebook 01's item sample (sample_pairs) is `xenbench score --n-items`'s and, on data without labels, 03/04/07's
+    max_items sample under the same seed (with labels, those keep the relevant items first: test_sparse_corpus.py);
+    queries come from their own stream."""
     from xenbench.cli import _ids
-    from xenbench.studies.setup import subsample
-    from xenbench.sampling import sample_rows
+    from xenbench.sampling import labelled_sample, sample_rows
 
     big = ds.subset(ds.query_ids, ds.item_ids)
     for seed in (0, 3):
         _, items = stats.sample_pairs(big, None, 3, seed=seed)
-        rows = subsample(len(big.items), 3, seed)
+        rows = labelled_sample(len(big.queries), len(big.items), None, None, 3, seed).items
         assert [it.id for it in items] == [big.items[r].id for r in rows]
         assert _ids(None, big.item_ids, 3, seed, "items", "toy") == [it.id for it in items]
         assert np.array_equal(sample_rows(50, 10, seed, kind="items"),

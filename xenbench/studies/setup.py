@@ -197,7 +197,7 @@ def de_embeddings(setup: Setup, *, device: str | torch.device = "auto") -> tuple
     return de.item_embeddings_.astype(np.float64), de.embed_queries(setup.dataset.queries).astype(np.float64)
 
 
-#: Fitted first stages of this process, by (spec, device, digest of the corpus' item ids and texts): a notebook that
+#: Fitted first stages of this process, by (class, spec, device, digest of the corpus' item ids and texts): a notebook that
 #: reads BM25 for 03's table and again for a figure fits it once.
 _FITTED: dict[tuple[str, str, str], Any] = {}
 
@@ -219,10 +219,11 @@ def fitted_first_stage(spec: str, items: Sequence[Any], *, device: str | torch.d
     process and corpus (:data:`_FITTED`, keyed by :func:`corpus_digest`)."""
     from xenbench.models.retrievers import make_retriever
 
-    key = (spec, str(device), corpus_digest(items))
+    retriever = make_retriever(spec, device=device, owner="first_stage_matrix")  # cheap: nothing loads until fit
+    key = (f"{type(retriever).__module__}.{type(retriever).__qualname__}", spec, str(device), corpus_digest(items))
     if key not in _FITTED:
         _FITTED.clear()  # one corpus at a time: a 10^6-item index is not kept beside the next one
-        _FITTED[key] = make_retriever(spec, device=device, owner="first_stage_matrix").fit(list(items))
+        _FITTED[key] = retriever.fit(list(items))
     return _FITTED[key]
 
 
@@ -279,7 +280,8 @@ def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | t
             log.warning("first stage %s: %d of %d queries get fewer than the %d kept items from %s (median %d, fewest "
                         "%d); the rest follow in a seeded random order (seed %d)", first_stage, short, len(queries),
                         cols.size, what, int(np.median(counts)), int(counts.min()), seed)
-    setup.returned[first_stage] = returned.sum(axis=1)
+    if isinstance(getattr(setup, "returned", None), dict):
+        setup.returned[first_stage] = returned.sum(axis=1)
     return scores
 
 
