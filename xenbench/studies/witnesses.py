@@ -28,12 +28,15 @@ by orders of magnitude on that cell). AXN's regression (04) runs in torch and ca
 another machine (measured: one hit of 35,100 at one cell): its recalls allow one (query, item) hit. A model trained
 with torch on the CPU (06's CCSA) is reproducible on one machine but not across machines: the code of the committed 06
 run (a7cb823), re-run on another machine, gave imbalance 1.111527467 against the committed 1.111519808 (6.9e-6
-relative) and dev recall 0.8012 against 0.8018 (3 of 5,000 neighbours); its witnesses allow about three times that
-(1e-4 relative, 2e-3 absolute), and are no finer than that; its gold Recall@k counts 500 queries and moved by up to 3
+relative) and dev recall 0.8012 against 0.8018 (3 of 5,000 neighbours); its witnesses allow more (below), and are
+no finer than that; its gold Recall@k counts 500 queries and moved by up to 3
 of them (1e-2 absolute allowed), and faiss's k-means moves a posting list by a few items (1e-3 relative). torch's
-thread count matters more than the machine (the same code and machine at 1 and at 2 threads: 1.111838 against
-1.111528, 2.8e-4 relative), so witnesses run at the thread count the run's provenance records
-(``machine.torch_threads``; files written before it was recorded: this process's count).
+thread count matters as much (the same code and machine at 1 and at 2 threads: 1.111838 against 1.111528, 2.8e-4
+relative), so witnesses run at the thread count the run's provenance records (``machine.torch_threads``; files
+written before it was recorded: this process's count). Machines can differ as much as thread counts: the committed
+full run (AMD EPYC, 2 threads) and the same code (f1d7887) on an Intel Xeon at 2 threads (2026-11-28) gave λ = 1's
+imbalance 1.111815 against 1.111528 (2.6e-4 relative) and its test recall 0.8044 against 0.8024; the tolerances are
+about three times that (8e-4 relative, 6e-3 absolute), still far below what a change to the method moves.
 """
 from __future__ import annotations
 
@@ -699,10 +702,11 @@ def _pefa(results: Mapping[str, Any]) -> list[Witness]:
 #: Notebook 06's witnessed λ values (with the sweep's batch size) of the first seed: λ = 0, the base of every claims
 #: row of 06 (the balance curve is read against it; its dev-best λ is 0 in every committed run), and λ = 1.
 CCSA_REGS = (0.0, 1.0)
-#: Tolerances of 06's witnesses: about 3x the difference between two machines running the same code (module docstring).
+#: Tolerances of 06's witnesses: about 3x the largest difference measured between two machines running the same code
+#: (AMD EPYC vs Intel Xeon: 2.6e-4 relative imbalance, 0.002 recall; module docstring).
 #: Gold Recall@k counts queries (500 per part): the same code on this machine and the run's moved it by up to 3 of them.
 #: faiss's k-means moves a list's size by a few items between machines (postings at nprobe 16: 1.6e-4 relative).
-CCSA_IMBALANCE_REL_TOL, CCSA_RECALL_ABS_TOL, CCSA_GOLD_ABS_TOL, FAISS_POSTINGS_REL_TOL = 1e-4, 2e-3, 1e-2, 1e-3
+CCSA_IMBALANCE_REL_TOL, CCSA_RECALL_ABS_TOL, CCSA_GOLD_ABS_TOL, FAISS_POSTINGS_REL_TOL = 8e-4, 6e-3, 1e-2, 1e-3
 
 
 @register("06_ccsa_balance")
