@@ -353,6 +353,12 @@ def variant_forward(name: str, ce: Any, device: Any) -> tuple[Callable[[dict], A
 # --------------------------------------------------------------------------------------------------
 # the sections
 # --------------------------------------------------------------------------------------------------
+def _mark_not_run(cells: dict, todo: list, err: BaseException) -> None:
+    """The cells a section left when ``err`` stopped it (its time box, an interrupt), recorded as not run and why."""
+    for m, n in todo:
+        cells.setdefault(cell_key(m, n), {"model": m, "length": n, "status": f"not run: {err}"[:300]})
+
+
 def cell_key(model: str, length: int) -> str:
     return f"{model}@{length}"
 
@@ -459,8 +465,7 @@ def sizes_and_lengths(report: Any, ctx: Any, box: Any) -> None:
             if ctx.cuda:
                 torch.cuda.empty_cache()
     except BaseException as err:
-        for m, n in todo:
-            cells.setdefault(cell_key(m, n), {"model": m, "length": n, "status": f"not run: {err}"[:300]})
+        _mark_not_run(cells, todo, err)
         raise
 
 
@@ -600,8 +605,7 @@ def scorer_variants(report: Any, ctx: Any, box: Any) -> None:
             if ctx.cuda:
                 torch.cuda.empty_cache()
     except BaseException as err:
-        for m, n in todo:
-            out.setdefault(cell_key(m, n), {"model": m, "length": n, "status": f"not run: {err}"[:300]})
+        _mark_not_run(out, todo, err)
         raise
 
 
