@@ -1,6 +1,7 @@
 """Everything a run can check before its kernel starts, so a bad value fails in seconds, not minutes into a cell.
 
-:func:`preflight` resolves every device, opens every folder, score store and dataset the values point at, checks every
+:func:`preflight` resolves every device, opens every folder, score store and dataset the values point at (each
+parameter by the one function of its semantic type in the profiles file, :data:`CHECKS`), checks every
 size relation (:mod:`xenbench.harness.sizes`) and, for a run that scores a user's CE on demand (``model``), plans that
 scoring (:func:`plan_scoring`): whether the score cache holds the sample already and, if not, how long scoring takes
 at the rate the CE reaches here (:func:`xenbench.models.probe.probe_rate`), refused past the cell timeout.
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from xenbench.errors import DataError, ParameterError
-from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once, run_sample, store_names
 from xenbench.harness.params import ParamSpec
+from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once, run_sample, store_names
 from xenbench.harness.spec import NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
