@@ -78,7 +78,7 @@ RUN_CASES = [
     ("00_data", lambda d: ["eval_datasets", f"{d['good']},{d['missing']}"],
      r"no such folder \(the 'eval_datasets' parameter of notebook 00_data"),
     ("00_data", lambda d: ["eval_datasets", "{a: 1}"],
-     r"The 'eval_datasets' parameter of notebook 00_data must be a list of str .*not a mapping\. Got '\{a: 1\}'"),
+     r"The 'eval_datasets' parameter of notebook 00_data must be a list of dataset specs .*not a mapping\. Got '\{a: 1\}'"),
     ("00_data", lambda d: ["dataset", "wordnet-el:noun.fod"],
      r"The 'dataset' parameter of notebook 00_data must be dataset specs that open .*'wordnet-el:noun.fod' does not: "
      r"The 'domain' parameter of load_wordnet_el must be one of .*Got 'wordnet-el:noun.fod' instead\."),

@@ -408,7 +408,7 @@ def _refused(proc, pattern: str) -> str:
 def test_yaml_aliases_in_a_run_parameter_are_refused_unexpanded(tmp_path):
     """Before: the refusal formatted the 9**9-string list with repr, ~3.1 GB and a MemoryError after a minute."""
     proc = _xenbench("run", "00_data", "-p", "eval_datasets", _laughs(), "--out", str(tmp_path / "r"))
-    _refused(proc, r"The 'eval_datasets' parameter of notebook 00_data must be a list of str .*; this YAML holds an "
+    _refused(proc, r"The 'eval_datasets' parameter of notebook 00_data must be a list of dataset specs .*; this YAML holds an "
                    r"alias \(\*name\), which is not allowed here\. Got '\[&a \[\"lol\".*\.\.\. instead\.")
     assert not (tmp_path / "r").exists()
 

@@ -10,7 +10,7 @@ from xenbench.errors import ParameterError
 
 
 def resolve_device(device: str | torch.device = "auto", *, owner: str = "resolve_device",
-                   float64: bool = False) -> torch.device:
+                   float64: bool = False, param: str = "device") -> torch.device:
     """The torch device to score (or compute) on.
 
     Parameters
@@ -23,6 +23,8 @@ def resolve_device(device: str | torch.device = "auto", *, owner: str = "resolve
     float64
         The computation needs float64 (ADACUR, AXN), which MPS lacks: ``"auto"`` is then CUDA if
         available, else CPU, and ``"mps"`` is refused.
+    param
+        The parameter named in the error message (a notebook's device parameter).
 
     Raises
     ------
@@ -39,24 +41,24 @@ def resolve_device(device: str | torch.device = "auto", *, owner: str = "resolve
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise ParameterError("device", expected, device, owner) from None
+        raise ParameterError(param, expected, device, owner) from None
     if dev.type == "cpu":
         return dev
     if dev.type == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
-            raise ParameterError("device", "'auto' or 'cpu': CUDA is not available on this machine", device, owner)
+            raise ParameterError(param, "'auto' or 'cpu': CUDA is not available on this machine", device, owner)
         if dev.index is not None and dev.index >= n:
-            raise ParameterError("device", f"a CUDA device index in [0, {n - 1}]", device, owner)
+            raise ParameterError(param, f"a CUDA device index in [0, {n - 1}]", device, owner)
         return dev
     if dev.type == "mps":
         if float64:
-            raise ParameterError("device", f"{expected} (this computation is in float64, which MPS lacks)", device,
+            raise ParameterError(param, f"{expected} (this computation is in float64, which MPS lacks)", device,
                                  owner)
         if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
-            raise ParameterError("device", "'auto' or 'cpu': MPS is not available on this machine", device, owner)
+            raise ParameterError(param, "'auto' or 'cpu': MPS is not available on this machine", device, owner)
         return dev
-    raise ParameterError("device", expected, device, owner)
+    raise ParameterError(param, expected, device, owner)
 
 
 def search_device(device: str | torch.device, owner: str) -> torch.device:

@@ -20,9 +20,8 @@ The names a notebook, the command line and the tests use are importable from her
 from __future__ import annotations
 
 from xenbench.harness.kernel import check_namespace, setup_plotly
-from xenbench.harness.params import ParamSpec, parse_cli_params, validate_params
-from xenbench.harness.preflight import (CE_PARAMS, DATASET_PARAMS, DEVICE_PARAMS, FOLDER_PARAMS, MODEL_ONLY,
-                                        MODEL_OVERRIDES, ce_name, plan_scoring, preflight, unused_params)
+from xenbench.harness.params import SEMANTIC_TYPES, ParamSpec, parse_cli_params, validate_params
+from xenbench.harness.preflight import CHECKS, ce_name, plan_scoring, preflight, unused_params
 from xenbench.harness.report import (FINDINGS_TAG, SUMMARY_TAG, final_progress, light_html, summarize_warnings,
                                      summary_first)
 from xenbench.harness.results import REPORTS_ENV, reports_dir, runs_dir, save_results
@@ -33,7 +32,7 @@ from xenbench.harness.spec import (BASE_PROFILE, FULL_PROFILE, NOTEBOOKS_DIR, Fi
 
 __all__ = [
     "BASE_PROFILE", "FULL_PROFILE", "NOTEBOOKS_DIR", "REPORTS_ENV", "SUMMARY_TAG", "FINDINGS_TAG", "IDENTITY_PARAMS",
-    "CE_PARAMS", "DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "MODEL_ONLY", "MODEL_OVERRIDES",
+    "SEMANTIC_TYPES", "CHECKS",
     "ParamSpec", "NotebookSpec", "Fit",
     "list_notebooks", "notebook_path", "load_spec", "profile_values",
     "validate_params", "parse_cli_params",

@@ -21,7 +21,7 @@ from typing import Any
 from xenbench import provenance
 from xenbench.errors import DataError
 from xenbench.harness.params import validate_params
-from xenbench.harness.preflight import MODEL_OVERRIDES, ce_name, check_store_name, refuse_checkpoint
+from xenbench.harness.preflight import ce_name, check_requires, check_store_name, refuse_checkpoint, replaced
 from xenbench.harness.results import REPORTS_ENV, remember_params
 from xenbench.harness.sizes import check_sizes
 from xenbench.harness.spec import BASE_PROFILE, load_spec, profile_values
@@ -46,9 +46,10 @@ def check_namespace(namespace: dict[str, Any], notebook: str | os.PathLike[str])
     their sized values, in ``namespace`` too (:func:`~xenbench.harness.sizes.sized_values`).
 
     With a non-empty ``model`` (a CE folder; a ``.ckpt`` file is refused), the parameters it replaces
-    (:data:`~xenbench.harness.preflight.MODEL_OVERRIDES`: the store ``scores_dir``/``ce``) are not checked and not
-    returned as if used; ``ce`` becomes the model's name (:func:`~xenbench.harness.preflight.ce_name`), in
-    ``namespace`` too, so figures and findings name the user's CE by its folder.
+    (``replaced_by: model`` in the profiles file: the store ``scores_dir``/``ce``) are not checked and not returned as
+    if used; the store parameter (``ce``) becomes the model's name (:func:`~xenbench.harness.preflight.ce_name`), in
+    ``namespace`` too, so figures and findings name the user's CE by its folder. Without one, a parameter that
+    ``requires: model`` must be null (:func:`~xenbench.harness.preflight.check_requires`).
 
     Parameters
     ----------
@@ -79,10 +80,12 @@ def check_namespace(namespace: dict[str, Any], notebook: str | os.PathLike[str])
     values = {name: namespace[name] for name in spec.params}
     values["profile"] = namespace.get("profile", BASE_PROFILE)
     # With a model, its on-demand scores replace the store scores_dir/ce: those are neither checked nor shown.
-    overridden = [n for n in MODEL_OVERRIDES if n in spec.params] if "model" in spec.params and values["model"] else []
+    overridden = [n for n, p in spec.params.items() if replaced(p, values)]
     values = {**values, **validate_params(spec, {k: v for k, v in values.items() if k not in overridden})}
-    if "model" in spec.params and values["model"]:
-        refuse_checkpoint(values["model"], "model", spec.owner)
+    check_requires(spec, values)
+    for p in spec.params.values():
+        if p.type == "model" and values[p.name]:
+            refuse_checkpoint(values[p.name], p.name, spec.owner)
     profile = values["profile"]
     chosen = profile_values(spec, profile)
     if os.environ.get(REPORTS_ENV) is None and profile != BASE_PROFILE:
@@ -96,12 +99,15 @@ def check_namespace(namespace: dict[str, Any], notebook: str | os.PathLike[str])
     if sized:  # parameters left None, sized from the data (the profiles file's sized_by): the cells use these
         values = {**values, **sized}
         namespace.update(sized)
-    if "ce" not in overridden and {"ce", "scores_dir"} <= spec.params.keys():
-        check_store_name(values["scores_dir"], values["ce"], spec.owner)
+    stores = [p for p in spec.params.values() if p.type == "store"]
+    for p in stores:
+        if p.name not in overridden:
+            check_store_name(values[p.within], values[p.name], spec.owner, param=p.name, folder_param=p.within)
     if overridden:
-        values = {k: v for k, v in values.items() if k not in overridden or k == "ce"}
-        if "ce" in values:  # figures, set-up lines and findings name the user's CE by its folder
-            namespace["ce"] = values["ce"] = ce_name(values["model"])
+        values = {k: v for k, v in values.items() if k not in overridden}
+        for p in stores:  # figures, set-up lines and findings name the user's CE by its folder
+            if p.name in overridden:
+                namespace[p.name] = values[p.name] = ce_name(values[p.replaced_by])
     _show_header(values)
     return values
 

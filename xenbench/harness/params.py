@@ -20,13 +20,25 @@ if TYPE_CHECKING:
     from xenbench.harness.spec import NotebookSpec
 
 __all__ = ["ParamSpec", "validate_params", "parse_cli_params", "load_yaml", "YamlBoundError", "PARAM_TYPES", "ITEM_TYPES",
-           "PROFILE_NAME", "MAX_YAML_NODES"]
+           "SEMANTIC_TYPES", "PROFILE_NAME", "MAX_YAML_NODES"]
 
-#: The ``type`` of a parameter -> the Python types its values may have.
+#: The semantic types: text that names something :func:`xenbench.harness.preflight.preflight` opens or resolves before
+#: a kernel starts, each checked there by one function (``preflight.CHECKS``) -> what one value is (completing "must be
+#: ...") and what a list of them holds ("a list of ...").
+SEMANTIC_TYPES: dict[str, tuple[str, str]] = {
+    "model": ("a cross-encoder: a folder (relative to notebooks/) or a Hugging Face hub id org/name ('' = none)",
+              "cross-encoder folders or hub ids"),
+    "first_stage": ("a first stage: de, tfidf, bm25 or run:<path> (a TREC run file)", "first stages"),
+    "dataset": ("a dataset spec: wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>", "dataset specs"),
+    "device": ("a device: auto, cpu, cuda, cuda:N or mps", "devices"),
+    "folder": ("a folder, relative to notebooks/ ('' = none)", "folders"),
+    "store": ("a score store: a folder holding zarr.json in the folder parameter named by 'in'", "score stores"),
+}
+#: The ``type`` of a parameter -> the Python types its values may have (a semantic type's values are text).
 PARAM_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,),
-                                            "list": (list, tuple)}
+                                            "list": (list, tuple), **{t: (str,) for t in SEMANTIC_TYPES}}
 #: The element types of a ``list`` parameter (its ``items``).
-ITEM_TYPES = ("int", "float", "str", "bool")
+ITEM_TYPES = ("int", "float", "str", "bool", *SEMANTIC_TYPES)
 #: Profile names become parts of file names: keep them plain.
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 #: The most values (YAML nodes, counted after aliases are expanded) a notebook's profiles file may hold. A few hundred
@@ -119,11 +131,20 @@ class ParamSpec:
     nullable: bool = False
     at_most: str | None = None  # "items" or "queries": bounded by the data's size (see check_sizes)
     help: str = ""
+    within: str | None = None  # `in`: the folder parameter a store lives in, the dataset parameter a first stage ranks
+    requires: str | None = None  # the model parameter without which this one is unused (and must be null)
+    replaced_by: str | None = None  # the model parameter that, when set, replaces this one (unused, not checked)
+
+    @property
+    def kind(self) -> str:
+        """The semantic type of the parameter or of its elements (``"dataset"`` for a list of datasets), or ``""``."""
+        kind = self.items if self.type == "list" else self.type
+        return kind if kind in SEMANTIC_TYPES else ""
 
     def expected(self) -> str:
         """The phrase completing "must be ...", e.g. ``"an int in [1, 100000]"``."""
         if self.type == "list":
-            what = f"a list of {self.items or 'values'}"
+            what = f"a list of {SEMANTIC_TYPES[self.kind][1] if self.kind else self.items or 'values'}"
             size = _bounds_phrase(self.min, self.max, "length")
             if size:
                 what += f" with {size}"
@@ -136,6 +157,8 @@ class ParamSpec:
             what = f"one of {list(self.choices)}"
         elif self.type == "bool":
             what = "a bool (True or False)"
+        elif self.kind:
+            what = f"text naming {SEMANTIC_TYPES[self.kind][0]}"
         else:
             article = "an" if self.type == "int" else "a"
             what = f"{article} {self.type}"
@@ -303,7 +326,7 @@ def parse_cli_params(spec: NotebookSpec, pairs: list[tuple[str, str]] | Mapping[
                 raise ParameterError(pname, p.expected() + " (YAML [a, b] or comma-separated a,b), not a mapping",
                                      text, spec.owner)
             else:
-                value = [_scalar(part, p, text, spec.owner) if p.items != "str" else part
+                value = [_scalar(part, p, text, spec.owner) if p.items != "str" and not p.kind else part
                          for part in (s.strip() for s in text.split(",")) if part]
         parsed[pname] = value
     return validate_params(spec, parsed)

@@ -1,6 +1,7 @@
 """Everything a run can check before its kernel starts, so a bad value fails in seconds, not minutes into a cell.
 
-:func:`preflight` resolves every device, opens every folder, score store and dataset the values point at, checks every
+:func:`preflight` resolves every device, opens every folder, score store and dataset the values point at (each
+parameter by the one function of its semantic type in the profiles file, :data:`CHECKS`), checks every
 size relation (:mod:`xenbench.harness.sizes`) and, for a run that scores a user's CE on demand (``model``), plans that
 scoring (:func:`plan_scoring`): whether the score cache holds the sample already and, if not, how long scoring takes
 at the rate the CE reaches here (:func:`xenbench.models.probe.probe_rate`), refused past the cell timeout.
@@ -11,36 +12,24 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xenbench.errors import DataError, ParameterError
+from xenbench.harness.params import ParamSpec
 from xenbench.harness.sizes import check_sizes, dataset_specs, in_folder, load_dataset_once, run_sample, store_names
 from xenbench.harness.spec import NotebookSpec, as_spec
 from xenbench.models.probe import duration  # numpy only: the scorer loads in probe_rate
 
-__all__ = ["DATASET_PARAMS", "DEVICE_PARAMS", "FOLDER_PARAMS", "CE_PARAMS", "FIRST_STAGE_PARAMS", "MODEL_ONLY",
-           "MODEL_OVERRIDES", "ce_name", "unused_params", "refuse_checkpoint", "check_ce_path", "check_extra_methods",
-           "check_first_stages", "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
+__all__ = ["CHECKS", "ce_name", "unused_params", "refuse_checkpoint", "check_ce_path", "check_extra_methods",
+           "check_typed", "check_requires", "replaced", "check_device_param", "check_folder_param",
+           "check_store_param", "check_model_param", "check_dataset_param", "check_first_stage_param",
+           "check_store_name", "preflight", "plan_scoring", "quiet_transformers"]
 
 log = logging.getLogger(__name__)
 
 
-#: Parameters holding dataset specs, devices, folders and CE folders, by name (the same names in every notebook):
-#: :func:`preflight` opens or resolves each before a kernel starts.
-DATASET_PARAMS = ("dataset", "datasets", "eval_datasets")
-DEVICE_PARAMS = ("device",)
-FOLDER_PARAMS = ("scores_dir", "bundled_scores")
-CE_PARAMS = ("ces",)
-#: Parameters naming first stages (``de``, ``tfidf``, ``bm25`` or ``run:<path>``): a run file is read and checked
-#: against the dataset by :func:`check_first_stages`.
-FIRST_STAGE_PARAMS = ("first_stage", "first_stages")
-#: Parameters that a non-empty ``model`` replaces: its on-demand scores stand in for the store ``scores_dir``/``ce``.
-MODEL_OVERRIDES = ("scores_dir", "ce")
-#: Parameters of a notebook with a ``model`` parameter that only a model uses: how it truncates its pairs (a store is read
-#: as it is; :func:`xenbench.studies.setup.load_setup` refuses it without a model).
-MODEL_ONLY = ("max_length",)
 _CE_EXPECTED = ("a cross-encoder folder: a xenbench folder (xenbench_ce.json) or a Hugging Face or "
                 "sentence-transformers folder (config.json), or a Hugging Face hub id org/name[@revision]")
 # An authors' Lightning checkpoint loads only with its base model (load_cross_encoder(path, base=...)), which no
@@ -58,19 +47,37 @@ def ce_name(model: str | os.PathLike[str]) -> str:
     return model_name(model)
 
 
+def replaced(p: ParamSpec, values: Mapping[str, Any]) -> bool:
+    """Whether parameter ``p`` is ``replaced_by`` a model that ``values`` set (its on-demand scores stand in for the
+    score store ``p`` names): such a parameter is neither checked nor used."""
+    return p.replaced_by is not None and bool(values.get(p.replaced_by))
+
+
 def unused_params(spec: NotebookSpec, values: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     """The parameters a run with ``values`` does not use, and why (one phrase), for the report's injected parameters.
 
-    With a non-empty ``model``, the store it replaces (:data:`MODEL_OVERRIDES`); without one, the sample sizes only a
-    model uses (:data:`MODEL_ONLY`) left at None (another value is an error the kernel reports, so it is shown).
-    A notebook without a ``model`` parameter uses every parameter: ``((), "")``.
+    With a non-empty ``model``, those it replaces (``replaced_by: model`` in the profiles file: the score store);
+    without one, those only a model uses (``requires: model``) left at None (another value is refused by
+    :func:`check_requires`, so it is shown). A notebook without such parameters uses every one: ``((), "")``.
     """
-    if "model" not in spec.params:
+    linked = [p for p in spec.params.values() if p.requires or p.replaced_by]
+    if not linked:
         return (), ""
-    if values.get("model"):
-        return tuple(n for n in MODEL_OVERRIDES if n in spec.params), "model replaces the score store"
-    unused = tuple(n for n in MODEL_ONLY if n in spec.params and values.get(n) is None)
+    gone = tuple(p.name for p in linked if replaced(p, values))
+    if gone:
+        return gone, f"{spec.params[gone[0]].replaced_by} replaces the score store"
+    unused = tuple(p.name for p in linked if p.requires and not values.get(p.requires) and values.get(p.name) is None)
     return unused, "only a model's sample uses them"
+
+
+def check_requires(spec: NotebookSpec, values: Mapping[str, Any]) -> None:
+    """Refuse a value for a parameter that ``requires: model`` when that model is empty (e.g. ``max_length``: it
+    truncates the pairs a model scores on demand; a precomputed store is read as it is). Cheap: called before the
+    kernel (:func:`preflight`) and in it (:func:`xenbench.harness.kernel.check_namespace`)."""
+    for p in spec.params.values():
+        if p.requires and not values.get(p.requires) and values.get(p.name) not in (None, "", []):
+            raise ParameterError(p.name, f"null unless {p.requires} is given (only a model's on-demand scoring uses "
+                                         f"it; a precomputed store is read as it is)", values[p.name], spec.owner)
 
 
 def refuse_checkpoint(value: Any, name: str, owner: str) -> None:
@@ -128,14 +135,144 @@ def check_ce_path(value: Any, name: str, owner: str) -> Path:
     return path
 
 
+def _each(value: Any) -> list[Any]:
+    """The values a parameter holds: a list's elements, a single value alone, none for None."""
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def check_device_param(spec: NotebookSpec, p: ParamSpec, values: Mapping[str, Any], loaded: dict[str, Any]) -> None:
+    """A ``device`` parameter resolves on this machine (:func:`xenbench._device.resolve_device`); ``auto`` and ``cpu``
+    always do, without importing torch."""
+    for value in _each(values[p.name]):
+        if value not in ("auto", "cpu"):
+            from xenbench._device import resolve_device
+
+            resolve_device(value, owner=spec.owner, param=p.name)
+
+
+def check_folder_param(spec: NotebookSpec, p: ParamSpec, values: Mapping[str, Any], loaded: dict[str, Any]) -> None:
+    """A ``folder`` parameter names an existing folder (relative to the notebook's folder); ``""`` is none."""
+    for value in _each(values[p.name]):
+        if value and not Path(value).is_dir():
+            raise ParameterError(p.name, "an existing folder (relative paths are read from notebooks/)", value,
+                                 spec.owner)
+
+
+def check_store_param(spec: NotebookSpec, p: ParamSpec, values: Mapping[str, Any], loaded: dict[str, Any]) -> None:
+    """A ``store`` parameter names score stores that open in the folder its ``in`` parameter holds
+    (:func:`check_store_name`); a list left None names every store there, of which there must be one."""
+    from xenbench.data.store import ScoreStore
+
+    folder = values[p.within]
+    listed = store_names(folder, values[p.name])  # None: every store in the folder
+    if not listed and values[p.name] is None:
+        raise ParameterError(p.within, "a folder holding score stores (xenbench score writes them)", folder, spec.owner)
+    for store in listed:
+        check_store_name(folder, store, spec.owner, param=p.name, folder_param=p.within)
+        ScoreStore.open(Path(folder) / store)
+
+
+def check_model_param(spec: NotebookSpec, p: ParamSpec, values: Mapping[str, Any], loaded: dict[str, Any]) -> None:
+    """A ``model`` parameter names a CE folder or hub id (:func:`check_ce_path`, which does not load it); ``""`` is
+    none (for ``model``: read the score store)."""
+    for value in _each(values[p.name]):
+        if value:
+            check_ce_path(value, p.name, spec.owner)
+
+
+def check_dataset_param(spec: NotebookSpec, p: ParamSpec, values: Mapping[str, Any], loaded: dict[str, Any]) -> None:
+    """A ``dataset`` parameter's specs open and parse (:func:`~xenbench.harness.sizes.dataset_specs`: the ``data``
+    section's parameter is a corpus); a malformed file fails naming its file and line, and the parameter."""
+    name = p.name
+    if not values.get(name):
+        return
+    text = values[name]
+    try:
+        for text in dataset_specs(spec, name, values[name]):
+            load_dataset_once(text, loaded)
+    except DataError as err:  # the file and line, and which parameter pointed there
+        raise DataError(err.path, f"{err.problem} (the {name!r} parameter of {spec.owner} is {text!r})",
+                        err.line) from None
+    except ParameterError as err:  # a loader's own parameter (a domain, a world): say whose value it is
+        raise ParameterError(name, f"dataset specs that open (wordnet-el:<domain>, beir:<folder>, "
+                                   f"zeshel:<root>:<world>); {text!r} does not: {err}", values[name],
+                             spec.owner) from None
+
+
+def check_first_stage_param(spec: NotebookSpec, p: ParamSpec, values: Mapping[str, Any],
+                            loaded: dict[str, Any]) -> None:
+    """Every first stage a ``first_stage`` parameter names is one (:func:`xenbench.models.retrievers.check_first_stage`),
+    and every run file among them reads and fits the dataset its ``in`` parameter names
+    (:func:`xenbench.data.trec.check_run`): its query and doc ids are the dataset's, and it ranks every query the
+    notebook ranks with it (00: the seeded sample of ``max_queries`` of ``eval_datasets``, which must then be one
+    dataset; 03, 04, 07: every query of ``dataset``, or with ``model`` the seeded sample that is scored). Relative paths
+    are read from the working directory (the notebook's folder under :func:`preflight`).
+
+    Raises
+    ------
+    ParameterError
+        A value that names no first stage, or a run with several datasets.
+    DataError
+        One line naming the run file (and line): a malformed line, an id the dataset lacks, a query it misses.
+    """
+    from xenbench.data.trec import check_run, read_trec_run
+    from xenbench.models.first_stages import check_first_stage, run_path
+
+    name = p.name
+    runs = [run_path(check_first_stage(s, name, spec.owner)) for s in _each(values[name])]
+    runs = [r for r in runs if r is not None]
+    if not runs:
+        return
+    texts = dataset_specs(spec, p.within, values[p.within])
+    if len(texts) != 1:
+        raise ParameterError(p.within, f"one dataset when {name} holds a run file (a run ranks one dataset's queries)",
+                             values[p.within], spec.owner)
+    ds = load_dataset_once(texts[0], loaded)
+    evaluated = _ranked_queries(spec, values, ds)
+    for path in runs:
+        if not path.exists() and not path.is_symlink():
+            where = "" if path.is_absolute() else (f"; relative paths are read from notebooks/: looked for "
+                                                   f"{Path.cwd() / path}")
+            raise DataError(path, f"no such file (a run file, the {name!r} parameter of {spec.owner}{where})")
+        check_run(read_trec_run(path), query_ids=ds.query_ids, evaluated=evaluated, item_ids=ds.item_ids,
+                  dataset=ds.name, param=name)
+
+
+#: The check of each semantic type (:data:`xenbench.harness.params.SEMANTIC_TYPES`) -> its one function, called on
+#: every parameter of that type (or list of it) in this order, cheapest first: a run file is read against its dataset.
+CHECKS: dict[str, Callable[[NotebookSpec, ParamSpec, Mapping[str, Any], dict[str, Any]], None]] = {
+    "device": check_device_param, "folder": check_folder_param, "store": check_store_param,
+    "model": check_model_param, "dataset": check_dataset_param, "first_stage": check_first_stage_param,
+}
+
+
+def check_typed(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any] | None = None,
+                kinds: Sequence[str] = tuple(CHECKS)) -> None:
+    """Check every parameter of a semantic type in ``kinds`` by its type's function (:data:`CHECKS`), in that order;
+    a parameter a set model replaces (:func:`replaced`) is skipped. Relative paths are read from the working
+    directory (the notebook's folder under :func:`preflight`); ``loaded`` keeps the datasets opened (spec -> dataset).
+
+    Raises
+    ------
+    ParameterError, DataError
+        One line naming the parameter (and the file and line, for a malformed dataset or run file).
+    """
+    loaded = {} if loaded is None else loaded
+    for kind in kinds:
+        for p in spec.params.values():
+            if p.kind == kind and not replaced(p, values):
+                CHECKS[kind](spec, p, values, loaded)
+
+
 def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mapping[str, Any], *,
               timeout: int | None = None, fit: bool = False) -> dict[str, int]:
     """Check a run against this machine and its data before a kernel starts; ``values`` are already validated.
 
-    Cheapest first: every device parameter (:data:`DEVICE_PARAMS`) resolves here; every folder
-    (:data:`FOLDER_PARAMS`; ``""`` skips) and score store exists and every CE folder (:data:`CE_PARAMS`) looks like
-    one; every dataset spec (:data:`DATASET_PARAMS`) opens and parses (a malformed file fails naming its file and
-    line); every size relation holds (:func:`~xenbench.harness.sizes.check_sizes`); with a non-empty ``model``, the
+    Cheapest first: a parameter that ``requires: model`` is null without one (:func:`check_requires`); every parameter
+    of a semantic type is checked by its type's function (:func:`check_typed`, :data:`CHECKS`): every device resolves
+    here; every folder (``""`` skips) and score store exists and every CE folder looks like one (a model's store is
+    not checked: ``replaced_by: model``); every dataset spec opens and parses (a malformed file fails naming its file
+    and line); every first stage is one, and its run file fits its dataset; every size relation holds (:func:`~xenbench.harness.sizes.check_sizes`); with a non-empty ``model``, the
     CE loads and the on-demand scoring is planned (:func:`plan_scoring`: one line with the pairs and the time they
     take, refused past ``timeout``). Relative paths are read from the notebook's folder, as the kernel does.
 
@@ -159,61 +296,15 @@ def preflight(name_or_spec: str | os.PathLike[str] | NotebookSpec, values: Mappi
                                     "max_queries and max_items to the cell timeout", True, spec.owner)
     loaded: dict[str, Any] = {}
     model = values.get("model") if "model" in spec.params else None
+    check_requires(spec, values)
     with in_folder(spec.path.parent):
-        for name in DEVICE_PARAMS:
-            if name in spec.params and values[name] not in ("auto", "cpu"):  # those two always resolve: no torch import
-                from xenbench._device import resolve_device
-
-                resolve_device(values[name], owner=spec.owner)
-        for name in FOLDER_PARAMS:
-            if values.get(name) and name in spec.params and not (model and name in MODEL_OVERRIDES):
-                if not Path(values[name]).is_dir():
-                    raise ParameterError(name, "an existing folder (relative paths are read from notebooks/)",
-                                         values[name], spec.owner)
-        stores = spec.data.get("store", [])
-        if not model and {"scores_dir", "ce"} <= set(spec.params) and not stores:  # 03/04 reading a store
-            stores = ["scores_dir", "ce"]
-        if stores:
-            from xenbench.data.store import ScoreStore
-
-            folder, names = (values[p] for p in stores)
-            listed = store_names(folder, names)  # None: every store in the folder
-            if not listed:
-                raise ParameterError(stores[0], "a folder holding score stores (xenbench score writes them)", folder,
-                                     spec.owner)
-            for store in listed:
-                check_store_name(folder, store, spec.owner, param=stores[1])
-                ScoreStore.open(Path(folder) / store)
-        for name in CE_PARAMS:
-            if name in spec.params and name not in stores:
-                for value in values[name]:
-                    check_ce_path(value, name, spec.owner)
-        if model:
-            check_ce_path(model, "model", spec.owner)
-        elif values.get("max_length") is not None and "max_length" in spec.params:
-            raise ParameterError("max_length", "null unless model is given (it truncates the pairs of the model "
-                                 "scored on demand; a precomputed store is read as it is)", values["max_length"],
-                                 spec.owner)
-        for name in DATASET_PARAMS:
-            if name in spec.params and values.get(name):
-                text = values[name]
-                try:
-                    for text in dataset_specs(spec, name, values[name]):
-                        load_dataset_once(text, loaded)
-                except DataError as err:  # the file and line, and which parameter pointed there
-                    raise DataError(err.path, f"{err.problem} (the {name!r} parameter of {spec.owner} is "
-                                              f"{text!r})", err.line) from None
-                except ParameterError as err:  # a loader's own parameter (a domain, a world): say whose value it is
-                    raise ParameterError(name, f"dataset specs that open (wordnet-el:<domain>, beir:<folder>, "
-                                               f"zeshel:<root>:<world>); {text!r} does not: {err}", values[name],
-                                         spec.owner) from None
-        if not fit:  # fitted sizes are checked once chosen
-            check_first_stages(spec, values, loaded)
+        # fitted sizes are checked once chosen: a run file must rank the sample --fit picks
+        check_typed(spec, values, loaded, kinds=[k for k in CHECKS if not (fit and k == "first_stage")])
         check_extra_methods(spec, values)
     if fit:
         plan_scoring(spec, values, timeout=timeout, _loaded=loaded, fit=True)
         with in_folder(spec.path.parent):
-            check_first_stages(spec, values, loaded)
+            check_typed(spec, values, loaded, kinds=["first_stage"])
         sizes = check_sizes(spec, values, _loaded=loaded)
         _log_scale(spec, values, sizes)
         return sizes
@@ -293,72 +384,30 @@ def check_extra_methods(spec: NotebookSpec, values: Mapping[str, Any]) -> None:
             sys.path.remove(here)
 
 
-def check_first_stages(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, Any] | None = None) -> None:
-    """Every first stage a run names is one (:func:`xenbench.models.retrievers.check_first_stage`), and every run
-    file among them reads and fits the dataset (:func:`xenbench.data.trec.check_run`): its query and doc ids are the
-    dataset's, and it ranks every query the notebook ranks with it (00: the seeded sample of ``max_queries`` of
-    ``eval_datasets``, which must then be one dataset; 03, 04, 07: every query of ``dataset``, or with ``model`` the
-    seeded sample that is scored). Relative paths are read from the working directory (the notebook's folder under
-    :func:`preflight`).
-
-    Raises
-    ------
-    ParameterError
-        A value that names no first stage, or a run with several evaluation datasets.
-    DataError
-        One line naming the run file (and line): a malformed line, an id the dataset lacks, a query it misses.
-    """
-    from xenbench.data.trec import check_run, read_trec_run
-    from xenbench.models.first_stages import check_first_stage, run_path
-
-    loaded = {} if loaded is None else loaded
-    for name in FIRST_STAGE_PARAMS:
-        if name not in spec.params:
-            continue
-        given = values[name] if isinstance(values[name], list) else [values[name]]
-        runs = [run_path(check_first_stage(s, name, spec.owner)) for s in given]
-        runs = [r for r in runs if r is not None]
-        if not runs:
-            continue
-        param = "eval_datasets" if "eval_datasets" in spec.params else spec.data.get("dataset", "dataset")
-        texts = dataset_specs(spec, param, values[param])
-        if len(texts) != 1:
-            raise ParameterError(param, f"one dataset when {name} holds a run file (a run ranks one dataset's "
-                                        "queries)", values[param], spec.owner)
-        ds = load_dataset_once(texts[0], loaded)
-        evaluated = _ranked_queries(spec, values, ds)
-        for path in runs:
-            if not path.exists() and not path.is_symlink():
-                where = "" if path.is_absolute() else (f"; relative paths are read from notebooks/: looked for "
-                                                       f"{Path.cwd() / path}")
-                raise DataError(path, f"no such file (a run file, the {name!r} parameter of {spec.owner}{where})")
-            check_run(read_trec_run(path), query_ids=ds.query_ids, evaluated=evaluated, item_ids=ds.item_ids,
-                      dataset=ds.name, param=name)
-
-
 def _ranked_queries(spec: NotebookSpec, values: Mapping[str, Any], ds: Any) -> list[str]:
-    """The ids of the queries a notebook ranks with its first stage (see :func:`check_first_stages`)."""
+    """The ids of the queries a notebook ranks with its first stage (see :func:`check_first_stage_param`)."""
     seed = values.get(spec.data.get("seed", "seed"), 0)
-    if "eval_datasets" in spec.params:  # 00: a seeded sample of the queries with gold
+    if "max_items" in spec.data:  # 03, 04, 07: the sample load_setup draws
+        return [ds.queries[r].id for r in run_sample(spec, values, ds).queries]
+    if "max_queries" in spec.params:  # 00: a seeded sample of the queries with gold
         from xenbench.data.datasets import sample_queries
 
         return [q.id for q in sample_queries(ds, values.get("max_queries"), seed)]
-    if "max_items" in spec.data:  # 03, 04, 07: the sample load_setup draws
-        return [ds.queries[r].id for r in run_sample(spec, values, ds).queries]
     return ds.query_ids
 
 
-def check_store_name(scores_dir: str, ce: str, owner: str, param: str = "ce") -> None:
+def check_store_name(scores_dir: str, ce: str, owner: str, param: str = "ce", folder_param: str = "scores_dir") -> None:
     """``ce`` names a score store folder in ``scores_dir`` (the bundled cls-ce, emb-ce, emb-ce-marker or a user's own):
-    refused before any work, naming the parameter ``param`` and listing the stores there. Used by
-    :func:`xenbench.harness.kernel.check_namespace` (in the kernel) and :func:`preflight` (before it)."""
+    refused before any work, naming the parameter ``param`` and listing the stores there (in the parameter
+    ``folder_param``). Used by :func:`check_store_param` (before the kernel) and
+    :func:`xenbench.harness.kernel.check_namespace` (in it)."""
     folder = Path(scores_dir)
     if (folder / ce / "zarr.json").is_file():
         return
     found = sorted(p.name for p in folder.iterdir() if (p / "zarr.json").is_file()) if folder.is_dir() else []
-    where = f"one of the score stores in scores_dir {scores_dir!r} ({', '.join(found)})" if found else (
-        f"a score store folder in scores_dir {scores_dir!r}, which holds none (score one with xenbench score, or pass "
-        "model to score on demand)")
+    where = f"one of the score stores in {folder_param} {scores_dir!r} ({', '.join(found)})" if found else (
+        f"a score store folder in {folder_param} {scores_dir!r}, which holds none (score one with xenbench score, or "
+        "pass model to score on demand)")
     raise ParameterError(param, where, ce, owner)
 
 

@@ -4,15 +4,21 @@ Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``noteb
 
     params:                       # every knob of the notebook's `parameters` cell
       n_candidates:
-        type: int                 # int | float | str | bool | list
+        type: int                 # int | float | str | bool | list, or a semantic type (below)
         min: 1                    # optional bounds (int, float; list: bounds of its length)
         max: 4096
         help: candidates per query
       max_queries: {type: int, min: 1, nullable: true}     # None allowed
       eval_domains: {type: list, items: str, choices: [noun.cognition, noun.food]}  # choices per element
       lambdas: {type: list, items: float, min: 1, item_min: 0, item_max: 1}    # bounds per element
-      dataset: {type: str, help: "wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>"}
+      dataset: {type: dataset, help: "wordnet-el:<domain>, beir:<folder> or zeshel:<root>:<world>"}
       k_values: {type: list, items: int, item_min: 1, at_most: items}   # each <= the data's items
+      first_stages: {type: list, items: first_stage, in: dataset}       # run:<path> files rank dataset's queries
+      scores_dir: {type: folder, replaced_by: model}      # unused (and not checked) when model is set
+      ce: {type: store, in: scores_dir, replaced_by: model}              # a score store in scores_dir
+      model: {type: model, help: "a CE folder or hub id scored on demand ('' = read scores_dir/ce)"}
+      max_length: {type: int, min: 1, nullable: true, requires: model}  # null unless model is set
+      device: {type: device}
     data:                         # the data that `at_most: items | queries` refers to (see harness.sizes)
       dataset: dataset            # a parameter holding a dataset spec (or `store: [folder_param, name_param]`)
       max_queries: max_queries    # optional parameters capping the sizes (a seeded sample)
@@ -21,9 +27,19 @@ Every notebook ``notebooks/<name>.ipynb`` has a profiles file beside it, ``noteb
       - {rule: "max(k_values) + n_candidates <= items", why: "an example relation"}
     profiles:
       quick: {n_candidates: 64, max_queries: 100, eval_domains: [noun.cognition], lambdas: [0.0, 0.5],
-              dataset: "wordnet-el:noun.cognition", k_values: [1, 10]}
+              dataset: "wordnet-el:noun.cognition", k_values: [1, 10], first_stages: [de, bm25],
+              scores_dir: ../data/scores/noun.cognition, ce: cls-ce, model: "", max_length: null, device: auto}
       full: {max_queries: null}   # other profiles override `quick`
       paper: {extends: full, lambdas: [0.0, 0.1, 0.5]}   # ... or the profile they extend
+
+**Semantic types** name what :func:`xenbench.harness.preflight.preflight` opens or resolves before the kernel, each
+checked by one function (``preflight.CHECKS``); their values are text, and ``items: <type>`` makes a list of them:
+``model`` (a CE folder, relative to notebooks/, or a hub id; ``""`` = none, read the store), ``first_stage`` (``de``,
+``tfidf``, ``bm25`` or ``run:<path>``, a run file checked against the queries of the dataset parameter named by
+``in``), ``dataset`` (a spec that must open), ``device`` (must exist here), ``folder`` (must exist; ``""`` = none) and
+``store`` (a score store in the folder parameter named by ``in``). ``requires: model`` marks a parameter only a set
+``model`` uses: without one it must be null and is listed as unused; ``replaced_by: model`` one that a set ``model``
+replaces (neither checked nor used then). Both name a ``model`` parameter of the file.
 
 ``quick`` (:data:`BASE_PROFILE`) lists every parameter with the value of the notebook's ``parameters`` cell
 (a test checks this): a notebook opened in JupyterLab runs it, in about a minute on 2 cores. ``full``
@@ -43,8 +59,8 @@ from typing import Any
 
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
-from xenbench.harness.params import (ITEM_TYPES, MAX_YAML_NODES, PARAM_TYPES, PROFILE_NAME, ParamSpec, YamlBoundError,
-                                     load_yaml, validate_params)
+from xenbench.harness.params import (ITEM_TYPES, MAX_YAML_NODES, PARAM_TYPES, PROFILE_NAME, SEMANTIC_TYPES, ParamSpec,
+                                     YamlBoundError, load_yaml, validate_params)
 
 __all__ = ["BASE_PROFILE", "FULL_PROFILE", "NOTEBOOKS_DIR", "SIZES", "Fit", "NotebookSpec", "list_notebooks",
            "notebook_path", "load_spec", "as_spec", "profile_values", "term_param"]
@@ -61,7 +77,10 @@ SIZES = ("items", "queries")
 #: The largest profiles file read (the repository's are a few KB); its values are bounded too (``MAX_YAML_NODES``).
 MAX_SPEC_BYTES = 1 << 20
 
-_SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "at_most", "help"}
+_SPEC_KEYS = {"type", "min", "max", "choices", "items", "item_min", "item_max", "nullable", "at_most", "help", "in",
+              "requires", "replaced_by"}
+#: What the ``in`` key of a semantic type names: the type of that other parameter (its elements', for a list).
+_IN = {"store": "folder", "first_stage": "dataset"}
 _DATA_KEYS = {"dataset", "store", "max_items", "max_queries", "model", "seed", "sized_by"}
 # ``sized_by``: a function of the studies layer that sizes a notebook's null parameters from its data.
 SIZED_BY = re.compile(r"xenbench\.studies(?:\.\w+)+:\w+")
@@ -170,7 +189,8 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
     if path.stat().st_size > MAX_SPEC_BYTES:
         raise DataError(path, f"larger than {MAX_SPEC_BYTES >> 20} MiB: a profiles file holds parameters and profiles")
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8"), max_nodes=MAX_YAML_NODES)
+        text = path.read_text(encoding="utf-8")
+        raw = load_yaml(text, max_nodes=MAX_YAML_NODES)
     except YamlBoundError as exc:
         raise DataError(path, f"refused: it holds {exc} (a profiles file holds parameters and profiles)") from None
     except yaml.YAMLError as exc:
@@ -183,8 +203,10 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
                               "and optionally 'data' and 'fits'")
 
     params: dict[str, ParamSpec] = {}
+    lines = _param_lines(text)
     for pname, spec in raw["params"].items():
-        params[pname] = _parse_param(path, pname, spec)
+        params[pname] = _parse_param(path, pname, spec, lines.get(pname))
+    _check_links(path, params, lines)
     data = _parse_data(path, raw.get("data"), params)
     fits = _parse_fits(path, raw.get("fits"), params, data)
 
@@ -224,42 +246,87 @@ def load_spec(notebook: str | os.PathLike[str]) -> NotebookSpec:
     return nb_spec
 
 
-def _parse_param(path: Path, name: Any, spec: Any) -> ParamSpec:
+def _param_lines(text: str) -> dict[str, int]:
+    """The line (1-based) of each parameter's name under ``params:`` in a profiles file's ``text`` (already read, so
+    valid and bounded YAML): where a refusal of that parameter's spec points."""
+    import yaml
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    params = next((v for k, v in getattr(root, "value", []) if getattr(k, "value", None) == "params"), None)
+    if not isinstance(params, yaml.MappingNode):
+        return {}
+    return {k.value: k.start_mark.line + 1 for k, _ in params.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _parse_param(path: Path, name: Any, spec: Any, line: int | None = None) -> ParamSpec:
     where = f"parameter {name!r}"
     if not isinstance(name, str) or not name.isidentifier() or name == "profile":
-        raise DataError(path, f"{where}: names must be Python identifiers other than 'profile'")
+        raise DataError(path, f"{where}: names must be Python identifiers other than 'profile'", line)
     if not isinstance(spec, dict) or spec.get("type") not in PARAM_TYPES:
-        raise DataError(path, f"{where}: expected a mapping with 'type' one of {list(PARAM_TYPES)}")
+        raise DataError(path, f"{where}: expected a mapping with 'type' one of {list(PARAM_TYPES)} (semantic types: "
+                              "xenbench/harness/spec.py)", line)
     unknown = sorted(set(spec) - _SPEC_KEYS)
     if unknown:
-        raise DataError(path, f"{where}: unknown keys {unknown}; allowed {sorted(_SPEC_KEYS)}")
+        raise DataError(path, f"{where}: unknown keys {unknown}; allowed {sorted(_SPEC_KEYS)}", line)
     kind = spec["type"]
     items = spec.get("items")
     if items is not None and (kind != "list" or items not in ITEM_TYPES):
-        raise DataError(path, f"{where}: 'items' is only for lists and must be one of {list(ITEM_TYPES)}")
+        raise DataError(path, f"{where}: 'items' is only for lists and must be one of {list(ITEM_TYPES)}", line)
     for key in ("item_min", "item_max"):
         if spec.get(key) is not None and (kind != "list" or items not in ("int", "float")):
-            raise DataError(path, f"{where}: {key!r} bounds the elements of an int or float list only")
+            raise DataError(path, f"{where}: {key!r} bounds the elements of an int or float list only", line)
     for key in ("min", "max", "item_min", "item_max"):
         bound = spec.get(key)
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
-            raise DataError(path, f"{where}: {key!r} must be a number")
-        if bound is not None and kind in ("str", "bool"):
-            raise DataError(path, f"{where}: {key!r} applies to int, float and list (length) parameters only")
+            raise DataError(path, f"{where}: {key!r} must be a number", line)
+        if bound is not None and (kind in ("str", "bool") or kind in SEMANTIC_TYPES):
+            raise DataError(path, f"{where}: {key!r} applies to int, float and list (length) parameters only", line)
     choices = spec.get("choices")
     if choices is not None and (not isinstance(choices, list) or not choices):
-        raise DataError(path, f"{where}: 'choices' must be a non-empty list")
+        raise DataError(path, f"{where}: 'choices' must be a non-empty list", line)
     if not isinstance(spec.get("nullable", False), bool) or not isinstance(spec.get("help", ""), str):
-        raise DataError(path, f"{where}: 'nullable' must be true/false and 'help' a string")
+        raise DataError(path, f"{where}: 'nullable' must be true/false and 'help' a string", line)
     at_most = spec.get("at_most")
     if at_most is not None and (at_most not in SIZES or not (kind == "int" or items == "int")):
-        raise DataError(path, f"{where}: 'at_most' must be one of {list(SIZES)}, on an int or int-list parameter")
+        raise DataError(path, f"{where}: 'at_most' must be one of {list(SIZES)}, on an int or int-list parameter",
+                        line)
+    for key in ("in", "requires", "replaced_by"):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            raise DataError(path, f"{where}: {key!r} must name another parameter", line)
     return ParamSpec(
         name=name, type=kind, min=spec.get("min"), max=spec.get("max"),
         choices=tuple(choices) if choices is not None else None, items=items,
         item_min=spec.get("item_min"), item_max=spec.get("item_max"),
         nullable=spec.get("nullable", False), at_most=at_most, help=spec.get("help", ""),
+        within=spec.get("in"), requires=spec.get("requires"), replaced_by=spec.get("replaced_by"),
     )
+
+
+def _check_links(path: Path, params: dict[str, ParamSpec], lines: dict[str, int]) -> None:
+    """The keys that name another parameter: ``in`` (a store's folder parameter, a first stage's dataset parameter;
+    required for those two types, refused on others), ``requires`` and ``replaced_by`` (a ``model`` parameter;
+    ``replaced_by`` on a folder or store only: what a model's on-demand scores stand in for)."""
+    for p in params.values():
+        where, line = f"parameter {p.name!r}", lines.get(p.name)
+        want = _IN.get(p.kind)
+        target = params.get(p.within) if p.within is not None else None
+        if want is None and p.within is not None:
+            raise DataError(path, f"{where}: 'in' is only for {sorted(_IN)} parameters (or lists of them)", line)
+        if want is not None and (target is None or target.kind != want or target.type == "list" and want == "folder"):
+            raise DataError(path, f"{where}: a {p.kind} parameter needs 'in: <a {want} parameter of this file>' (the "
+                                  f"{'folder it lives in' if want == 'folder' else 'dataset whose queries it ranks'}); "
+                                  f"got {p.within!r}", line)
+        for key in ("requires", "replaced_by"):
+            name = getattr(p, key)
+            if name is None:
+                continue
+            if name not in params or params[name].type != "model":
+                raise DataError(path, f"{where}: {key!r} must name a parameter of type model; got {name!r}", line)
+            if key == "replaced_by" and p.kind not in ("folder", "store"):
+                raise DataError(path, f"{where}: 'replaced_by' is for folder and store parameters (a model's "
+                                      f"on-demand scores replace a score store)", line)
+        if p.requires is not None and p.replaced_by is not None:
+            raise DataError(path, f"{where}: 'requires' and 'replaced_by' exclude each other", line)
 
 
 def _parse_data(path: Path, data: Any, params: dict[str, ParamSpec]) -> dict[str, Any]:
