@@ -317,7 +317,7 @@ def generated_blocks(results_dir: str | os.PathLike[str] = RESULTS_DIR,
                      models_dir: str | os.PathLike[str] | None = None,
                      root: str | os.PathLike[str] = REPO_ROOT) -> list[Block]:
     """Every block ``xenbench findings --write`` generates under ``root``: each notebook's findings
-    (docs/FINDINGS.md), the claims table (README.md) and the bundled-CE tables (docs/MODELS.md, from ``models_dir``,
+    (docs/FINDINGS.md), the claims table (README.md, and in full in docs/FINDINGS.md) and the bundled-CE tables (docs/MODELS.md, from ``models_dir``,
     default :data:`~xenbench.studies.findings.checkpoints.MODELS_DIR`)."""
     from xenbench.studies.findings import checkpoints, claims
 
@@ -326,7 +326,9 @@ def generated_blocks(results_dir: str | os.PathLike[str] = RESULTS_DIR,
     # claims table that reads it too.
     found = block(root / "docs" / "FINDINGS.md", results_dir)
     models = checkpoints.MODELS_DIR if models_dir is None else models_dir
-    return [found, claims.block(root / "README.md", results_dir), checkpoints.block(root / "docs" / "MODELS.md", models)]
+    return [found, claims.block(root / "README.md", results_dir), claims.full_block(root / "docs" / "FINDINGS.md",
+                                                                                   results_dir),
+            checkpoints.block(root / "docs" / "MODELS.md", models)]
 
 
 def write_docs(results_dir: str | os.PathLike[str] = RESULTS_DIR, models_dir: str | os.PathLike[str] | None = None,
