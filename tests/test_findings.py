@@ -33,7 +33,7 @@ def _doc_block() -> str:
 
 
 def test_docs_findings_agree_with_committed_results():
-    assert _doc_block() == findings.findings_section().strip("\n"), (
+    assert _doc_block() == findings.block(DOC).body.strip("\n"), (
         "docs/FINDINGS.md's findings disagree with notebooks/results/: run `xenbench findings --write`")
 
 
@@ -179,7 +179,8 @@ def test_write_docs_rewrites_only_the_blocks_of_every_file(tmp_path):
     assert all(changed for _, changed in findings.write_docs(results, root=root))
     readme, found, models = (root / rel for rel in before)
     text = found.read_text(encoding="utf-8")
-    assert text.startswith(f"# F\n{findings.BEGIN}\n**00_data**") and text.endswith(f"\n{findings.END}\n")
+    assert text.startswith(f"# F\n{findings.BEGIN}\n## The claims table in full\n") and text.endswith(f"\n{findings.END}\n")
+    assert "\n## Each notebook's findings\n\n**00_data**" in text
     assert "DE higher on 2" in text and "\nold\n" not in text
     text = readme.read_text(encoding="utf-8")
     assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{claims.END}\nafter\n")
