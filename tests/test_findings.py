@@ -33,7 +33,7 @@ def _doc_block() -> str:
 
 
 def test_docs_findings_agree_with_committed_results():
-    assert _doc_block() == findings.findings_section().strip("\n"), (
+    assert _doc_block() == findings.block(DOC).body.strip("\n"), (
         "docs/FINDINGS.md's findings disagree with notebooks/results/: run `xenbench findings --write`")
 
 
@@ -61,7 +61,7 @@ def test_committed_results_are_reference_runs_of_existing_notebooks(path):
 def test_every_docs_number_comes_from_a_results_file():
     # Each number in the block appears in the text rendered from the committed JSON (same test, other angle:
     # guards against a hand edit that happens to keep the block's first and last lines).
-    rendered = findings.findings_section()
+    rendered = findings.block(DOC).body  # the claims table's paper numbers come from its cited paper_values.json
     for number in re.findall(r"\d+\.\d+", _doc_block()):
         assert number in rendered
 
@@ -179,7 +179,8 @@ def test_write_docs_rewrites_only_the_blocks_of_every_file(tmp_path):
     assert all(changed for _, changed in findings.write_docs(results, root=root))
     readme, found, models = (root / rel for rel in before)
     text = found.read_text(encoding="utf-8")
-    assert text.startswith(f"# F\n{findings.BEGIN}\n**00_data**") and text.endswith(f"\n{findings.END}\n")
+    assert text.startswith(f"# F\n{findings.BEGIN}\n## The claims table in full\n") and text.endswith(f"\n{findings.END}\n")
+    assert "\n## Each notebook's findings\n\n**00_data**" in text
     assert "DE higher on 2" in text and "\nold\n" not in text
     text = readme.read_text(encoding="utf-8")
     assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{claims.END}\nafter\n")

@@ -309,15 +309,21 @@ def findings_section(results_dir: str | os.PathLike[str] = RESULTS_DIR) -> str:
 
 
 def block(path: str | os.PathLike[str], results_dir: str | os.PathLike[str] = RESULTS_DIR) -> Block:
-    """:func:`findings_section` as the generated block of the file ``path`` (docs/FINDINGS.md)."""
-    return Block(Path(path), BEGIN, END, findings_section(results_dir), "findings section", str(results_dir))
+    """The generated block of the file ``path`` (docs/FINDINGS.md): the claims table in full
+    (:func:`~xenbench.studies.findings.claims.claims_table`, whose verdicts README.md shows), then
+    :func:`findings_section`."""
+    from xenbench.studies.findings import claims
+
+    body = (f"## The claims table in full\n\n{claims.claims_table(results_dir, full=True)}\n\n"
+            f"## Each notebook's findings\n\n{findings_section(results_dir)}")
+    return Block(Path(path), BEGIN, END, body, "findings section", str(results_dir))
 
 
 def generated_blocks(results_dir: str | os.PathLike[str] = RESULTS_DIR,
                      models_dir: str | os.PathLike[str] | None = None,
                      root: str | os.PathLike[str] = REPO_ROOT) -> list[Block]:
     """Every block ``xenbench findings --write`` generates under ``root``: each notebook's findings
-    (docs/FINDINGS.md), the claims table (README.md) and the bundled-CE tables (docs/MODELS.md, from ``models_dir``,
+    (docs/FINDINGS.md, headed by the claims table in full), the claims table (README.md) and the bundled-CE tables (docs/MODELS.md, from ``models_dir``,
     default :data:`~xenbench.studies.findings.checkpoints.MODELS_DIR`)."""
     from xenbench.studies.findings import checkpoints, claims
 
