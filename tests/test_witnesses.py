@@ -61,8 +61,9 @@ def _rank_computed_once():
 def test_the_committed_results_hold_with_todays_code(capsys, ccsa_trained_once):
     """`make test`'s check of the committed results, `xenbench findings --verify` as the CLI runs it: here, so that it
     runs on one pytest-xdist worker while the others test (and shares 02's cells with the tests below; tests/test_tamper.py
-    follows it on the same worker and reuses 06's λ = 0 model: ``ccsa_trained_once``)."""
-    code = main(["findings", "--verify"])
+    follows it on the same worker and reuses 06's λ = 0 model: ``ccsa_trained_once``). One process (--jobs 1): the
+    shared cells live in this one, and under `make test` the other cores run the other workers' tests."""
+    code = main(["findings", "--verify", "--jobs", "1"])
     out, err = capsys.readouterr()
     assert code == 0, err[-4000:]
     assert "hold with today's code" in out
@@ -134,6 +135,51 @@ def test_a_changed_committed_value_fails_verify_even_with_regenerated_docs(tmp_p
     shutil.copy(RANK_FILE, results / RANK_FILE.name)  # the committed file itself passes
     assert main(["findings", "--verify", "--results-dir", str(results)]) == 0
     assert "hold with today's code" in capsys.readouterr().out
+
+
+def _log_lines(lines: list[str]) -> list[str]:
+    """Log lines of verify without their seconds (which differ between two runs)."""
+    return [re.sub(r", [0-9.]+ s$", "", line) for line in lines]
+
+
+def test_parallel_verify_gives_the_witnesses_and_lines_of_one_process():
+    """--jobs: the files spread over processes give the same witnesses, in the same order, and the same log lines
+    (each file's, in file order) as one process; the cheap checks of five files keep it short (about 2 CPU-s a run,
+    and the workers' imports)."""
+    names = ["02_rank_cls_vs_emb", "05_pefa_lambda", "06_ccsa_balance"]
+    runs = {}
+    for jobs in (1, 2):
+        lines: list[str] = []
+        runs[jobs] = witnesses.verify(notebooks=names, checks=("inputs", "records"), log=lines.append, jobs=jobs), lines
+    (one, one_lines), (two, two_lines) = runs[1], runs[2]
+    assert len(one) > 1000 and {w.notebook for w in one} == set(names)
+    assert list(map(repr, two)) == list(map(repr, one))  # repr: a NaN value equals itself
+    assert _log_lines(two_lines) == _log_lines(one_lines)
+    assert [line.split(":")[0] for line in one_lines if "witnesses (" in line] == [
+        f"{name}.{profile}.results.json" for name, profile in [(names[0], "full"), (names[1], "full"),
+                                                               (names[2], "full"), (names[2], "large"),
+                                                               (names[2], "regime")]]
+
+
+def test_an_error_in_a_verify_process_is_the_one_line_of_one_process(tmp_path, capsys):
+    """A file whose witnesses cannot read their cells fails with the same error line whether it was checked in this
+    process or in a worker (xenbench's errors survive pickling); a malformed file fails before any worker starts."""
+    for name in ("02_rank_cls_vs_emb", "03_adacur_rounds"):
+        doc = json.loads((findings.RESULTS_DIR / f"{name}.full.results.json").read_text(encoding="utf-8"))
+        del doc["results"]["params"]
+        (tmp_path / f"{name}.full.results.json").write_text(json.dumps(doc), encoding="utf-8")
+    errors = []
+    for jobs in ("1", "2"):
+        assert main(["findings", "--verify", "--results-dir", str(tmp_path), "--jobs", jobs]) == 2
+        errors.append(capsys.readouterr().err.strip().splitlines()[-1])
+    assert errors[0] == errors[1] and "02_rank_cls_vs_emb.full.results.json: lacks what its witnesses read" in errors[0]
+    (tmp_path / "04_axn_lambda.full.results.json").write_text("{", encoding="utf-8")  # read before any witness runs
+    assert main(["findings", "--verify", "--results-dir", str(tmp_path), "--jobs", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "04_axn_lambda.full.results.json" in err[-1] and not any("witnesses (" in line for line in err)
+    assert main(["findings", "--verify", "--results-dir", str(tmp_path), "--jobs", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("xenbench: error: The '--jobs' parameter of xenbench findings must be "
+                                               "an int >= 1. Got 0 instead.")
 
 
 def test_a_results_file_without_the_witnessed_cells_is_one_clear_error(tmp_path, capsys):

@@ -426,7 +426,11 @@ def _findings(args: argparse.Namespace) -> int:
     if args.verify:
         from xenbench.studies import witnesses
 
-        found = witnesses.verify(results_dir, log=lambda line: print(line, file=sys.stderr))
+        from xenbench._validation import check_int
+
+        jobs = check_int(args.jobs, "--jobs", 1, None, "xenbench findings", allow_none=True, expected="an int >= 1")
+        found = witnesses.verify(results_dir, log=lambda line: print(line, file=sys.stderr),
+                                 jobs=witnesses.default_jobs() if jobs is None else jobs)
         for line in witnesses.describe(found):
             print(f"xenbench: error: {line}", file=sys.stderr)
         n_bad = sum(not w.ok for w in found)
@@ -571,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "summary re-derived from the file's own records, and each notebook's witness cells recomputed "
                            "from the stores with today's code; exit 1 naming every cell that no longer matches "
                            "(xenbench.studies.witnesses)")
+    f.add_argument("--jobs", type=int, default=None,
+                   help="with --verify: results files checked at once, one process each (default: the cores here)")
     f.set_defaults(func=_findings)
 
     n = sub.add_parser("notebooks", help="the tracked notebooks in the normalized form JupyterLab's saves keep")

@@ -74,8 +74,22 @@ def bounded_repr(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
     return "".join(parts)
 
 
+def _rebuilt(cls: type, message: str, state: dict) -> Exception:
+    """An error of ``cls`` with ``message`` and attributes ``state``, its ``__init__`` not called (unpickling)."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
 class XenbenchError(Exception):
     """Base class of every error xenbench raises on purpose."""
+
+    def __reduce__(self) -> tuple:
+        # Its subclasses' __init__ takes other arguments than the message they pass on, so the default pickling
+        # (cls(*args)) fails: an error raised in a worker process (witnesses.verify's, a sweep's) would not reach the
+        # parent. Rebuilt from the message and the attributes instead.
+        return _rebuilt, (type(self), str(self), dict(self.__dict__))
 
 
 class DataError(XenbenchError, ValueError):

@@ -53,8 +53,8 @@ import pandas as pd
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
 
-__all__ = ["Witness", "WITNESSED", "extra_runs", "witness_seed", "register", "registered", "witnesses", "verify",
-           "describe"]
+__all__ = ["Witness", "WITNESSED", "default_jobs", "extra_runs", "witness_seed", "register", "registered",
+           "witnesses", "verify", "describe"]
 
 #: Relative paths in a notebook's parameters are relative to the notebook's folder (its kernel's working directory).
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -246,8 +246,71 @@ def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
 CHECKS = ("inputs", "records", "stores")
 
 
+def _verify_file(path: Path, doc: Mapping[str, Any], checks: tuple[str, ...], cache: dict,
+                 log: Callable[[str], None] | None) -> list[Witness]:
+    """The witnesses of one results file ``path`` read as ``doc`` (:func:`verify`'s work per file), its lines
+    logged."""
+    from xenbench.studies import records
+
+    profile = path.name.split(".")[-3]
+    start = time.perf_counter()
+    found: list[Witness] = []
+    try:
+        if "inputs" in checks:
+            found += input_witnesses(doc, cache=cache, log=log)
+        if "records" in checks:
+            found += records.rederive(doc)
+        if "stores" in checks and profile in PROFILES:
+            found += witnesses(doc)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError, ZeroDivisionError) as err:
+        if isinstance(err, DataError):  # already names its file (an input, a store)
+            raise
+        # a results file without the cells its witnesses read, or with values of another type
+        raise DataError(path, f"lacks what its witnesses read ({type(err).__name__}: {str(err)[:200]}); re-run "
+                              "the notebook") from None
+    if log is not None:
+        for gap in records.unwitnessed(doc):
+            log(f"{path.name}: unwitnessed: {gap}")
+        bad = sum(not w.ok for w in found)
+        by = ", ".join(f"{sum(w.source == s for w in found)} {s}" for s in SOURCES if any(w.source == s for w in found))
+        log(f"{path.name}: {len(found)} witnesses ({by}), {bad} mismatched, {time.perf_counter() - start:.1f} s")
+    return found
+
+
+def _start_worker(seed: int, blas_threads: int) -> None:
+    """A :func:`verify` worker process: the parent's witness seed (the same runs drawn as it logged) and its share of
+    the cores for BLAS (torch's count is set per file, to the run's recorded one: :func:`witnesses`)."""
+    import os
+
+    from threadpoolctl import threadpool_limits
+
+    os.environ[WITNESS_SEED_ENV] = str(seed)
+    threadpool_limits(blas_threads)
+
+
+def _verify_in_worker(path: Path, doc: Mapping[str, Any], checks: tuple[str, ...]) -> tuple[list[Witness], list[str]]:
+    """:func:`_verify_file` in a worker: its witnesses and its log lines (an error reaches the parent as raised:
+    xenbench's errors survive pickling, :class:`xenbench.errors.XenbenchError`)."""
+    lines: list[str] = []
+    return _verify_file(path, doc, checks, {}, lines.append), lines
+
+
+#: Notebooks whose witnesses take longest, started first by a parallel :func:`verify` (so that no process is left
+#: running one of them while the others have nothing to do): 06's trains two CCSA models and embeds its corpus, 194 of
+#: the ~350 CPU-s of a whole verify on 2 cores (02's: 25 CPU-s).
+SLOWEST_FIRST = ("06_ccsa_balance",)
+
+
+def default_jobs() -> int:
+    """Processes :func:`verify` runs at once by default (``xenbench findings --verify``): the cores this process may
+    use."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None = None,
-           log: Callable[[str], None] | None = None, checks: tuple[str, ...] = CHECKS) -> list[Witness]:
+           log: Callable[[str], None] | None = None, checks: tuple[str, ...] = CHECKS, jobs: int = 1) -> list[Witness]:
     """Check every committed ``<name>.<profile>.results.json`` of the README's profiles in ``results_dir``.
 
     Parameters
@@ -257,24 +320,31 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
     notebooks
         Only these notebooks (default: all with witnesses).
     log
-        Called with one line per results file (its witness count and seconds) and one per note.
+        Called with one line per results file (its witness count and seconds) and one per note, in file order.
     checks
         Which of :data:`CHECKS`: ``"inputs"`` (each recorded input digest against the checkout,
         :func:`input_witnesses`), ``"records"`` (every summary re-derived from the file's own records,
         :func:`xenbench.studies.records.rederive`), ``"stores"`` (the notebook's witness cells recomputed from the
         stores with today's code, :func:`witnesses`; files of :data:`PROFILES` only).
+    jobs
+        Results files checked at once, each in a process of its own (spawned: it imports xenbench afresh); 1: one
+        after the other in this process. The files' witnesses are independent, so any ``jobs`` gives the same
+        witnesses in the same order. Each process keeps BLAS to its share of the cores (cores // jobs, at least 1);
+        torch runs at each file's recorded thread count (:func:`witnesses`) whatever ``jobs`` is, so the recomputed
+        values do not depend on it.
 
     Returns
     -------
     list of Witness
         All of them; the caller fails on any ``not w.ok``.
     """
-    from xenbench.studies import records
+    from xenbench._validation import check_int
     from xenbench.studies.findings import README_PROFILES, RESULTS_DIR, load_results
 
     unknown_checks = sorted(set(checks) - set(CHECKS))
     if unknown_checks or not checks:
         raise ParameterError("checks", f"a non-empty subset of {CHECKS}", checks, "verify")
+    jobs = check_int(jobs, "jobs", 1, None, "verify")
     folder = Path(results_dir) if results_dir is not None else RESULTS_DIR
     if not folder.is_dir():
         raise DataError(folder, "no such folder of results files: nothing to verify")
@@ -282,38 +352,41 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
         unknown = sorted(set(notebooks) - set(_REGISTRY))
         if unknown:
             raise ParameterError("notebooks", f"notebooks with witnesses ({sorted(_REGISTRY)})", unknown, "verify")
-    out: list[Witness] = []
-    cache: dict = {}
     if log is not None and "stores" in checks:
         log(f"witness seed {witness_seed()} draws the runs recomputed besides the first ({WITNESS_SEED_ENV}="
             f"{witness_seed()} draws them again)")
+    docs = {}  # every file read and checked before any witness runs: a malformed one fails at once
     for path in sorted(folder.glob("*.results.json")):
         name, profile = path.name.split(".")[0], path.name.split(".")[-3]
-        if profile not in README_PROFILES or name not in _REGISTRY or (notebooks is not None and name not in notebooks):
-            continue
-        start = time.perf_counter()
-        doc = load_results(path)
-        found: list[Witness] = []
-        try:
-            if "inputs" in checks:
-                found += input_witnesses(doc, cache=cache, log=log)
-            if "records" in checks:
-                found += records.rederive(doc)
-            if "stores" in checks and profile in PROFILES:
-                found += witnesses(doc)
-        except (KeyError, TypeError, IndexError, ValueError, AttributeError, ZeroDivisionError) as err:
-            if isinstance(err, DataError):  # already names its file (an input, a store)
+        if profile in README_PROFILES and name in _REGISTRY and (notebooks is None or name in notebooks):
+            docs[path] = load_results(path)
+    out: list[Witness] = []
+    if jobs == 1 or len(docs) < 2:
+        cache: dict = {}  # input digests shared by the files (the same dataset or model read by several notebooks)
+        for path, doc in docs.items():
+            out += _verify_file(path, doc, checks, cache, log)
+    else:
+        import concurrent.futures
+        import multiprocessing
+
+        jobs = min(jobs, len(docs))
+        # spawn, not fork: a forked child of a process that has run torch or OpenMP code can hang in its thread pools
+        with concurrent.futures.ProcessPoolExecutor(
+                jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                initargs=(witness_seed(), max(1, default_jobs() // jobs))) as pool:
+            first = sorted(docs, key=lambda p: p.name.split(".")[0] not in SLOWEST_FIRST)  # a stable sort
+            submitted = {path: pool.submit(_verify_in_worker, path, docs[path], tuple(checks)) for path in first}
+            futures = [submitted[path] for path in docs]
+            try:
+                for future in futures:  # in file order: the same witnesses and lines as one process gives
+                    found, lines = future.result()
+                    for line in lines if log is not None else ():
+                        log(line)
+                    out += found
+            except BaseException:
+                for future in futures:  # the first error ends the check: the files not started are not run
+                    future.cancel()
                 raise
-            # a results file without the cells its witnesses read, or with values of another type
-            raise DataError(path, f"lacks what its witnesses read ({type(err).__name__}: {str(err)[:200]}); re-run "
-                                  "the notebook") from None
-        out += found
-        if log is not None:
-            for gap in records.unwitnessed(doc):
-                log(f"{path.name}: unwitnessed: {gap}")
-            bad = sum(not w.ok for w in found)
-            by = ", ".join(f"{sum(w.source == s for w in found)} {s}" for s in SOURCES if any(w.source == s for w in found))
-            log(f"{path.name}: {len(found)} witnesses ({by}), {bad} mismatched, {time.perf_counter() - start:.1f} s")
     if not out:
         raise DataError(folder, f"no results file with witnesses ({', '.join(README_PROFILES)} profiles of "
                                 f"{sorted(notebooks or _REGISTRY)}): nothing was verified")
