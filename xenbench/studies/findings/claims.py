@@ -518,7 +518,9 @@ def _judge_recall_lambda(docs: Docs) -> Judgement | None:
             a = test[test["reg"] == hi_reg].set_index("seed")
             b = test[test["reg"] == lo_reg].set_index("seed")
             label = f"{profile}, {objective}, {int(results.get('n_items', 0)):,} items"
-            for col, measure in (("gold_recall", "gold Recall@k"), ("recall", "Top-k-Recall")):
+            # Ours is Recall@k (k = 10) of the probed lists, not the paper's Recall@1000: the name says which k.
+            k, m = (int(results.get("params", {}).get(n, d)) for n, d in (("k", 10), ("m", 100)))
+            for col, measure in (("gold_recall", f"gold Recall@{k} (not @1000)"), ("recall", f"Top-{k}-Recall@{m}")):
                 d = (a[col] - b.loc[a.index, col]).to_numpy(np.float64)
                 mean, lo, hi = _interval(d)
                 outcome = (None if d.size < 2 else HOLDS if lo > 0 else NOT_HOLD if hi < 0 else NOT_SHOWN)
