@@ -120,9 +120,9 @@ def test_a_changed_result_changes_its_row():
         if c["challenger"] == ada:
             c["verdict"] = "loses"
     assert _row(docs, "ADACUR", "beats ANNCUR") == _row(DOCS, "ADACUR", "beats ANNCUR")
-    for r in docs["03_adacur_rounds.full"]["test_at_dev_choice"]:  # every run of ADACUR 0.5 lower: it trails
+    for r in docs["03_adacur_rounds.full"]["runs"]:  # every run of ADACUR 0.5 lower: it trails
         if r["method"] == ada:
-            r["recall"] -= 0.5
+            r["value"] -= 0.5
     row = _row(docs, "ADACUR", "beats ANNCUR")
     assert row["verdict"].startswith("does not hold (trails at 5 of 5 cells)")
     assert _row(docs, "ADACUR", "re-ranking") == _row(DOCS, "ADACUR", "re-ranking")  # the other rows stay

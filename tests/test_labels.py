@@ -189,7 +189,7 @@ def test_axn_protocol_labels_and_their_comparisons(small):
     assert labels.loc[labels["method"] == "DE re-rank", "dev_value"].isna().all()  # nothing to choose
     # the first stage's ranking is AXN DE's first round and DE re-rank's list
     sp0 = splits[0]
-    rr = labels[(labels["method"] == "DE re-rank") & (labels["split"] == sp0.seed) & (labels["budget"] == 10)].iloc[0]
+    rr = labels[(labels["method"] == "DE re-rank") & (labels["split_seed"] == sp0.seed) & (labels["budget"] == 10)].iloc[0]
     _, I = rerank_baseline(BudgetCounter(M[sp0.test], 10), np.argsort(-first[sp0.test], axis=1, kind="stable"), 10)
     assert np.array_equal(rr["ranked"], I)
     comp = axn_paired_comparisons(labels[labels["measure"].isin(["Success@1", "nDCG@10"])], cell="measure")

@@ -99,7 +99,7 @@ def adacur_results():
     pairs = [(ex.METHODS["adacur_nosplit"], ex.METHODS["anncur"])]
     return {"protocol": {"alpha": 0.05}, "summary": ex.adacur_protocol_summary(test).to_dict("records"),
             "comparisons": ex.adacur_paired_comparisons(test, pairs=pairs).to_dict("records"),
-            "seed_spread": ex.seed_spread(test).to_dict("records"), "test_at_dev_choice": per_run, "test_rows": rows}
+            "seed_spread": ex.seed_spread(test).to_dict("records"), "runs": per_run, "test_rows": rows}
 
 
 def test_03_summaries_and_paired_tests_re_derive_from_the_saved_per_query_records(adacur_results):
@@ -113,12 +113,12 @@ def test_03_summaries_and_paired_tests_re_derive_from_the_saved_per_query_record
 
 def test_03_a_tampered_per_query_record_or_summary_is_named(adacur_results):
     tampered = copy.deepcopy(adacur_results)
-    run = tampered["test_at_dev_choice"][0]
+    run = tampered["runs"][0]
     values = records.unpack_array(run["per_query"])
     values[0] = 1.0 - values[0]
     run["per_query"] = records._pack_array(values)
     bad = _bad("03_adacur_rounds", tampered)
-    assert any("recall:" in line and f"split_seed={run['split_seed']}" in line for line in bad)  # the run's recall
+    assert any("value:" in line and f"split_seed={run['split_seed']}" in line for line in bad)  # the run's recall
     assert any(line.startswith("03_adacur_rounds: comparisons [") and "] mean:" in line for line in bad)
     tampered = copy.deepcopy(adacur_results)
     tampered["comparisons"][0]["p_wilcoxon"] *= 3  # a p-value no arithmetic of its row can check
@@ -135,7 +135,7 @@ def test_04_summaries_and_paired_tests_re_derive_from_the_saved_per_query_record
     splits = query_splits(M.shape[0], 30, 20, [0, 1], max_test=40)
     runs, dev = axn.axn_protocol_runs(M, splits, V, U, seeds=[0, 1], lambdas=[0.0, 0.5], budgets=[20], k_values=[1, 5],
                                   n_rounds=2, progress=False, device="cpu")
-    per_run, rows = records.pack_runs(runs, split="split")
+    per_run, rows = records.pack_runs(runs, split="split_seed")
     results = {"summary": axn.axn_protocol_summary(runs).to_dict("records"),
                "comparisons": axn.axn_paired_comparisons(runs, pairs=[("AXN, tuned λ", "AXN, λ = 0")]).to_dict("records"),
                "runs": per_run, "test_rows": rows}
@@ -188,7 +188,6 @@ def test_07_summary_best_and_comparisons_re_derive_from_the_saved_runs():
     splits = query_splits(M.shape[0], 30, 20, [0, 1], max_test=40)
     runs = ex.chosen_on_dev(ex.adacur_protocol_runs(M, splits, [0, 1], [20, 40], methods=["anncur", "adacur_nosplit"],
                                              k_values=[1, 10], n_rounds=2, device="cpu"))
-    runs = runs.rename(columns={"n_anchor_items": "setting"})
     seconds = pd.DataFrame([{"method": m, "budget": b, "search_s": 0.001 * b} for m in runs["method"].unique()
                             for b in (20, 40)])
     summary = compare.compare_summary(runs, seconds, 0.01)
@@ -208,7 +207,7 @@ def test_unwitnessed_lists_what_a_committed_file_lacks_until_its_re_run():
     doc = findings.load_results(findings.RESULTS_DIR / "07_compare_methods.full.results.json")
     # the committed file was written with its per-run records: only what verify does not recompute is listed
     assert records.unwitnessed(doc) == [f"not recomputed from the inputs: {records.NOT_RECOMPUTED['07_compare_methods']}"]
-    doc["results"]["runs"] = [{"recall": 1.0}]  # a file written before the notebooks saved per-query records
+    doc["results"]["runs"] = [{"value": 1.0}]  # a file written before the notebooks saved per-query records
     assert "no per-run records: re-run 07" in records.unwitnessed(doc)[0]
     rank = findings.load_results(findings.RESULTS_DIR / "02_rank_cls_vs_emb.full.results.json")
     assert records.unwitnessed(rank) == []  # every grid cell, rank and skew is a witness

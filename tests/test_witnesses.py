@@ -268,7 +268,7 @@ def test_a_changed_method_constant_is_named_with_the_results_it_moves(monkeypatc
 #: notebook, fails the pin below; removing a witness block from a notebook's function fails --verify (next test).
 PINNED_WITNESSED = {
     "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
-    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("runs", "budget_rules"),
     "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
     "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
     "07_compare_methods": ("summary",),

@@ -423,6 +423,13 @@ def _findings(args: argparse.Namespace) -> int:
     from xenbench.studies import findings
 
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
+    if args.migrate:
+        from xenbench.studies.records import migrate_file
+
+        for path in sorted(results_dir.glob("*.results.json")):
+            if migrate_file(path):
+                print(f"{path}: migrated to the one record schema (xenbench.studies.records.RunRecord)")
+        return 0
     if args.verify:
         from xenbench.studies import witnesses
 
@@ -571,6 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "summary re-derived from the file's own records, and each notebook's witness cells recomputed "
                            "from the stores with today's code; exit 1 naming every cell that no longer matches "
                            "(xenbench.studies.witnesses)")
+    mode.add_argument("--migrate", action="store_true",
+                      help="rewrite the results files of notebooks 03, 04 and 07 written under older record schemas "
+                           "into the one schema (xenbench.studies.records.migrate_results): renames only, no number "
+                           "changes, the results digest bound again after checking it held; re-runnable")
     f.set_defaults(func=_findings)
 
     n = sub.add_parser("notebooks", help="the tracked notebooks in the normalized form JupyterLab's saves keep")

@@ -27,6 +27,7 @@ from xenbench.methods.trace import RoundTrace, trace_from_result
 from xenbench.metrics import LABEL_MEASURES, mean_se, recall_under_budget
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 from xenbench.studies.methods import REGISTRY, SPLIT_FRACTIONS, SplitState
+from xenbench.studies.records import as_comparison
 
 __all__ = ["AXN_LABEL_MEASURES", "AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
            "axn_protocol_summary", "axn_round_trace"]
@@ -215,14 +216,15 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     Returns
     -------
     runs : DataFrame
-        One row per (split, seed, method, budget, k) on the test rows: ``lam`` (NaN for baselines),
-        ``recall``, ``recall_se`` (over queries), ``n_test_queries``, ``rows`` and ``per_query`` (arrays).
-        Deterministic methods have rows for the first seed only.
+        The run records (:class:`xenbench.studies.records.RunRecord`), one per (split_seed, anchor_seed = ``seed``,
+        method, budget, k) on the test rows: ``setting`` = λ (NaN for baselines), ``value`` / ``value_se`` (the test
+        recall over queries), ``dev_value`` (the dev recall at the chosen λ; NaN where λ was not chosen on dev),
+        ``n_queries``, ``per_query``, and the test ``rows``. Deterministic methods have rows for the first seed only.
     dev : DataFrame
         The dev λ sweeps, one per split and method (and per seed for MF-IND): :func:`axn_lambda_sweep` frames with
-        ``split`` and ``seed`` columns.
+        ``split_seed`` and ``anchor_seed`` columns.
     label_runs : DataFrame
-        With ``labels`` only: one row per (split, seed, method, budget, measure) with the columns of
+        With ``labels`` only: one record per (split_seed, anchor_seed, method, budget, measure) with the columns of
         :data:`xenbench.studies.labels.LABEL_COLUMNS` (``setting`` = the λ chosen by nDCG@10; NaN for the baselines).
     """
     from tqdm.auto import tqdm
@@ -252,19 +254,20 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     n_steps = len(splits) * (len(seeds) * (2 if mf_epochs else 1) + 2)
     bar = tqdm(total=n_steps, desc="04 protocol (split × method × seed)", disable=not progress)
 
-    def add(split, seed, method, budget, lam, test, recalls):
+    def add(split, seed, method, budget, lam, test, recalls, dev_values=None):
         for k, r in recalls.items():
             recall, se = mean_se(r)
-            runs.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
-                         "k": int(k), "lam": float(lam), "recall": recall, "recall_se": se,
-                         "n_test_queries": int(r.size), "rows": test, "per_query": r})
+            runs.append({"split_seed": int(split.seed), "anchor_seed": int(seed), "method": method,
+                         "budget": int(budget), "k": int(k), "setting": float(lam), "value": recall, "value_se": se,
+                         "dev_value": float((dev_values or {}).get(k, np.nan)), "n_queries": int(r.size),
+                         "per_query": r, "rows": test})
 
     def add_labels(split, seed, method, budget, settings, dev_lists, test_lists, dev_rows):
         """The label records of one (run, method, budget): the setting chosen on dev by nDCG@10."""
         for rec in choose_by_labels(settings, dev_lists, test_lists, dev_rows=dev_rows, test_rows=split.test,
                                     grades=labels, measures=measures):
-            label_rows.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
-                               **rec})
+            label_rows.append({"split_seed": int(split.seed), "anchor_seed": int(seed), "method": method,
+                               "budget": int(budget), **rec})
 
     for split in splits:
         anchor, dev, test = split.anchor, split.dev, split.test
@@ -282,7 +285,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
             if labels is not None:
                 lists = {(int(b), float(lam)): r for b, lam, r in zip(sweep["budget"], sweep["lam"], sweep["ranked"])}
                 sweep = sweep.drop(columns="ranked")
-            dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
+            dev_frames.append(sweep.assign(split_seed=int(split.seed), anchor_seed=int(seed)))
             return choose_on_dev(sweep, ["budget", "k"], "lam"), lists
 
         def report(name, V_m, u_m, cand, seed, tuned):
@@ -303,8 +306,10 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                     res = run_at(budget, lam)
                     test_lists[lam] = res.I
                     rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
-                    tuned_k = set(at_b.loc[at_b["lam"] == lam, "k"])
-                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned_k})
+                    at_lam = at_b[at_b["lam"] == lam]
+                    dev_values = dict(zip(at_lam["k"].astype(int), at_lam["recall"]))  # the dev recall it was chosen by
+                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in dev_values},
+                        dev_values)
                     if lam == 0.0:
                         add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
                 if labels is not None and dev_lists:
@@ -348,7 +353,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     out = pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)
     if labels is None:
         return out
-    return (*out, pd.DataFrame(label_rows, columns=["split", "seed", "method", "budget", *LABEL_COLUMNS]))
+    return (*out, pd.DataFrame(label_rows, columns=["split_seed", "anchor_seed", "method", "budget", *LABEL_COLUMNS]))
 
 
 def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -357,10 +362,10 @@ def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.Dat
     mean) and ``recall_se`` (sd over runs / √runs) for the plots, and the chosen λ values."""
     from xenbench.methods.protocol import summarize
 
-    out = summarize(runs, ["method", "budget", "k"], confidence=confidence)
+    out = summarize(runs, ["method", "budget", "k"], value="value", se="value_se", confidence=confidence)
     out["recall"] = out["mean"]
     out["recall_se"] = out["sd_runs"] / np.sqrt(out["n_runs"])
-    lams = runs.groupby(["method", "budget", "k"])["lam"].agg(
+    lams = runs.groupby(["method", "budget", "k"])["setting"].agg(
         lambda x: ", ".join(f"{v:g}" for v in sorted(set(x.dropna()))))
     return out.merge(lams.rename("lams").reset_index(), on=["method", "budget", "k"])
 
@@ -374,11 +379,12 @@ def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] 
 
     Per cell, :func:`xenbench.methods.protocol.compare_runs` over the runs (a deterministic method's one run per
     split pairs with every run of the other): the per-query paired test on each query's difference averaged
-    over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``, ``n``
-    queries, ``n_a_better``, ``n_b_better``; its p-values cover the queries only) and the interval across the
+    over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``,
+    ``n_queries``, ``n_better``, ``n_worse``; its p-values cover the queries only) and the interval across the
     independent runs (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). Every pair and cell was declared in
     advance, so the family is this table: :func:`xenbench.methods.protocol.decide` adds ``p_holm``,
-    ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`.
+    ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`. One
+    :class:`xenbench.studies.records.ComparisonRecord` per row.
     """
     from xenbench.methods.protocol import compare_runs, decide
 
@@ -388,9 +394,9 @@ def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] 
             ga, gb = g[g["method"] == a], g[g["method"] == b]
             if ga.empty or gb.empty:
                 continue
-            c = compare_runs(ga, gb, split="split", seed="seed", confidence=confidence)
+            c = compare_runs(ga, gb, split="split_seed", seed="anchor_seed", confidence=confidence)
             out.append({"challenger": a, "baseline": b, "budget": int(budget), cell: key if cell != "k" else int(key),
-                        "sanity_check": (a, b) in SANITY_CHECKS, **c})
+                        "sanity_check": (a, b) in SANITY_CHECKS, **as_comparison(c)})
     if not out:
         return pd.DataFrame(out)
     return decide(pd.DataFrame(out))

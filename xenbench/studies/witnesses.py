@@ -157,7 +157,7 @@ def _path(value: str) -> Path:
 #: (03's budget rules, 06's faiss baselines) leaves its claims row "not tested", which the claims table says.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "00_data": ("domain",), "01_score_matrices": ("score_summary",), "02_rank_cls_vs_emb": ("grid",),
-    "03_adacur_rounds": ("test_at_dev_choice",), "04_axn_lambda": ("runs",),
+    "03_adacur_rounds": ("runs",), "04_axn_lambda": ("runs",),
     "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg",),
     "07_compare_methods": ("summary",),
 }
@@ -168,7 +168,7 @@ _ABSENT = "absent or empty"
 #: tests/test_witnesses.py pins this table.
 WITNESSED: dict[str, tuple[str, ...]] = {
     "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
-    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("runs", "budget_rules"),
     "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
     "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
     "07_compare_methods": ("summary",),
@@ -559,7 +559,7 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
 
     p = results["params"]
     setup, _ = _store_setup(p, p["split_seeds"][:1])
-    committed = pd.DataFrame(results["test_at_dev_choice"])
+    committed = pd.DataFrame(results["runs"])
     k_values = sorted({int(r) for r in committed["k"]})
     budgets = sorted({int(b) for b in committed["budget"]})
     labels = set(committed["method"])
@@ -581,11 +581,11 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
                     c, t = sel(committed), sel(today)
                     if c.empty:  # a method deterministic given the split ran under the first anchor seed only
                         continue
-                    cell = f"test_at_dev_choice split {split_seed} seed {seed} {method} B_CE={budget} k={k}"
-                    out.append(Witness("03_adacur_rounds", f"{cell} recall", float(c["recall"].iloc[0]),
-                                       float(t["recall"].iloc[0]) if len(t) else float("nan")))
-                    out.append(Witness("03_adacur_rounds", f"{cell} k_i chosen", float(c["n_anchor_items"].iloc[0]),
-                                       float(t["n_anchor_items"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
+                    cell = f"runs split {split_seed} seed {seed} {method} B_CE={budget} k={k}"
+                    out.append(Witness("03_adacur_rounds", f"{cell} recall", float(c["value"].iloc[0]),
+                                       float(t["value"].iloc[0]) if len(t) else float("nan")))
+                    out.append(Witness("03_adacur_rounds", f"{cell} k_i chosen", float(c["setting"].iloc[0]),
+                                       float(t["setting"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
     saved_gap = pd.DataFrame(results.get("budget_rules") or [])
     if not saved_gap.empty:  # ANNCUR under both budget rules, every split and seed: cheap (no rounds, no DE)
         from xenbench.methods.protocol import query_splits
@@ -635,7 +635,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
                               device="cpu")
     keys = ["method", "budget", "k"]
     committed = pd.DataFrame(results["runs"])
-    committed = committed[(committed["split"] == first[0].seed) & (committed["seed"] == seed)
+    committed = committed[(committed["split_seed"] == first[0].seed) & (committed["anchor_seed"] == seed)
                           & committed["method"].isin(AXN_METHODS)].set_index(keys)
     today = runs.set_index(keys)
     for key, row in committed.iterrows():
@@ -643,12 +643,12 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
         t = today.loc[key] if key in today.index else None
         # One hit of n_test · k may differ across machines: AXN's float64 regression, fitted in torch, can order a
         # near-tie differently (measured: 1 of 35,100 at AXN DE, B_CE = 200, k = 100, on another Xeon than the run's).
-        one_hit = 1.0 / (int(row["n_test_queries"]) * key[2])
-        out.append(Witness("04_axn_lambda", f"{cell} recall", float(row["recall"]),
-                           float("nan") if t is None else float(t["recall"]), abs_tol=1.01 * one_hit))
+        one_hit = 1.0 / (int(row["n_queries"]) * key[2])
+        out.append(Witness("04_axn_lambda", f"{cell} recall", float(row["value"]),
+                           float("nan") if t is None else float(t["value"]), abs_tol=1.01 * one_hit))
         if key[0].endswith("tuned λ"):
-            out.append(Witness("04_axn_lambda", f"{cell} λ chosen on dev", float(row["lam"]),
-                               float("nan") if t is None else float(t["lam"]), abs_tol=0.0))
+            out.append(Witness("04_axn_lambda", f"{cell} λ chosen on dev", float(row["setting"]),
+                               float("nan") if t is None else float(t["setting"]), abs_tol=0.0))
     sweep = pd.DataFrame(results.get("sweep_dev_first_run") or [])
     if not sweep.empty:
         dev = dev.set_index(["method", "lam", "budget", "k"])
@@ -794,5 +794,5 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
                 if c.empty:
                     continue
                 out.append(Witness("07_compare_methods", f"summary {METHODS[method]} B_CE={budget} k={k} mean test "
-                                   f"recall over {len(t)} runs", float(c["mean"].iloc[0]), float(t["recall"].mean())))
+                                   f"recall over {len(t)} runs", float(c["mean"].iloc[0]), float(t["value"].mean())))
     return out

@@ -26,6 +26,7 @@ from xenbench.methods.protocol import ALPHA, Split, compare_runs, decide, run_se
 from xenbench.metrics import LABEL_MEASURES, mean_se, topk_indices
 from xenbench.studies.adacur.budget import COMPARABLE, METHODS, SPLIT_FRACTIONS, Comparable, _split_grid, recall_vs_budget
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
+from xenbench.studies.records import RUN_FIELDS, as_comparison
 
 __all__ = ["ADACUR_PAIRS", "PROTOCOL_METHODS", "adacur_paired_comparisons", "adacur_protocol_runs",
            "adacur_protocol_summary", "budget_rule_gap", "chosen_on_dev", "seed_spread"]
@@ -173,14 +174,20 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        The ``part == "test"`` rows of ``runs`` at the dev-chosen ``n_anchor_items``, plus ``dev_recall``.
+        The run records (:class:`xenbench.studies.records.RunRecord`: ``setting`` = the dev-chosen k_i, ``value`` /
+        ``value_se`` its test recall, ``dev_value`` its dev recall, ``n_queries``, ``per_query``, 03's ``n_rounds``)
+        of the ``part == "test"`` rows of ``runs``, and each run's test ``rows``.
     """
     from xenbench.methods.protocol import at_chosen, choose_on_dev
 
     by = _RUN + _GROUP
     chosen = choose_on_dev(runs[runs["part"] == "dev"], by=by, setting="n_anchor_items")
     test = at_chosen(runs[runs["part"] == "test"], chosen, by=by, setting="n_anchor_items")
-    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["n_anchor_items"], how="left")
+    test = test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["n_anchor_items"], how="left")
+    test = test.rename(columns={"n_anchor_items": "setting", "recall": "value", "recall_se": "value_se",
+                                "dev_recall": "dev_value", "n_test_queries": "n_queries"})
+    test["setting"] = test["setting"].astype(float)
+    return test[[c for c in RUN_FIELDS if c in test.columns] + ["rows"]]
 
 
 def adacur_protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -188,8 +195,8 @@ def adacur_protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.
     often each k_i was chosen (:func:`xenbench.methods.protocol.summarize` of :func:`chosen_on_dev`)."""
     from xenbench.methods.protocol import summarize
 
-    out = summarize(test_at_chosen, _GROUP, confidence=confidence)
-    ki = (test_at_chosen.groupby(_GROUP)["n_anchor_items"]
+    out = summarize(test_at_chosen, _GROUP, value="value", se="value_se", confidence=confidence)
+    ki = (test_at_chosen.groupby(_GROUP)["setting"]
           .agg(lambda s: ", ".join(f"{int(v)}×{int(c)}" for v, c in s.value_counts().sort_index().items()))
           .rename("k_i chosen (value×runs)").reset_index())
     return out.merge(ki, on=_GROUP, how="left")
@@ -226,11 +233,8 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
                 continue
             c = compare_runs(ga, gb, split="split_seed", seed="anchor_seed", confidence=confidence)
             out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget),
-                        cell: int(key) if cell == "k" else key,
-                        "mean": c["mean"], "lo": c["lo"], "hi": c["hi"], "p": c["p"], "p_wilcoxon": c["p_wilcoxon"],
-                        "n_queries": c["n"], "n_better": c["n_a_better"], "n_worse": c["n_b_better"],
-                        "run_mean": c["run_mean"], "run_lo": c["run_lo"], "run_hi": c["run_hi"],
-                        "n_runs": c["n_runs"]})
+                        cell: int(key) if cell == "k" else key, **as_comparison(c)})
+    # 03's and 07's comparisons keep the interval without its standard error (ComparisonRecord's optional ``se``)
     df = pd.DataFrame(out, columns=["challenger", "baseline", "budget", cell, "mean", "lo", "hi", "p", "p_wilcoxon",
                                     "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs"])
     return decide(df, alpha=alpha)
@@ -238,7 +242,7 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
 
 def seed_spread(test_at_chosen: pd.DataFrame) -> pd.DataFrame:
     """Per (method, budget, k, split): min and max test recall over anchor seeds (the seed variance alone)."""
-    g = test_at_chosen.groupby(_GROUP + ["split_seed"])["recall"]
+    g = test_at_chosen.groupby(_GROUP + ["split_seed"])["value"]
     return g.agg(["min", "max", "mean"]).reset_index()
 
 
