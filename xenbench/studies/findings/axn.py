@@ -2,9 +2,9 @@
 MF-IND's training budget and the chosen λ, all computed from the saved results (``runs``, ``comparisons``,
 ``summary``, ``protocol``, ``params``).
 
-The verdicts are recomputed here by :func:`xenbench.methods.protocol.decide` over the saved family of comparisons:
+The verdicts are recomputed here by :func:`xenbench.studies.protocol.decide` over the saved family of comparisons:
 their per-query p-values come from ``comparisons`` and the interval across independent runs from the saved per-run
-recalls (``runs``; :func:`xenbench.methods.protocol.run_interval`), so a deterministic method counts one run per
+recalls (``runs``; :func:`xenbench.studies.protocol.run_interval`), so a deterministic method counts one run per
 split whatever the file says.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from xenbench.studies.axn import SANITY_CHECKS
-from xenbench.methods.protocol import ALPHA, decide, run_interval
+from xenbench.studies.protocol import ALPHA, decide, run_interval
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import label_summary_lines, points, verdict_rule
 
@@ -41,7 +41,7 @@ def _comparison_line(a: str, b: str, g: pd.DataFrame, cells: str = "(budget, k)"
     n = len(g)
     counts = {w: int((g["verdict"] == w).sum()) for w in ("beats", "loses", "level")}
     label = "sanity check, not a claim: " if (a, b) in SANITY_CHECKS else ""
-    head = (f"**{a} vs {b}** ({label}{int(g['n'].max())} test queries, paired; {int(g['n_runs'].max())} independent "
+    head = (f"**{a} vs {b}** ({label}{int(g['n_queries'].max())} test queries, paired; {int(g['n_runs'].max())} independent "
             f"runs): ")
     whole = [w for w, c in counts.items() if c == n]
     if whole:
