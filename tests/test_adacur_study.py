@@ -12,7 +12,7 @@ import torch
 
 from xenbench.errors import ParameterError
 from xenbench.methods.adacur import AdaCur
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 from xenbench.studies import adacur as ex
 from xenbench.studies import records
 from xenbench.studies import setup as study_setup
@@ -288,7 +288,7 @@ def test_load_setup_checks_ids(tmp_path) -> None:
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def protocol(M):
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0, 1, 2])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
@@ -332,7 +332,7 @@ def test_the_methods_called_deterministic_are_and_the_others_are_not(M, split, r
 
 def test_anncur_anchors_are_drawn_per_split_and_seed(M, monkeypatch):
     from xenbench.methods.cur import AnnCur
-    from xenbench.methods.protocol import query_splits, run_seed
+    from xenbench.studies.protocol import query_splits, run_seed
 
     drawn = []
     fit = AnnCur.fit
@@ -503,7 +503,7 @@ def adacur_devices(monkeypatch) -> list:
 
 def _device_runs(M, split, retrievers, **device) -> dict:
     """Every ADACUR-running function of the module on small inputs, with ``device`` (or its default)."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
@@ -553,7 +553,7 @@ def test_the_device_reaches_every_adacur_search(M, split, retrievers, adacur_dev
 
 
 def _every_device_function(M, split, device):
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     return {

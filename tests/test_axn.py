@@ -10,7 +10,7 @@ import torch
 from xenbench.methods.adacur import SearchOptions
 from xenbench.methods.axn import Axn, prior_scale
 from xenbench.methods.baselines import rerank_baseline
-from xenbench.methods.protocol import at_chosen, choose_on_dev
+from xenbench.studies.protocol import at_chosen, choose_on_dev
 from xenbench.studies.axn import axn_lambda_sweep
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
@@ -162,7 +162,7 @@ def test_axn_pinv_cutoff_follows_the_dtype_of_v(factors):
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def protocol_run():
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.studies import axn
 
     rng = np.random.default_rng(0)
@@ -176,7 +176,7 @@ def protocol_run():
 
 
 def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_run):
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.methods.axn import prior_scale
 
     M, V, U_de, splits, runs, dev = protocol_run
@@ -205,7 +205,7 @@ def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_r
 
 def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run):
     from xenbench.studies.axn import AXN_PAIRS, axn_paired_comparisons
-    from xenbench.methods.protocol import paired_test
+    from xenbench.studies.protocol import paired_test
 
     *_, runs, _ = protocol_run
     comp = axn_paired_comparisons(runs)
@@ -322,7 +322,7 @@ def devices(monkeypatch) -> dict[str, list]:
 
 def _axn_runs(**device) -> dict:
     """lambda_sweep, round_trace and the notebook-04 protocol (with MF-IND) on small inputs."""
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.studies import axn
 
     rng = np.random.default_rng(5)
@@ -382,7 +382,7 @@ def test_the_device_reaches_every_search_and_mf_fit(devices):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
 ])
 def test_a_bad_device_is_one_clear_error_naming_the_function(factors, device, message):
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.studies import axn
 
     V, U, U_param = factors

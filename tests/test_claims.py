@@ -100,7 +100,7 @@ def test_rank_row_judges_each_emb_ce_and_puts_the_paper_layout_first(marker_rank
 
 
 def test_ccsa_rows_agree_with_the_seed_intervals():
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     for profile in ("full", "large"):
         binary = pd.DataFrame(DOCS[f"06_ccsa_balance.{profile}"]["binary"])
@@ -267,7 +267,7 @@ def _balance_doc(curve: dict[float, list[float]], paper: dict[float, list[float]
 
 
 def test_balance_row_reads_the_whole_lambda_curve_of_each_objective():
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     falling = {0.0: [3.0, 3.2, 2.9], 0.1: [2.5, 2.8, 2.6], 1.0: [1.5, 1.6, 1.4], 10.0: [1.1, 1.2, 1.05]}
     verdict, number = claims._judge_balance(_balance_doc(falling))

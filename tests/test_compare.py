@@ -9,7 +9,7 @@ import pytest
 from xenbench import findings
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import query_splits
+from xenbench.studies.protocol import query_splits
 from xenbench.harness import SUMMARY_TAG, summary_first
 from xenbench.studies import compare, records
 from xenbench.studies.setup import Setup

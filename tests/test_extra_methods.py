@@ -11,7 +11,7 @@ import pytest
 
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import query_splits
+from xenbench.studies.protocol import query_splits
 from xenbench.metrics import BudgetCounter, topk_indices
 from xenbench.studies import compare
 from xenbench.studies.labels import export_runs

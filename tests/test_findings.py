@@ -243,7 +243,7 @@ def test_cost_line_comes_from_the_resources_of_the_run():
 
 
 def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it():
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.adacur import METHODS, adacur_protocol_runs, budget_rule_gap
 
     rng = np.random.default_rng(0)
@@ -273,7 +273,7 @@ def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it()
             f"× k_i cells)") in line
 
 
-# --- the one verdict rule of 03, 04 and 05 (xenbench.methods.protocol.verdict), through the findings -------------
+# --- the one verdict rule of 03, 04 and 05 (xenbench.studies.protocol.verdict), through the findings -------------
 
 
 def _axn_results(p: list[float], seeds_of: dict[str, int], gains: dict[str, list[float]]) -> dict:

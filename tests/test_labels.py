@@ -15,7 +15,7 @@ from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.data.trec import read_trec_run
 from xenbench.errors import ParameterError
 from xenbench.methods.baselines import rerank_baseline
-from xenbench.methods.protocol import query_splits
+from xenbench.studies.protocol import query_splits
 from xenbench.metrics import LABEL_MEASURES, BudgetCounter, label_metrics, topk_indices
 from xenbench.studies.adacur import adacur_protocol_runs
 from xenbench.studies.axn import axn_paired_comparisons, axn_protocol_runs

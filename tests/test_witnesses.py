@@ -150,8 +150,8 @@ def test_a_results_file_without_the_witnessed_cells_is_one_clear_error(tmp_path,
 # ----------------------------------------------------------------------------------------------
 # method constants: every default a method reads is witnessed state (a committed table checked against the code)
 # ----------------------------------------------------------------------------------------------
-#: The committed table of method constants (``xenbench.methods``' module constants and every default argument of its
-#: functions and classes) and, per module, the committed results its constants move. Regenerate it after a re-run
+#: The committed table of method constants (``xenbench.methods``' and ``xenbench.studies.protocol``'s module constants
+#: and every default argument of their functions and classes) and, per module, the committed results its constants move. Regenerate it after a re-run
 #: that follows a changed constant: ``PYTHONPATH=$PWD .venv/bin/python -c "import tests.test_witnesses as t;
 #: t.write_method_constants()"``.
 METHOD_CONSTANTS = Path(__file__).with_name("method_constants.json")
@@ -183,7 +183,10 @@ def method_constants() -> dict[str, str]:
     import xenbench.methods as methods
 
     out: dict[str, str] = {}
-    names = ["xenbench.methods"] + [m.name for m in pkgutil.walk_packages(methods.__path__, "xenbench.methods.")]
+    # the evaluation protocol (its α, the label measure settings are chosen by, its defaults) moves committed numbers
+    # as a method's constants do: it is in the table although it judges methods from xenbench.studies
+    names = ["xenbench.methods", "xenbench.studies.protocol"] + [
+        m.name for m in pkgutil.walk_packages(methods.__path__, "xenbench.methods.")]
     for name in sorted(names):
         module = importlib.import_module(name)
         for attr, value in sorted(vars(module).items()):

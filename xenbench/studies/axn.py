@@ -3,7 +3,7 @@
 :func:`axn_lambda_sweep` measures AXN (:class:`xenbench.methods.axn.Axn`) for every λ and budget B_CE;
 :func:`axn_protocol_runs` runs the protocol (λ chosen on each split's dev rows, reported on its test rows, with
 the baselines ADACUR TopK No-Split and DE re-rank); :func:`axn_protocol_summary` and
-:func:`axn_paired_comparisons` summarize it under the one verdict rule (:func:`xenbench.methods.protocol.verdict`);
+:func:`axn_paired_comparisons` summarize it under the one verdict rule (:func:`xenbench.studies.protocol.verdict`);
 :func:`axn_round_trace` follows one query round by round.
 
 References
@@ -138,7 +138,7 @@ def axn_round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int
 # the notebook-04 protocol: λ chosen on dev, test over first-round seeds × query splits, paired tests
 # ==============================================================================================
 #: Pre-declared comparisons of notebook 04, (challenger, baseline); fixed before any result is seen. All of them, every
-#: (budget, k) cell, form the family of the verdict rule (:func:`xenbench.methods.protocol.verdict`).
+#: (budget, k) cell, form the family of the verdict rule (:func:`xenbench.studies.protocol.verdict`).
 AXN_PAIRS: tuple[tuple[str, str], ...] = (
     ("AXN DE, tuned λ", "DE re-rank"),                          # tuned AXN vs retrieve-and-rerank
     ("AXN, tuned λ", "AXN, λ = 0"),                             # sanity check: does u_param (Eq. 7) help at all?
@@ -168,9 +168,9 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                       labels=None, measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, ...]:
     """Notebook 04's protocol: every split × seed is one run; λ is chosen on dev rows, reported on test rows.
 
-    Per split (:class:`xenbench.methods.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
+    Per split (:class:`xenbench.studies.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
     on the anchor (training) queries, u_param = β · U. Every random draw of a run takes the run's own seed,
-    :func:`xenbench.methods.protocol.run_seed` of (split seed, seed). Methods:
+    :func:`xenbench.studies.protocol.run_seed` of (split seed, seed). Methods:
 
     * "AXN" (random first round, keyed by (run seed, global query row)), once per seed in ``seeds``; λ is
       chosen once per split on its dev rows with the first seed's first round (halves the cost) and used by
@@ -182,7 +182,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
       initialization and the pair order, so its runs carry its training's randomness; λ is chosen on dev
       for each fitted model.
 
-    λ is chosen per (method, budget, k) by :func:`xenbench.methods.protocol.choose_on_dev` (ties to the smaller λ);
+    λ is chosen per (method, budget, k) by :func:`xenbench.studies.protocol.choose_on_dev` (ties to the smaller λ);
     each run reports the test rows at that λ ("…, tuned λ") and at λ = 0 ("…, λ = 0"). Baselines on the same
     test rows: ADACUR TopK No-Split (R_anc = M[anchor], random first round, per seed) and DE re-rank (per split).
 
@@ -191,7 +191,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores (every read by a method is a counted CE call).
     splits : sequence of Split
-        From :func:`xenbench.methods.protocol.query_splits`.
+        From :func:`xenbench.studies.protocol.query_splits`.
     V, U : ndarray of shape (n_items, d), (n_queries, d)
         DE item and query embeddings.
     seeds : sequence of int
@@ -230,7 +230,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     from tqdm.auto import tqdm
 
     from xenbench.methods.mf import MatrixFactorization, observed_pairs
-    from xenbench.methods.protocol import choose_on_dev, run_seed
+    from xenbench.studies.protocol import choose_on_dev, run_seed
     from xenbench.metrics import BudgetCounter
 
     owner = "axn_protocol_runs"
@@ -358,9 +358,9 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
 
 def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Test recall per (method, budget, k): mean over runs with a t-interval over runs (seed × split;
-    split only for the deterministic methods), :func:`xenbench.methods.protocol.summarize`; plus ``recall`` (the
+    split only for the deterministic methods), :func:`xenbench.studies.protocol.summarize`; plus ``recall`` (the
     mean) and ``recall_se`` (sd over runs / √runs) for the plots, and the chosen λ values."""
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
     out = summarize(runs, ["method", "budget", "k"], value="value", se="value_se", confidence=confidence)
     out["recall"] = out["mean"]
@@ -377,16 +377,16 @@ def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] 
     ``cell="measure"`` compares label records instead (:func:`axn_protocol_runs` with ``labels``: per (budget,
     measure), the per-query values of one label measure); the family is then those cells.
 
-    Per cell, :func:`xenbench.methods.protocol.compare_runs` over the runs (a deterministic method's one run per
+    Per cell, :func:`xenbench.studies.protocol.compare_runs` over the runs (a deterministic method's one run per
     split pairs with every run of the other): the per-query paired test on each query's difference averaged
     over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``,
     ``n_queries``, ``n_better``, ``n_worse``; its p-values cover the queries only) and the interval across the
     independent runs (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). Every pair and cell was declared in
-    advance, so the family is this table: :func:`xenbench.methods.protocol.decide` adds ``p_holm``,
+    advance, so the family is this table: :func:`xenbench.studies.protocol.decide` adds ``p_holm``,
     ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`. One
     :class:`xenbench.studies.records.ComparisonRecord` per row.
     """
-    from xenbench.methods.protocol import compare_runs, decide
+    from xenbench.studies.protocol import compare_runs, decide
 
     out = []
     for a, b in pairs:

@@ -16,7 +16,7 @@ them on the same splits of one exact score matrix M, with the protocol of notebo
 :func:`best_per_budget`        per (budget, k): the method best on dev, tested on test against every other
 =============================  ==========================================================================
 
-Protocol (as in 03 and 04): the query rows are split several times (:func:`xenbench.methods.protocol.query_splits`)
+Protocol (as in 03 and 04): the query rows are split several times (:func:`xenbench.studies.protocol.query_splits`)
 into training/anchor queries (ANNCUR's and ADACUR's R_anc, AXN's scale β and MF-IND's training queries, PEFA's
 labelled training queries), **dev** queries (every setting is chosen there: ANNCUR's k_i, AXN's λ, PEFA's λ) and
 **test** queries (where the chosen setting is reported). ANNCUR/ADACUR are
@@ -52,7 +52,7 @@ import torch
 
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import at_chosen, choose_on_dev, run_seed
+from xenbench.studies.protocol import at_chosen, choose_on_dev, run_seed
 from xenbench.metrics import LABEL_MEASURES, BudgetCounter, topk_indices
 from xenbench.studies.adacur import (
     COMPARABLE,
@@ -89,7 +89,7 @@ STAGES: dict[str, dict[str, Any]] = {REGISTRY[key].label: {"stage": REGISTRY[key
                                      for key in COMPARED}
 #: Methods whose result does not depend on the anchor seed (given the split): the registry's deterministic entries.
 _DETERMINISTIC = {m.label for m in REGISTRY.values() if m.deterministic}
-#: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of methods.protocol).
+#: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of studies.protocol).
 _LOSES = {"trails", "loses"}
 _RUN = ["split_seed", "anchor_seed"]
 _GROUP = ["method", "budget", "k"]
@@ -162,7 +162,7 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
     ----------
     setup : Setup
         The dataset (gold labels of the training queries) and the kept items.
-    split : xenbench.methods.protocol.Split
+    split : xenbench.studies.protocol.Split
         ``split.anchor`` are the labelled training queries of PEFA ([PEFA] §3: Y of those queries).
     V, U : ndarray of shape (n_items, d), (n_queries, d)
         The DE's embeddings (:func:`xenbench.studies.setup.de_embeddings`).
@@ -247,7 +247,7 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
                  measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.baselines.rerank_baseline`, the DE
     re-rank of 03 on other scores) on the split's dev and test rows; its setting (PEFA's λ) is chosen per
-    (budget, k) on the dev rows (:func:`xenbench.methods.protocol.choose_on_dev`), the test rows are read at it.
+    (budget, k) on the dev rows (:func:`xenbench.studies.protocol.choose_on_dev`), the test rows are read at it.
     With ``labels``, also the label records per budget (setting chosen on dev by nDCG@10,
     :func:`xenbench.studies.labels.choose_by_labels`)."""
     from xenbench.methods.baselines import rerank_baseline
@@ -396,7 +396,7 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
     ----------
     setup : Setup
         Exact scores ``setup.M`` (n_queries, n_items) and the dataset.
-    splits : sequence of xenbench.methods.protocol.Split
+    splits : sequence of xenbench.studies.protocol.Split
         Anchor (training) / dev / test rows.
     anchor_seeds : sequence of int
         ANNCUR's anchor draw and ADACUR's first round; AXN's random first round is not compared here (its DE-started
@@ -628,7 +628,7 @@ def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float
                     confidence: float = 0.95, cell: str = "k") -> pd.DataFrame:
     """Test recall per (method, budget, k) with its interval across runs, and the two costs.
 
-    :func:`xenbench.methods.protocol.summarize` over runs; a deterministic method is summarized over its splits only
+    :func:`xenbench.studies.protocol.summarize` over runs; a deterministic method is summarized over its splits only
     (one run per split). ``calls`` = B_CE; ``search_ms`` from :func:`search_seconds`;
     ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000. ``cell="measure"`` summarizes the label records
     (``info["label_runs"]`` of :func:`compare_protocol_runs`) the same way: the second currency. Both are run records
@@ -641,7 +641,7 @@ def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float
         ``setting`` (the dev choices, value×runs), ``calls``, ``search_ms``, ``wall_ms``, ``recall`` (= mean) and
         ``recall_se`` (sd over runs / √runs), named ``value`` and ``value_se`` for the label records.
     """
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
     if not (isinstance(ce_seconds, (int, float)) and np.isfinite(ce_seconds) and ce_seconds >= 0):
         raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare_summary")
@@ -726,7 +726,7 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str =
     comparisons : DataFrame
         The paired comparisons, ``challenger`` = the best.
     """
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
     first_seed = runs["anchor_seed"].min()
     table, comps = [], []

@@ -88,7 +88,7 @@ class RunRecord(TypedDict):
 class ComparisonRecord(TypedDict):
     """One pre-declared paired comparison (challenger − baseline) in a cell (``budget``, ``k`` or ``measure``): a row of
     ``comparisons`` or ``label_comparisons`` of notebooks 03, 04 and 07, under the one verdict rule
-    (:func:`xenbench.methods.protocol.verdict`)."""
+    (:func:`xenbench.studies.protocol.verdict`)."""
 
     challenger: str
     baseline: str
@@ -120,7 +120,7 @@ COMPARISON_FIELDS: tuple[str, ...] = tuple(ComparisonRecord.__annotations__)
 
 
 def as_comparison(test: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`xenbench.methods.protocol.compare_runs`'s numbers under :class:`ComparisonRecord`'s names (``n`` ->
+    """:func:`xenbench.studies.protocol.compare_runs`'s numbers under :class:`ComparisonRecord`'s names (``n`` ->
     ``n_queries``, ``n_a_better`` -> ``n_better``, ``n_b_better`` -> ``n_worse``)."""
     names = {"n": "n_queries", "n_a_better": "n_better", "n_b_better": "n_worse"}
     return {names.get(key, key): value for key, value in test.items()}
@@ -436,7 +436,7 @@ def ordered_row(nb: str, what: str, row: Mapping[str, Any], *, mean: str = "mean
 
 def t_row(nb: str, what: str, row: Mapping[str, Any], n: int, *, mean: str = "mean", lo: str = "lo", hi: str = "hi",
           p: str | None = "p", se: str | None = None, confidence: float = 0.95) -> list[Witness]:
-    """What a paired t-test's saved numbers imply about each other (:func:`xenbench.methods.protocol.paired_test`):
+    """What a paired t-test's saved numbers imply about each other (:func:`xenbench.studies.protocol.paired_test`):
     the interval symmetric about the mean, the standard error it implies (``se`` if saved) and the two-sided
     p-value from ``mean / se`` with ``n − 1`` degrees of freedom. Source ``"summary"``."""
     from scipy import stats
@@ -474,7 +474,7 @@ def count_row(nb: str, what: str, parts: Sequence[tuple[str, int]], whole: tuple
 def family(nb: str, what: str, saved: pd.DataFrame, today: pd.DataFrame, *, source: str,
            p_columns: Sequence[str] = ("p", "p_wilcoxon")) -> list[Witness]:
     """Holm-adjusted p-values and verdicts of a saved family against those of ``today`` (same rows, same order):
-    :func:`xenbench.methods.protocol.decide` over the family's p-values and intervals across runs."""
+    :func:`xenbench.studies.protocol.decide` over the family's p-values and intervals across runs."""
     out = []
     for i in range(len(saved)):
         s, t = saved.iloc[i], today.iloc[i]
@@ -497,8 +497,8 @@ def _label(row: pd.Series) -> str:
 def run_intervals(nb: str, what: str, comparisons: pd.DataFrame, per_run: pd.DataFrame, *, split: str = "split_seed",
                   seed: str | None = "anchor_seed", deterministic: Iterable[str] = ()) -> list[Witness]:
     """``run_mean``, ``run_lo``, ``run_hi``, ``n_runs`` of every comparison re-derived from the per-run recalls
-    (:func:`xenbench.methods.protocol.run_interval`; a deterministic method counts the first seed's run per split)."""
-    from xenbench.methods.protocol import run_interval
+    (:func:`xenbench.studies.protocol.run_interval`; a deterministic method counts the first seed's run per split)."""
+    from xenbench.studies.protocol import run_interval
 
     if seed is not None:
         first = per_run.groupby(split)[seed].transform("min")
@@ -676,7 +676,7 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
     """From the per-run test recalls (``runs``): ``summary``, ``seed_spread`` and each comparison's
     interval across runs; from the per-query records, when saved, each run's recall and every paired test; without
     them, each paired test's own arithmetic; the Holm adjustment and the verdicts over the family."""
-    from xenbench.methods.protocol import decide
+    from xenbench.studies.protocol import decide
     from xenbench.studies.adacur import COMPARABLE, adacur_paired_comparisons, adacur_protocol_summary, seed_spread
     from xenbench.studies.labels import label_summary
 
@@ -714,7 +714,7 @@ def _label_family_04(nb: str, results: Mapping[str, Any]) -> list[Witness]:
     """04's ``label_comparisons`` (the claims table's downstream row): each row's own arithmetic
     (:func:`label_comparison_rows`), its interval across runs re-derived from ``label_runs`` and the Holm adjustment
     and verdict over the family (as :func:`xenbench.studies.findings.axn.label_family` decides it for the findings)."""
-    from xenbench.methods.protocol import run_interval
+    from xenbench.studies.protocol import run_interval
 
     comp = pd.DataFrame(results.get("label_comparisons") or [])
     runs = pd.DataFrame(results.get("label_runs") or [])
@@ -728,7 +728,7 @@ def _label_family_04(nb: str, results: Mapping[str, Any]) -> list[Witness]:
         for key in ("run_mean", "run_lo", "run_hi", "n_runs"):
             if key in r.index:
                 out.append(_w(nb, f"label_comparisons [{_label(r)}, measure={r['measure']}] {key}", r[key], today[key]))
-    from xenbench.methods.protocol import ALPHA, decide
+    from xenbench.studies.protocol import ALPHA, decide
 
     labelled = comp.assign(challenger=comp["challenger"] + " on " + comp["measure"])
     today = decide(comp.drop(columns=["p_holm", "p_wilcoxon_holm", "verdict"], errors="ignore"), alpha=ALPHA)
@@ -742,7 +742,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     """From the per-run test recalls (``runs``): ``summary`` and each comparison's interval across runs; from the
     per-query records, when saved, every paired test; without them, each paired test's own arithmetic; the λ chosen
     on the first run's dev sweep; the Holm adjustment and the verdicts over the family."""
-    from xenbench.methods.protocol import choose_on_dev, decide
+    from xenbench.studies.protocol import choose_on_dev, decide
     from xenbench.studies.axn import axn_paired_comparisons, axn_protocol_summary
     from xenbench.studies.labels import label_summary
 
@@ -783,7 +783,7 @@ def _pefa(results: Mapping[str, Any]) -> list[Witness]:
     """``summary`` (:func:`xenbench.studies.pefa.across_seeds` of ``gains``), ``chosen`` (the dev sweep's best) and
     the settings of ``gains``; from the per-query records, when saved, ``gains`` and every paired test; without them,
     each paired test's own arithmetic and each interval across splits from ``gains``; Holm and the verdicts."""
-    from xenbench.methods.protocol import decide, t_interval
+    from xenbench.studies.protocol import decide, t_interval
     from xenbench.studies.pefa import across_seeds, pefa_choose_on_dev, pefa_paired_comparisons, subset_gains
 
     nb = "05_pefa_lambda"
@@ -852,7 +852,7 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
     """From the per-run records (``runs``), when saved, ``summary``, ``best`` and every comparison; without them,
     each summary row's interval about its mean, ``best`` against ``summary`` and each paired test's own arithmetic;
     ``wall_ms`` from the search time and the CE's cost; the Holm adjustment within each (budget, k)."""
-    from xenbench.methods.protocol import decide
+    from xenbench.studies.protocol import decide
     from xenbench.studies import compare
 
     nb = "07_compare_methods"

@@ -494,7 +494,7 @@ ADACUR_METHODS = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", 
 
 def _store_setup(p: Mapping[str, Any], split_seeds: list[int]) -> tuple[Any, list[Any]]:
     """The exact matrix of a store-reading notebook (03, 07) and its query splits, as its parameters ``p`` made them."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.setup import load_setup
 
     setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], seed=p["seed"], max_items=p["max_items"])
@@ -554,7 +554,7 @@ def extra_runs(candidates: list[tuple[int, int]], n: int | None = None) -> list[
 def _adacur(results: Mapping[str, Any]) -> list[Witness]:
     """The first run (first split and anchor seed) and :data:`EXTRA_RUNS` more drawn at verify time
     (:func:`extra_runs`) of every method of the declared pairs at every budget and k; the budget-rule gap."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.adacur import METHODS, adacur_protocol_runs, budget_rule_gap, chosen_on_dev
 
     p = results["params"]
@@ -588,7 +588,7 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
                                        float(t["setting"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
     saved_gap = pd.DataFrame(results.get("budget_rules") or [])
     if not saved_gap.empty:  # ANNCUR under both budget rules, every split and seed: cheap (no rounds, no DE)
-        from xenbench.methods.protocol import query_splits
+        from xenbench.studies.protocol import query_splits
 
         splits = query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], p["split_seeds"],
                               max_test=p["max_test_queries"])
@@ -615,7 +615,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     method but MF-IND on the first run (:func:`xenbench.studies.axn.axn_protocol_runs` with one split, one seed and
     no MF-IND), from the store and the DE's embeddings."""
     from xenbench.methods.axn import prior_scale
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.axn import axn_protocol_runs
     from xenbench.studies.setup import de_embeddings, load_setup
 

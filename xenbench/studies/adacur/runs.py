@@ -1,5 +1,5 @@
 """The honest protocol of notebook 03: k_i chosen on dev rows, test results over anchor seeds × query splits, the
-pre-declared paired comparisons under the one verdict rule (:func:`xenbench.methods.protocol.verdict`), and ANNCUR's
+pre-declared paired comparisons under the one verdict rule (:func:`xenbench.studies.protocol.verdict`), and ANNCUR's
 two budget rules side by side.
 
 References
@@ -22,7 +22,7 @@ from xenbench._device import search_device
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 from xenbench.methods.cur import AnnCur
-from xenbench.methods.protocol import ALPHA, Split, compare_runs, decide, run_seed
+from xenbench.studies.protocol import ALPHA, Split, compare_runs, decide, run_seed
 from xenbench.metrics import LABEL_MEASURES, mean_se, topk_indices
 from xenbench.studies.adacur.budget import COMPARABLE, METHODS, SPLIT_FRACTIONS, Comparable, _split_grid, recall_vs_budget
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
@@ -41,7 +41,7 @@ ADACUR_PAIRS: tuple[tuple[str, str], ...] = (
 )
 #: Methods the protocol runs by default: those the pairs of :data:`ADACUR_PAIRS` need (method keys).
 PROTOCOL_METHODS: tuple[str, ...] = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", "de_rerank")
-# ALPHA (imported above) is the family-wise level of the one verdict rule, xenbench.methods.protocol.verdict.
+# ALPHA (imported above) is the family-wise level of the one verdict rule, xenbench.studies.protocol.verdict.
 
 
 def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
@@ -52,9 +52,9 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
                          measures: Sequence[str] = LABEL_MEASURES) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
 
-    One run = one query split (:func:`xenbench.methods.protocol.query_splits`: anchor rows Q_anc, dev rows,
+    One run = one query split (:func:`xenbench.studies.protocol.query_splits`: anchor rows Q_anc, dev rows,
     test rows) × one anchor seed. Its random draws (ANNCUR's anchors, ADACUR's first round and draws) take
-    the run's own seed, :func:`xenbench.methods.protocol.run_seed` of (split seed, anchor seed), so the
+    the run's own seed, :func:`xenbench.studies.protocol.run_seed` of (split seed, anchor seed), so the
     S × R runs make S × R independent draws. A method that is deterministic given the split
     (:attr:`Comparable.deterministic`) runs once per split, under the first anchor seed. Dev and test
     rows are run together (ADACUR's randomness is keyed by the query row and ANNCUR's anchors do not
@@ -64,7 +64,7 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
     ----------
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores.
-    splits : sequence of xenbench.methods.protocol.Split
+    splits : sequence of xenbench.studies.protocol.Split
         Query splits (>= 3 for the issue's protocol).
     anchor_seeds : sequence of int
         Anchor / first-round seeds (>= 5 for the issue's protocol).
@@ -112,7 +112,7 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
     runs = [(sp, seed) for sp in splits for seed in seeds]
     for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):
         if not isinstance(sp, Split):
-            raise ParameterError("splits", "xenbench.methods.protocol.Split objects (anchor, dev, test)",
+            raise ParameterError("splits", "xenbench.studies.protocol.Split objects (anchor, dev, test)",
                                  type(sp).__name__, owner)
         rows = np.concatenate([sp.dev, sp.test])
         order = np.argsort(rows, kind="stable")
@@ -178,7 +178,7 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
         ``value_se`` its test recall, ``dev_value`` its dev recall, ``n_queries``, ``per_query``, 03's ``n_rounds``)
         of the ``part == "test"`` rows of ``runs``, and each run's test ``rows``.
     """
-    from xenbench.methods.protocol import at_chosen, choose_on_dev
+    from xenbench.studies.protocol import at_chosen, choose_on_dev
 
     by = _RUN + _GROUP
     chosen = choose_on_dev(runs[runs["part"] == "dev"], by=by, setting="n_anchor_items")
@@ -192,8 +192,8 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
 
 def adacur_protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Test recall per (method, budget, k): mean over runs, interval across runs, per-query SE, and how
-    often each k_i was chosen (:func:`xenbench.methods.protocol.summarize` of :func:`chosen_on_dev`)."""
-    from xenbench.methods.protocol import summarize
+    often each k_i was chosen (:func:`xenbench.studies.protocol.summarize` of :func:`chosen_on_dev`)."""
+    from xenbench.studies.protocol import summarize
 
     out = summarize(test_at_chosen, _GROUP, value="value", se="value_se", confidence=confidence)
     ki = (test_at_chosen.groupby(_GROUP)["setting"]
@@ -206,7 +206,7 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
                               alpha: float = ALPHA, confidence: float = 0.95, cell: str = "k") -> pd.DataFrame:
     """Pre-declared paired comparisons on the test rows, at the dev-chosen settings, with the one verdict rule.
 
-    For each pair (challenger, baseline) and (budget, k), :func:`xenbench.methods.protocol.compare_runs` over the
+    For each pair (challenger, baseline) and (budget, k), :func:`xenbench.studies.protocol.compare_runs` over the
     runs (a deterministic method's one run per split pairs with every run of the other):
 
     * ``mean``, ``lo``, ``hi``, ``p`` (paired t), ``p_wilcoxon``, ``n_queries``: the per-query paired test, each
@@ -216,8 +216,8 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
       the anchor-seed and split variance; a pair of deterministic methods has one run per split).
 
     Every (pair, budget, k) cell was declared in advance, so the table is the family:
-    :func:`xenbench.methods.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` (Holm over its rows) and
-    ``verdict`` (``"beats"``, ``"level"``, ``"loses"``: :func:`xenbench.methods.protocol.verdict`).
+    :func:`xenbench.studies.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` (Holm over its rows) and
+    ``verdict`` (``"beats"``, ``"level"``, ``"loses"``: :func:`xenbench.studies.protocol.verdict`).
 
     ``cell`` names the column that, with ``budget``, makes a cell (``"k"``; ``"measure"`` for label records).
     """
@@ -261,7 +261,7 @@ def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence
     ----------
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores.
-    splits : sequence of xenbench.methods.protocol.Split
+    splits : sequence of xenbench.studies.protocol.Split
         Query splits (anchor and test rows are used).
     anchor_seeds, budgets, k_values, split_fractions
         As in :func:`adacur_protocol_runs` (pairs with k > B_CE are skipped).

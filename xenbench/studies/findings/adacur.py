@@ -6,7 +6,7 @@ Every statement is computed from the notebook's saved results:
 * ``comparisons`` and ``runs``: the pre-declared paired comparisons of
   :func:`xenbench.studies.adacur.adacur_paired_comparisons` (test rows, k_i chosen on dev rows) and each run's test
   recall (run records, :class:`xenbench.studies.records.RunRecord`); a pair "beats" / "loses to" its baseline at a (budget, k) only by the one rule
-  :func:`xenbench.methods.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
+  :func:`xenbench.studies.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
   Holm-adjusted over every declared cell, < α, and the interval across independent runs, recomputed from the
   per-run recalls with a deterministic method counted once per split, excludes 0), else they are "level";
 * ``summary``: test recall per (method, budget, k), mean over runs with its interval across runs;
@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import ALPHA, decide, run_interval
+from xenbench.studies.protocol import ALPHA, decide, run_interval
 from xenbench.studies.adacur import COMPARABLE
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import label_summary_lines, verdict_rule
@@ -48,7 +48,7 @@ def _cells(d: pd.DataFrame) -> str:
 
 def describe_pair(d: pd.DataFrame) -> str:
     """One line for one pre-declared pair: where it beats, loses to, or is level with its baseline
-    (the ``verdict`` column of :func:`xenbench.methods.protocol.decide`)."""
+    (the ``verdict`` column of :func:`xenbench.studies.protocol.decide`)."""
     challenger, baseline = d["challenger"].iloc[0], d["baseline"].iloc[0]
     beats, loses = d[d["verdict"] == "beats"], d[d["verdict"] == "loses"]
     level = d[d["verdict"] == "level"]

@@ -6,7 +6,7 @@ equivalence test fails while no difference is established either), "sanity check
 a check of its protocol, not a claim) or "not tested" (the results lack what the row needs: nothing is filled in).
 Each row says the rule it applies and reads the same saved numbers as its notebook's findings (docs/FINDINGS.md):
 
-* paired tests (03, 04, 05): the one verdict rule re-applied to the saved family (:func:`xenbench.methods.protocol
+* paired tests (03, 04, 05): the one verdict rule re-applied to the saved family (:func:`xenbench.studies.protocol
   .decide`, as the notebook's findings do), never a verdict word read from the file;
 * an equivalence claim ("as well as", "rival", "on par"): a TOST at the margin :data:`EQUIVALENCE_MARGIN`, fixed in
   the issue that introduced it before this rule was run on any result: the two one-sided tests at α = 0.05 across
@@ -42,7 +42,7 @@ NOT_SHOWN, SANITY = "not shown to differ", "sanity check"
 EQUIVALENCE_MARGIN = 0.02
 #: Level of each one-sided test of the TOST (so the interval read is the 90% one).
 TOST_ALPHA = 0.05
-#: Verdict words of a lost paired comparison: 03's "trails"; "loses" in the one verdict rule of methods.protocol.
+#: Verdict words of a lost paired comparison: 03's "trails"; "loses" in the one verdict rule of studies.protocol.
 _LOSES = ("trails", "loses")
 #: A "spike" at k_q = k_i: the diagonal cell's error at least this many times its worse neighbour's.
 SPIKE = 2.0
@@ -91,7 +91,7 @@ def _cells(cells: pd.DataFrame, cell: str = "k") -> Judgement | None:
 
 
 def _interval(diffs: np.ndarray) -> tuple[float, float, float]:
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     return t_interval(np.asarray(diffs, dtype=np.float64), 0.95)
 
@@ -397,7 +397,7 @@ def _tost(diffs: np.ndarray, margin: float) -> tuple[str, str]:
     """(outcome, text) of an equivalence claim on per-seed differences: "holds" where the (1 − 2α) t-interval lies
     inside ±margin (TOST at :data:`TOST_ALPHA`) or the 95% interval above 0, "does not hold" where the 95% interval
     lies below 0, else :data:`NOT_SHOWN`."""
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     mean, lo, hi = _interval(diffs)
     _, lo90, hi90 = t_interval(np.asarray(diffs, dtype=np.float64), 1 - 2 * TOST_ALPHA)
