@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LABEL_COLUMNS", "choose_by_labels", "export_runs", "label_summary"]
 
-#: Columns of a label record besides the run's and method's keys.
-LABEL_COLUMNS = ["setting", "measure", "value", "value_se", "dev_value", "n_queries", "rows", "per_query",
+#: Columns of a label record besides the run's and method's keys: those of
+#: :class:`xenbench.studies.records.RunRecord` after ``budget`` (``measure`` its cell), then the lists it was scored on.
+LABEL_COLUMNS = ["measure", "setting", "value", "value_se", "dev_value", "n_queries", "per_query", "rows",
                  "list_rows", "ranked"]
 
 
