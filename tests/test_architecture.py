@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 import xenbench
+from xenbench.studies.notebooks import KINDS, NOTEBOOKS
 
 PACKAGE = Path(xenbench.__file__).parent
 
@@ -135,8 +136,6 @@ def test_architecture_md_lists_the_same_layers():
 #: resolved and still listed, so this list only shrinks. Nothing may be added to it.
 KNOWN_CLASHES: dict[str, str] = {
     "findings": "each studies/findings/<notebook>.py registers its `findings` (reached through findings.registered())",
-    "register": "studies.findings and studies.witnesses: two registries",
-    "registered": "studies.findings and studies.witnesses: two registries",
     "block": "studies.findings, .checkpoints and .claims: the generated block of docs/FINDINGS.md, docs/MODELS.md, README.md",
     "verify": "integrity.verify (weight digests) and studies.witnesses.verify (committed results)",
 }
@@ -181,17 +180,15 @@ def test_methods_build_no_figures_and_run_no_notebooks():
 # ----------------------------------------------------------------------------------------------
 # one studies/ module drives each notebook
 # ----------------------------------------------------------------------------------------------
-#: Notebook -> its driver: the one ``studies/`` module it runs (ARCHITECTURE.md's table).
-DRIVERS: dict[str, str] = {
-    "00_data": "stats", "01_score_matrices": "stats", "02_rank_cls_vs_emb": "rank", "03_adacur_rounds": "adacur",
-    "04_axn_lambda": "axn", "05_pefa_lambda": "pefa", "06_ccsa_balance": "ccsa", "07_compare_methods": "compare",
-}
+#: Notebook -> its driver: the one ``studies/`` module it runs (the one table of notebooks,
+#: ``xenbench.studies.notebooks.NOTEBOOKS``, and ARCHITECTURE.md's table).
+DRIVERS: dict[str, str] = {name: nb.driver for name, nb in NOTEBOOKS.items()}
 #: ``studies/`` modules a notebook may read its inputs from besides its driver (and ``protocol``, its splits, choices
 #: on dev and verdict rule; ``records``, which packs the raw records its results file saves; ``labels``, which
 #: summarizes the label measures and writes the ranked lists out), and the conclusions every notebook shows.
 INPUTS = {"setup", "splits", "corpus", "protocol", "records", "labels"}
 CONCLUSIONS = "findings"
-NOTEBOOKS = PACKAGE.parent / "notebooks"
+NOTEBOOK_DIR = PACKAGE.parent / "notebooks"
 
 
 def _studies_calls(notebook: Path) -> tuple[set[str], set[str]]:
@@ -204,12 +201,12 @@ def _studies_calls(notebook: Path) -> tuple[set[str], set[str]]:
 
 
 def test_every_notebook_is_in_the_driver_table():
-    assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == set(DRIVERS)
+    assert {p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")} == set(DRIVERS)
 
 
 @pytest.mark.parametrize("name", sorted(DRIVERS))
 def test_each_notebook_calls_one_driver_as_xb_studies(name):
-    long, short = _studies_calls(NOTEBOOKS / f"{name}.ipynb")
+    long, short = _studies_calls(NOTEBOOK_DIR / f"{name}.ipynb")
     assert short <= {CONCLUSIONS}, f"{name} calls studies modules by their short names: {short - {CONCLUSIONS}}"
     assert long - INPUTS == {DRIVERS[name]}, f"{name}: drivers {long - INPUTS}, expected {DRIVERS[name]}"
 
@@ -278,7 +275,7 @@ def test_exception_classes_outside_errors_are_private():
 #: What the scoring jobs, their Ray backend and the score cache import from the engine: rows are scored only through
 #: ``row_scorer``; the rest are its settings, checks, timing and progress bar (ARCHITECTURE.md, layer 2).
 ENGINE_SEAM = {"row_scorer", "DEFAULT_BATCH_SIZE", "Precision", "ScoreTiming", "check_scoring_args",
-               "default_query_chunk", "on_device", "progress_bar"}
+               "scorer_device_type", "default_query_chunk", "on_device", "progress_bar"}
 
 
 def test_jobs_reach_the_engine_only_through_row_scorer_and_its_settings():
@@ -301,10 +298,11 @@ def test_every_notebook_has_each_file_and_registration_a_notebook_needs():
                    "studies/findings/", "studies/records.py", "studies/witnesses.py", "tests/test_architecture.py",
                    "tests/test_witnesses.py", "notebooks/results/<notebook>.full.results.json"):
         assert needed in text, needed
-    for name, driver in DRIVERS.items():
-        assert (NOTEBOOKS / f"{name}.yaml").is_file(), name
-        assert (PACKAGE / "studies" / f"{driver}.py").is_file() or (PACKAGE / "studies" / driver).is_dir(), driver
-        assert name in findings.registered(), f"{name}: no findings registered"
-        assert name in records.registered(), f"{name}: no re-derivation of its summaries registered"
-        assert name in witnesses.registered(), f"{name}: no witnesses registered"
+    for kind, module in (("findings", findings), ("records", records), ("witnesses", witnesses)):
+        assert set(module.registered()) == set(NOTEBOOKS), f"{kind}: registered for {sorted(module.registered())}"
+    for name, nb in NOTEBOOKS.items():
+        assert (NOTEBOOK_DIR / f"{name}.yaml").is_file(), name
+        assert (PACKAGE / "studies" / f"{nb.driver}.py").is_file() or (PACKAGE / "studies" / nb.driver).is_dir(), nb
+        assert (PACKAGE / "studies" / "findings" / f"{nb.topic}.py").is_file(), nb
+        assert set(nb.functions) == set(KINDS), f"{name}: registered {sorted(nb.functions)} of {KINDS}"
         assert name in witnesses.REQUIRED and name in witnesses.WITNESSED, name

@@ -83,7 +83,10 @@ def test_witnesses_run_at_the_torch_thread_count_the_run_recorded(monkeypatch, r
     import torch
 
     seen = []
-    monkeypatch.setitem(witnesses._REGISTRY, "nb_threads", lambda results: seen.append(torch.get_num_threads()) or [])
+    from xenbench.studies.notebooks import NOTEBOOKS, Notebook
+
+    fn = lambda results: seen.append(torch.get_num_threads()) or []  # noqa: E731
+    monkeypatch.setitem(NOTEBOOKS, "nb_threads", Notebook("nb_threads", "stats", "data", {"witnesses": fn}))
     before = torch.get_num_threads()
     machine = {"cores": 2} if recorded is None else {"cores": 2, "torch_threads": recorded}
     witnesses.witnesses({"notebook": "nb_threads", "results": {}, "provenance": {"machine": machine}})
@@ -287,7 +290,9 @@ def test_a_removed_witness_block_fails_verify(monkeypatch):
     """06's function without its faiss-baseline block (here: its by_reg witnesses only) leaves results['baselines']
     unrecomputed: a failing witness names it."""
     by_reg = Witness("06_ccsa_balance", "by_reg λ=0 B=1000 seed 0 dev imbalance", 1.1, 1.1)
-    monkeypatch.setitem(witnesses._REGISTRY, "06_ccsa_balance", lambda results: [by_reg])
+    from xenbench.studies.notebooks import NOTEBOOKS
+
+    monkeypatch.setitem(NOTEBOOKS["06_ccsa_balance"].functions, "witnesses", lambda results: [by_reg])
     results = {"by_reg": [{"reg": 0.0}], "baselines": [{"method": "IVF-PQ"}]}
     found = witnesses.witnesses({"notebook": "06_ccsa_balance", "results": results, "provenance": {}})
     bad = [w for w in found if not w.ok]

@@ -32,12 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from xenbench.errors import DataError, ParameterError
+from xenbench.studies import notebooks
 from xenbench.studies.witnesses import Witness
 
 __all__ = ["RunRecord", "ComparisonRecord", "RUN_FIELDS", "COMPARISON_FIELDS", "as_comparison", "migrate_results",
@@ -53,7 +55,6 @@ PACKED = ("rows", "per_query", "de_per_query")
 REL, ABS = 1e-9, 1e-12
 
 RecordsFn = Callable[[Mapping[str, Any]], list[Witness]]
-_REGISTRY: dict[str, RecordsFn] = {}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -331,23 +332,16 @@ def has_per_query(records: Any) -> bool:
 # ----------------------------------------------------------------------------------------------
 # registry
 # ----------------------------------------------------------------------------------------------
-def register(notebook: str) -> Callable[[RecordsFn], RecordsFn]:
-    """Decorator: ``fn(results) -> list[Witness]`` re-derives the summaries of ``notebook``'s results."""
-
-    def wrap(fn: RecordsFn) -> RecordsFn:
-        _REGISTRY[notebook] = fn
-        return fn
-
-    return wrap
-
-
-def registered() -> dict[str, RecordsFn]:
-    return dict(_REGISTRY)
+#: Decorator: ``@register(notebook)`` on ``fn(results) -> list[Witness]``, which re-derives the summaries of
+#: ``notebook``'s results (its row's ``records`` in :data:`xenbench.studies.notebooks.NOTEBOOKS`).
+register = partial(notebooks.register, "records")
+#: Notebook name -> its re-derivation (:func:`xenbench.studies.notebooks.registered`).
+registered = partial(notebooks.registered, "records")
 
 
 def rederive(doc: Mapping[str, Any]) -> list[Witness]:
     """Every summary of one results document re-derived from its records (or, without them, from its own row)."""
-    fn = _REGISTRY.get(doc["notebook"])
+    fn = registered().get(doc["notebook"])
     if fn is None:
         return []
     return [replace(w, profile=str(doc.get("profile", "full"))) for w in fn(doc["results"])]

@@ -44,6 +44,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ import pandas as pd
 
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
+from xenbench.studies import notebooks as _notebooks
 
 __all__ = ["Witness", "WITNESSED", "extra_runs", "witness_seed", "register", "registered", "witnesses", "verify",
            "describe"]
@@ -123,22 +125,11 @@ class Witness:
 
 
 WitnessFn = Callable[[Mapping[str, Any]], list[Witness]]
-_REGISTRY: dict[str, WitnessFn] = {}
-
-
-def register(notebook: str) -> Callable[[WitnessFn], WitnessFn]:
-    """Decorator: ``fn(results) -> list[Witness]`` re-derives a few cells of ``notebook``'s committed results."""
-
-    def wrap(fn: WitnessFn) -> WitnessFn:
-        _REGISTRY[notebook] = fn
-        return fn
-
-    return wrap
-
-
-def registered() -> dict[str, WitnessFn]:
-    """Notebook name -> its witness function."""
-    return dict(_REGISTRY)
+#: Decorator: ``@register(notebook)`` on ``fn(results) -> list[Witness]``, which re-derives a few cells of
+#: ``notebook``'s committed results (its row's ``witnesses`` in :data:`xenbench.studies.notebooks.NOTEBOOKS`).
+register = partial(_notebooks.register, "witnesses")
+#: Notebook name -> its witness function (:func:`xenbench.studies.notebooks.registered`).
+registered = partial(_notebooks.registered, "witnesses")
 
 
 def _or_nan(value: Any) -> float:
@@ -184,7 +175,7 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     """The witnesses of one results document (:func:`xenbench.studies.findings.load_results`); [] if its notebook
     declares none. A table of :data:`REQUIRED` that is absent or empty, or a file that gives no witness at all, is a
     witness that fails (a results file emptied of its cells must not pass for verified)."""
-    fn = _REGISTRY.get(doc["notebook"])
+    fn = registered().get(doc["notebook"])
     if fn is None:
         return []
     import torch
@@ -279,9 +270,9 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
     if not folder.is_dir():
         raise DataError(folder, "no such folder of results files: nothing to verify")
     if notebooks is not None:
-        unknown = sorted(set(notebooks) - set(_REGISTRY))
+        unknown = sorted(set(notebooks) - set(registered()))
         if unknown:
-            raise ParameterError("notebooks", f"notebooks with witnesses ({sorted(_REGISTRY)})", unknown, "verify")
+            raise ParameterError("notebooks", f"notebooks with witnesses ({sorted(registered())})", unknown, "verify")
     out: list[Witness] = []
     cache: dict = {}
     if log is not None and "stores" in checks:
@@ -289,7 +280,7 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
             f"{witness_seed()} draws them again)")
     for path in sorted(folder.glob("*.results.json")):
         name, profile = path.name.split(".")[0], path.name.split(".")[-3]
-        if profile not in README_PROFILES or name not in _REGISTRY or (notebooks is not None and name not in notebooks):
+        if profile not in README_PROFILES or name not in registered() or (notebooks is not None and name not in notebooks):
             continue
         start = time.perf_counter()
         doc = load_results(path)
@@ -316,7 +307,7 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
             log(f"{path.name}: {len(found)} witnesses ({by}), {bad} mismatched, {time.perf_counter() - start:.1f} s")
     if not out:
         raise DataError(folder, f"no results file with witnesses ({', '.join(README_PROFILES)} profiles of "
-                                f"{sorted(notebooks or _REGISTRY)}): nothing was verified")
+                                f"{sorted(notebooks or registered())}): nothing was verified")
     return out
 
 
