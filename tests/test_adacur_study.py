@@ -12,8 +12,9 @@ import torch
 
 from xenbench.errors import ParameterError
 from xenbench.methods.adacur import AdaCur
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 from xenbench.studies import adacur as ex
+from xenbench.studies import records
 from xenbench.studies import setup as study_setup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -287,7 +288,7 @@ def test_load_setup_checks_ids(tmp_path) -> None:
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def protocol(M):
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0, 1, 2])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
@@ -331,7 +332,7 @@ def test_the_methods_called_deterministic_are_and_the_others_are_not(M, split, r
 
 def test_anncur_anchors_are_drawn_per_split_and_seed(M, monkeypatch):
     from xenbench.methods.cur import AnnCur
-    from xenbench.methods.protocol import query_splits, run_seed
+    from xenbench.studies.protocol import query_splits, run_seed
 
     drawn = []
     fit = AnnCur.fit
@@ -361,10 +362,10 @@ def test_dev_choice_never_reads_test_rows(M, protocol):
         runs_bad = ex.adacur_protocol_runs(bad, [s], [0, 1], [20], k_values=(1, 5), de_scores=de)
         again = ex.chosen_on_dev(runs_bad)
         key = ["split_seed", "anchor_seed", "method", "budget", "k"]
-        a = chosen[chosen["split_seed"] == s.seed].set_index(key)["n_anchor_items"].sort_index()
-        b = again.set_index(key)["n_anchor_items"].sort_index()
+        a = chosen[chosen["split_seed"] == s.seed].set_index(key)["setting"].sort_index()
+        b = again.set_index(key)["setting"].sort_index()
         assert a.equals(b)
-        assert not np.allclose(again["recall"].to_numpy(), chosen[chosen["split_seed"] == s.seed]["recall"].to_numpy())
+        assert not np.allclose(again["value"].to_numpy(), chosen[chosen["split_seed"] == s.seed]["value"].to_numpy())
     assert test_rows.size > 0
 
 
@@ -374,13 +375,16 @@ def test_test_recall_is_reported_at_the_dev_choice(protocol):
     key = ["split_seed", "anchor_seed", "method", "budget", "k"]
     dev, test = runs[runs["part"] == "dev"], runs[runs["part"] == "test"]
     assert len(chosen) == len(dev.groupby(key))
+    # run records (RunRecord), each with its test rows
+    assert list(chosen.columns) == [c for c in records.RUN_FIELDS if c != "measure"] + ["rows"]
     for _, r in chosen.iterrows():
         same = (dev[key] == r[key].to_numpy()).all(axis=1)
         g = dev[same].sort_values("n_anchor_items")
         best = g[g["recall"] == g["recall"].max()]["n_anchor_items"].iloc[0]  # the smallest k_i among the best
-        assert r["n_anchor_items"] == best and r["dev_recall"] == pytest.approx(g["recall"].max())
+        assert r["setting"] == best and r["dev_value"] == pytest.approx(g["recall"].max())
         t = test[(test[key] == r[key].to_numpy()).all(axis=1) & (test["n_anchor_items"] == best)]
-        assert len(t) == 1 and r["recall"] == pytest.approx(t["recall"].iloc[0])
+        assert len(t) == 1 and r["value"] == pytest.approx(t["recall"].iloc[0])
+        assert r["n_queries"] == len(r["per_query"]) == len(r["rows"])
 
 
 def _hand_runs(sign: float) -> pd.DataFrame:
@@ -392,7 +396,7 @@ def _hand_runs(sign: float) -> pd.DataFrame:
     for run in range(3):
         for method, v in (("C", chal), ("B", base)):
             out.append({"split_seed": run, "anchor_seed": 0, "method": method, "budget": 10, "k": 1,
-                        "n_anchor_items": 0, "recall": v.mean(), "recall_se": 0.0, "rows": rows, "per_query": v})
+                        "setting": 0.0, "value": v.mean(), "value_se": 0.0, "rows": rows, "per_query": v})
     return pd.DataFrame(out)
 
 
@@ -439,16 +443,16 @@ def _results(sign: float, spread: float = 0.01) -> dict:
     for split, d in enumerate((-spread, 0.0, spread)):
         for k, gain in ((1, sign * (0.05 + d)), (10, 0.004 + d)):
             runs += [{"split_seed": split, "anchor_seed": 0, "method": "ADACUR TopK No-Split", "budget": 50, "k": k,
-                      "recall": 0.5 + gain},
-                     {"split_seed": split, "anchor_seed": 0, "method": "ANNCUR", "budget": 50, "k": k, "recall": 0.5}]
-        runs += [{"split_seed": split, "anchor_seed": seed, "method": m, "budget": 50, "k": 1, "recall": r}
+                      "value": 0.5 + gain},
+                     {"split_seed": split, "anchor_seed": 0, "method": "ANNCUR", "budget": 50, "k": k, "value": 0.5}]
+        runs += [{"split_seed": split, "anchor_seed": seed, "method": m, "budget": 50, "k": 1, "value": r}
                  for seed in range(5) for m, r in (("ADACUR DE+TopK No-Split", 0.6 + d), ("DE re-rank", 0.5))]
     summary = [{"method": "ANNCUR", "budget": 50, "k": 1, "mean": 0.375, "lo": 0.355, "hi": 0.395, "n_runs": 15},
                {"method": "DE re-rank", "budget": 50, "k": 1, "mean": 0.3, "lo": 0.29, "hi": 0.31, "n_runs": 3}]
     spread_rows = [{"method": "ANNCUR", "budget": 50, "k": 1, "split_seed": 0, "min": 0.355, "max": 0.395, "mean": 0.37}]
     return {"protocol": {"ce": "cls-ce", "n_items": 100, "n_splits": 3, "n_anchor_seeds": 5, "n_dev_queries": 150,
                          "n_test_queries": 351},
-            "comparisons": comp, "summary": summary, "seed_spread": spread_rows, "test_at_dev_choice": runs}
+            "comparisons": comp, "summary": summary, "seed_spread": spread_rows, "runs": runs}
 
 
 def test_findings_say_what_the_numbers_say():
@@ -499,7 +503,7 @@ def adacur_devices(monkeypatch) -> list:
 
 def _device_runs(M, split, retrievers, **device) -> dict:
     """Every ADACUR-running function of the module on small inputs, with ``device`` (or its default)."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     de = M + 0.5 * np.random.default_rng(2).standard_normal(M.shape)
@@ -549,7 +553,7 @@ def test_the_device_reaches_every_adacur_search(M, split, retrievers, adacur_dev
 
 
 def _every_device_function(M, split, device):
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     splits = query_splits(N_QUERIES, N_ANCHOR_QUERIES, 15, seeds=[0])
     return {

@@ -9,9 +9,10 @@ are still dependencies), including ``if TYPE_CHECKING:`` blocks. Layers, lowest 
  1    data           xenbench.data: datasets, readers, beir, zeshel, sources, wordnet, store
  2    models         xenbench.models: crossencoder, pairs, templates, references, loading, scorers, scoring, packed,
                     jobs, distributed, cache, fingerprint, probe, first_stages, retrievers, linking, train
- 3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, trace, protocol
+ 3    methods        xenbench.methods: cur, adacur (package), baselines, axn, mf, pefa, ccsa, gar, trace
  4    studies        xenbench.studies: one driver per notebook (stats, rank, adacur, axn, pefa, ccsa, compare), their
-                    inputs (setup, splits, corpus), findings, witnesses
+                    inputs (setup, splits, corpus), the registry of methods, the protocol, labels, findings,
+                    witnesses, records
  5    presentation   xenbench.viz: plots, widgets
  6    entry points   xenbench.harness (spec, params, sizes, preflight, kernel, results, report, runner), sweep,
                     cli
@@ -36,6 +37,7 @@ from pathlib import Path
 import pytest
 
 import xenbench
+from xenbench.studies.notebooks import KINDS, NOTEBOOKS
 
 PACKAGE = Path(xenbench.__file__).parent
 
@@ -134,8 +136,6 @@ def test_architecture_md_lists_the_same_layers():
 #: resolved and still listed, so this list only shrinks. Nothing may be added to it.
 KNOWN_CLASHES: dict[str, str] = {
     "findings": "each studies/findings/<notebook>.py registers its `findings` (reached through findings.registered())",
-    "register": "studies.findings and studies.witnesses: two registries",
-    "registered": "studies.findings and studies.witnesses: two registries",
     "block": "studies.findings, .checkpoints and .claims: the generated block of docs/FINDINGS.md, docs/MODELS.md, README.md",
     "verify": "integrity.verify (weight digests) and studies.witnesses.verify (committed results)",
 }
@@ -180,17 +180,15 @@ def test_methods_build_no_figures_and_run_no_notebooks():
 # ----------------------------------------------------------------------------------------------
 # one studies/ module drives each notebook
 # ----------------------------------------------------------------------------------------------
-#: Notebook -> its driver: the one ``studies/`` module it runs (ARCHITECTURE.md's table).
-DRIVERS: dict[str, str] = {
-    "00_data": "stats", "01_score_matrices": "stats", "02_rank_cls_vs_emb": "rank", "03_adacur_rounds": "adacur",
-    "04_axn_lambda": "axn", "05_pefa_lambda": "pefa", "06_ccsa_balance": "ccsa", "07_compare_methods": "compare",
-}
-#: ``studies/`` modules a notebook may read its inputs from besides its driver (and ``records``, which packs the raw
-#: records its results file saves; ``labels``, which summarizes the label measures and writes the ranked lists out),
-#: and the conclusions every notebook shows.
-INPUTS = {"setup", "splits", "corpus", "records", "labels"}
+#: Notebook -> its driver: the one ``studies/`` module it runs (the one table of notebooks,
+#: ``xenbench.studies.notebooks.NOTEBOOKS``, and ARCHITECTURE.md's table).
+DRIVERS: dict[str, str] = {name: nb.driver for name, nb in NOTEBOOKS.items()}
+#: ``studies/`` modules a notebook may read its inputs from besides its driver (and ``protocol``, its splits, choices
+#: on dev and verdict rule; ``records``, which packs the raw records its results file saves; ``labels``, which
+#: summarizes the label measures and writes the ranked lists out), and the conclusions every notebook shows.
+INPUTS = {"setup", "splits", "corpus", "protocol", "records", "labels"}
 CONCLUSIONS = "findings"
-NOTEBOOKS = PACKAGE.parent / "notebooks"
+NOTEBOOK_DIR = PACKAGE.parent / "notebooks"
 
 
 def _studies_calls(notebook: Path) -> tuple[set[str], set[str]]:
@@ -203,12 +201,12 @@ def _studies_calls(notebook: Path) -> tuple[set[str], set[str]]:
 
 
 def test_every_notebook_is_in_the_driver_table():
-    assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == set(DRIVERS)
+    assert {p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")} == set(DRIVERS)
 
 
 @pytest.mark.parametrize("name", sorted(DRIVERS))
 def test_each_notebook_calls_one_driver_as_xb_studies(name):
-    long, short = _studies_calls(NOTEBOOKS / f"{name}.ipynb")
+    long, short = _studies_calls(NOTEBOOK_DIR / f"{name}.ipynb")
     assert short <= {CONCLUSIONS}, f"{name} calls studies modules by their short names: {short - {CONCLUSIONS}}"
     assert long - INPUTS == {DRIVERS[name]}, f"{name}: drivers {long - INPUTS}, expected {DRIVERS[name]}"
 
@@ -240,3 +238,71 @@ def test_tiers_inside_a_subpackage(package):
             path = PACKAGE / package / f"{module}.py"
             bad += [f"{package}.{module} line {line}: {target}" for line, target in imports_of(path) if target in higher]
     assert not bad, f"imports of a higher tier: {bad}"
+
+
+# ----------------------------------------------------------------------------------------------
+# ARCHITECTURE.md's rules, each checked
+# ----------------------------------------------------------------------------------------------
+def test_short_names_are_the_public_modules_of_every_layer_but_the_studies():
+    """``xb.<name>``: every public module of the root and of ``data``, ``models``, ``methods``, ``viz``, the
+    subpackages and the entry points; of layer 4 only ``findings`` (a notebook names its driver as
+    ``xb.studies.<name>``)."""
+    expected = {p.stem: p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_")}
+    expected |= {sub: sub for sub in ("data", "models", "methods", "studies", "viz", "harness")}
+    for sub in ("data", "models", "methods", "viz"):
+        for p in (PACKAGE / sub).iterdir():
+            if not p.stem.startswith("_") and (p.suffix == ".py" or (p / "__init__.py").is_file()):
+                expected[p.stem] = f"{sub}.{p.stem}"
+    expected[CONCLUSIONS] = f"studies.{CONCLUSIONS}"
+    assert xenbench._SUBMODULES == expected
+
+
+def test_exception_classes_outside_errors_are_private():
+    """Every exception a caller can catch is in ``xenbench.errors``; one defined elsewhere is a private signal."""
+    public = []
+    for path in MODULES:
+        if _module_name(path) == "xenbench.errors":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                bases = {b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                         for b in node.bases}
+                if any(b.endswith(("Error", "Exception")) or b in ("BaseException", "Warning") for b in bases):
+                    public.append(f"{_module_name(path)}.{node.name}")
+    assert public == [], f"exception classes to define in xenbench.errors: {public}"
+
+
+#: What the scoring jobs, their Ray backend and the score cache import from the engine: rows are scored only through
+#: ``row_scorer``; the rest are its settings, checks, timing and progress bar (ARCHITECTURE.md, layer 2).
+ENGINE_SEAM = {"row_scorer", "DEFAULT_BATCH_SIZE", "Precision", "ScoreTiming", "check_scoring_args",
+               "scorer_device_type", "default_query_chunk", "on_device", "progress_bar"}
+
+
+def test_jobs_reach_the_engine_only_through_row_scorer_and_its_settings():
+    for module in ("jobs", "distributed", "cache"):
+        tree = ast.parse((PACKAGE / "models" / f"{module}.py").read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 and n.module in ("xenbench.models.scoring", "scoring") for a in n.names}
+        assert names <= ENGINE_SEAM, f"models.{module} imports {sorted(names - ENGINE_SEAM)} from the engine"
+        assert not any(isinstance(n, ast.Import) and any(a.name == "xenbench.models.scoring" for a in n.names)
+                       for n in ast.walk(tree)), module
+
+
+#: What each notebook needs besides its driver (ARCHITECTURE.md, "What a notebook is made of"): its profiles, its
+#: findings, the re-derivation of its summaries and its witnesses, each registered under the notebook's name.
+def test_every_notebook_has_each_file_and_registration_a_notebook_needs():
+    from xenbench.studies import findings, records, witnesses
+
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    for needed in ("notebooks/<notebook>.ipynb", "notebooks/<notebook>.yaml", "studies/<driver>",
+                   "studies/findings/", "studies/records.py", "studies/witnesses.py", "tests/test_architecture.py",
+                   "tests/test_witnesses.py", "notebooks/results/<notebook>.full.results.json"):
+        assert needed in text, needed
+    for kind, module in (("findings", findings), ("records", records), ("witnesses", witnesses)):
+        assert set(module.registered()) == set(NOTEBOOKS), f"{kind}: registered for {sorted(module.registered())}"
+    for name, nb in NOTEBOOKS.items():
+        assert (NOTEBOOK_DIR / f"{name}.yaml").is_file(), name
+        assert (PACKAGE / "studies" / f"{nb.driver}.py").is_file() or (PACKAGE / "studies" / nb.driver).is_dir(), nb
+        assert (PACKAGE / "studies" / "findings" / f"{nb.topic}.py").is_file(), nb
+        assert set(nb.functions) == set(KINDS), f"{name}: registered {sorted(nb.functions)} of {KINDS}"
+        assert name in witnesses.REQUIRED and name in witnesses.WITNESSED, name

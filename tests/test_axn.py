@@ -10,7 +10,7 @@ import torch
 from xenbench.methods.adacur import SearchOptions
 from xenbench.methods.axn import Axn, prior_scale
 from xenbench.methods.baselines import rerank_baseline
-from xenbench.methods.protocol import at_chosen, choose_on_dev
+from xenbench.studies.protocol import at_chosen, choose_on_dev
 from xenbench.studies.axn import axn_lambda_sweep
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
@@ -162,7 +162,7 @@ def test_axn_pinv_cutoff_follows_the_dtype_of_v(factors):
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def protocol_run():
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.studies import axn
 
     rng = np.random.default_rng(0)
@@ -176,33 +176,36 @@ def protocol_run():
 
 
 def test_protocol_chooses_lambda_on_dev_and_runs_every_split_and_seed(protocol_run):
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.methods.axn import prior_scale
 
     M, V, U_de, splits, runs, dev = protocol_run
-    n = runs.groupby("method")[["split", "seed"]].apply(lambda g: len(set(zip(g["split"], g["seed"]))))
+    n = runs.groupby("method")[["split_seed", "anchor_seed"]].apply(
+        lambda g: len(set(zip(g["split_seed"], g["anchor_seed"]))))
     assert n["AXN, tuned λ"] == n["ADACUR TopK No-Split"] == 9  # 3 splits × 3 first-round seeds
     assert n["AXN DE, tuned λ"] == n["DE re-rank"] == 3  # deterministic given the split: one run per split
     assert n["AXN DE, MF-IND, tuned λ"] == 9  # MF-IND is trained per run: its seed is part of the run
     s = splits[1]
-    for (budget, k), g in runs[(runs["method"] == "AXN, tuned λ") & (runs["split"] == 1) & (runs["seed"] == 2)].groupby(["budget", "k"]):
+    for (budget, k), g in runs[(runs["method"] == "AXN, tuned λ") & (runs["split_seed"] == 1) & (runs["anchor_seed"] == 2)].groupby(["budget", "k"]):
         # the λ used on test is the best dev λ of that run (ties to the smaller λ) ...
-        d = dev[(dev["method"] == "AXN") & (dev["split"] == 1) & (dev["budget"] == budget) & (dev["k"] == k)]
-        assert set(d["seed"]) == {0}  # chosen once per split (first seed's first round), used by every seed
+        d = dev[(dev["method"] == "AXN") & (dev["split_seed"] == 1) & (dev["budget"] == budget) & (dev["k"] == k)]
+        assert set(d["anchor_seed"]) == {0}  # chosen once per split (first seed's first round), used by every seed
         best = d[d["recall"] == d["recall"].max()]["lam"].min()
-        assert g["lam"].item() == best
+        assert g["setting"].item() == best
+        assert g["dev_value"].item() == d["recall"].max()  # the dev recall it was chosen by
         # ... and its test recall is AXN at that λ on the split's test rows, keyed by global query id
         beta = prior_scale(M[s.anchor], U_de[s.anchor] @ V.T)
         res = Axn(budget, n_rounds=2, lam=best, seed=protocol.run_seed(1, 2)).fit(V).run(
             M[s.test], u_param=beta * U_de[s.test] if best > 0 else None, query_ids=s.test)
-        assert g["recall"].item() == pytest.approx(topk_recall(M[s.test], res.I, k))
+        assert g["value"].item() == pytest.approx(topk_recall(M[s.test], res.I, k))
         np.testing.assert_array_equal(g["rows"].item(), s.test)
-    assert set(dev["split"]) == {0, 1, 2}
+    assert set(dev["split_seed"]) == {0, 1, 2}
+    assert runs.loc[runs["method"] == "DE re-rank", "dev_value"].isna().all()  # nothing chosen on dev
 
 
 def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run):
     from xenbench.studies.axn import AXN_PAIRS, axn_paired_comparisons
-    from xenbench.methods.protocol import paired_test
+    from xenbench.studies.protocol import paired_test
 
     *_, runs, _ = protocol_run
     comp = axn_paired_comparisons(runs)
@@ -219,7 +222,7 @@ def test_paired_comparisons_pool_queries_over_runs_and_holm_adjust(protocol_run)
     qs = sorted(per["AXN, tuned λ"])
     want = paired_test([per["AXN, tuned λ"][q] for q in qs], [per["AXN, λ = 0"][q] for q in qs])
     assert row["mean"] == pytest.approx(want["mean"]) and row["p"] == pytest.approx(want["p"])
-    assert row["n"] == len(qs)
+    assert row["n_queries"] == len(qs)
     p = np.sort(comp["p"].to_numpy())
     m = len(p)
     holm = np.minimum(1, np.maximum.accumulate((m - np.arange(m)) * p))
@@ -231,16 +234,17 @@ def _results(mean: float, p: float, lams: str = "0.2, 0.8", spread: float = 0.01
     """Two declared cells of AXN DE vs DE re-rank, per-query p-value ``p`` (t and Wilcoxon), over 3 splits whose
     run differences are mean ± spread; MF-IND fitted ``mf_runs`` times per split."""
     cells = [{"challenger": "AXN DE, tuned λ", "baseline": "DE re-rank", "budget": b, "k": 1, "mean": mean,
-              "lo": mean - 0.01, "hi": mean + 0.01, "p": p, "p_wilcoxon": p, "n": 40,
+              "lo": mean - 0.01, "hi": mean + 0.01, "p": p, "p_wilcoxon": p, "n_queries": 40,
               "p_holm": 0.9, "verdict": "level"} for b in (50, 100)]  # saved verdicts are not trusted: recomputed
     runs = []
     for split, d in enumerate((mean - spread, mean, mean + spread)):
         for b in (50, 100):
-            runs += [{"split": split, "seed": 0, "method": "AXN DE, tuned λ", "budget": b, "k": 1, "recall": 0.5 + d},
-                     {"split": split, "seed": 0, "method": "DE re-rank", "budget": b, "k": 1, "recall": 0.5}]
-            runs += [{"split": split, "seed": s, "method": "AXN DE, MF-IND, tuned λ", "budget": b, "k": 1,
-                      "recall": 0.5} for s in range(mf_runs)]
-            runs += [{"split": split, "seed": s, "method": "AXN, tuned λ", "budget": b, "k": 1, "recall": 0.5}
+            runs += [{"split_seed": split, "anchor_seed": 0, "method": "AXN DE, tuned λ", "budget": b, "k": 1,
+                      "value": 0.5 + d},
+                     {"split_seed": split, "anchor_seed": 0, "method": "DE re-rank", "budget": b, "k": 1, "value": 0.5}]
+            runs += [{"split_seed": split, "anchor_seed": s, "method": "AXN DE, MF-IND, tuned λ", "budget": b, "k": 1,
+                      "value": 0.5} for s in range(mf_runs)]
+            runs += [{"split_seed": split, "anchor_seed": s, "method": "AXN, tuned λ", "budget": b, "k": 1, "value": 0.5}
                      for s in range(5)]
     summary = [{"method": "AXN DE, tuned λ", "budget": 50, "k": 1, "lams": lams},
                {"method": "DE re-rank", "budget": 50, "k": 1, "lams": ""}]
@@ -318,7 +322,7 @@ def devices(monkeypatch) -> dict[str, list]:
 
 def _axn_runs(**device) -> dict:
     """lambda_sweep, round_trace and the notebook-04 protocol (with MF-IND) on small inputs."""
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.studies import axn
 
     rng = np.random.default_rng(5)
@@ -378,7 +382,7 @@ def test_the_device_reaches_every_search_and_mf_fit(devices):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
 ])
 def test_a_bad_device_is_one_clear_error_naming_the_function(factors, device, message):
-    from xenbench import protocol
+    from xenbench.studies import protocol
     from xenbench.studies import axn
 
     V, U, U_param = factors
@@ -416,8 +420,9 @@ def test_cuda_gives_the_cpu_anchors_and_recall(devices, factors):
     for name in ("protocol_runs", "protocol_dev"):
         a, b = cpu[name], cuda[name]
         _check_same(a[~mf(a)], b[~mf(b)], atol=1e-9)
-        keys = ["split", "seed", "method", "budget", "k", "lam"]
-        keys = [c for c in keys if c in a and not (c == "lam" and name == "protocol_runs")]  # a tuned λ may differ
+        keys = ["split_seed", "anchor_seed", "method", "budget", "k", "lam", "setting"]
+        keys = [c for c in keys if c in a and c != "setting"]  # a tuned λ may differ
         a_mf, b_mf = (x[mf(x)].sort_values(keys) for x in (a, b))
         assert len(a_mf) == len(b_mf) > 0
-        assert np.abs(a_mf["recall"].to_numpy() - b_mf["recall"].to_numpy()).mean() <= 0.05
+        value = "value" if name == "protocol_runs" else "recall"
+        assert np.abs(a_mf[value].to_numpy() - b_mf[value].to_numpy()).mean() <= 0.05

@@ -413,7 +413,7 @@ def test_findings_over_seeds_need_the_interval_across_seeds_to_exclude_zero():
 
 
 def test_eval_split_draws_the_evaluated_rows_and_halves_them_into_dev_and_test():
-    from xenbench.methods.protocol import Split
+    from xenbench.studies.protocol import Split
     from xenbench.studies.ccsa import eval_split, evaluated_rows
 
     split = eval_split(100, 41, 5)

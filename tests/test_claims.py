@@ -44,7 +44,7 @@ def test_one_row_per_claim_and_every_committed_claim_is_judged():
 def _split_means(runs: pd.DataFrame, method: str, unit: str, **cell) -> pd.Series:
     """Independent truth, written without the package: a method's per-unit mean recall in one cell."""
     sel = runs[(runs["method"] == method) & np.logical_and.reduce([runs[c] == v for c, v in cell.items()])]
-    return sel.groupby(unit)["recall"].mean()
+    return sel.groupby(unit)["value"].mean()
 
 
 def _holm(p: list[float]) -> np.ndarray:
@@ -79,7 +79,7 @@ def test_adacur_rows_rest_on_the_query_splits_not_the_runs():
     """The 15 runs of a cell are 3 splits × 5 anchor seeds: the row's cells are computed from the 3 split means, Holm
     over the row's 5 cells; the weakest cell of ADACUR vs ANNCUR no longer holds ([-0.2, +3.9] across splits, where the
     15 runs gave [+1.3, +2.8])."""
-    runs = pd.DataFrame(DOCS["03_adacur_rounds.full"]["test_at_dev_choice"])
+    runs = pd.DataFrame(DOCS["03_adacur_rounds.full"]["runs"])
     for word, (a, b) in (("beats ANNCUR", ("ADACUR TopK No-Split", "ANNCUR")),
                          ("re-ranking", ("ADACUR DE+TopK No-Split", "DE re-rank"))):
         fam = _split_family(runs, a, b, "split_seed")
@@ -186,7 +186,7 @@ def test_rank_row_judges_each_emb_ce_and_puts_the_paper_layout_first(marker_rank
 
 
 def test_ccsa_rows_agree_with_the_seed_intervals():
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     for profile in ("full", "large"):
         binary = pd.DataFrame(DOCS[f"06_ccsa_balance.{profile}"]["binary"])
@@ -205,9 +205,9 @@ def test_a_changed_result_changes_its_row():
         if c["challenger"] == ada:
             c["verdict"], c["p"], c["p_wilcoxon"] = "loses", 0.5, 0.5
     assert _row(docs, "ADACUR", "beats ANNCUR") == _row(DOCS, "ADACUR", "beats ANNCUR")
-    for r in docs["03_adacur_rounds.full"]["test_at_dev_choice"]:  # every run of ADACUR 0.5 lower: it trails
+    for r in docs["03_adacur_rounds.full"]["runs"]:  # every run of ADACUR 0.5 lower: it trails
         if r["method"] == ada:
-            r["recall"] -= 0.5
+            r["value"] -= 0.5
     row = _row(docs, "ADACUR", "beats ANNCUR")
     assert row["verdict"] == "does not hold (trails at 5 of 5 cells, level at 0)"
     assert _row(docs, "ADACUR", "re-ranking") == _row(DOCS, "ADACUR", "re-ranking")  # the other rows stay
@@ -220,8 +220,8 @@ def test_a_changed_result_changes_its_row():
                                                        "holds (one seed, no vote: regime)")
 
     for r in docs["04_axn_lambda.full"]["runs"]:  # the prior no better than λ = 0 on split 0: the sanity check fails
-        if r["method"] == "AXN, tuned λ" and r["split"] == min(x["split"] for x in docs["04_axn_lambda.full"]["runs"]):
-            r["recall"] -= 1.0
+        if r["method"] == "AXN, tuned λ" and r["split_seed"] == min(x["split_seed"] for x in docs["04_axn_lambda.full"]["runs"]):
+            r["value"] -= 1.0
     assert _row(docs, "AXN", "prior")["verdict"].startswith("sanity check, not a claim: fails (")
 
     for r in docs["05_pefa_lambda.full"]["gains"]:  # PEFA below the DE by 10 to 12 points in every seed
@@ -304,8 +304,8 @@ def test_missing_results_are_not_tested_rather_than_invented():
     ivf = _row(docs, "CCSA", "OPQ+IVF-PQ")  # the full run alone: no profile comparison in the number
     assert ivf["verdict"] == "not shown to differ (equivalence within ±0.02 not shown)" and "large" not in ivf["number"]
     no_pair = copy.deepcopy(DOCS)
-    no_pair["03_adacur_rounds.full"]["test_at_dev_choice"] = [
-        c for c in no_pair["03_adacur_rounds.full"]["test_at_dev_choice"] if c["method"] != "DE re-rank"]
+    no_pair["03_adacur_rounds.full"]["runs"] = [
+        c for c in no_pair["03_adacur_rounds.full"]["runs"] if c["method"] != "DE re-rank"]
     assert _row(no_pair, "ADACUR", "re-ranking")["verdict"] == "not tested"
 
 
@@ -345,7 +345,7 @@ def _balance_doc(curve: dict[float, list[float]], paper: dict[float, list[float]
 
 
 def test_balance_row_reads_the_whole_lambda_curve_of_each_objective():
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     falling = {0.0: [3.0, 3.2, 2.9], 0.1: [2.5, 2.8, 2.6], 1.0: [1.5, 1.6, 1.4], 10.0: [1.1, 1.2, 1.05]}
     verdict, number = claims._judge_balance(_balance_doc(falling))
@@ -458,7 +458,7 @@ def test_the_papers_numbers_come_from_the_cited_data_file(tmp_path, monkeypatch)
 
 
 def test_ccsa_rows_pair_with_opq_and_state_bytes_and_the_recall_lambda_claim_is_contradicted():
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     large = DOCS["06_ccsa_balance.large"]
     by_reg, base = pd.DataFrame(large["by_reg"]), pd.DataFrame(large["baselines"])

@@ -9,9 +9,9 @@ import pytest
 from xenbench import findings
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import query_splits
+from xenbench.studies.protocol import query_splits
 from xenbench.harness import SUMMARY_TAG, summary_first
-from xenbench.studies import compare
+from xenbench.studies import compare, records
 from xenbench.studies.setup import Setup
 from xenbench.viz.plots import recall_vs_cost
 
@@ -59,16 +59,18 @@ def test_every_method_runs_on_every_split_seed_budget_and_k(ran):
     seeded = cells.index.get_level_values("method").isin(["ANNCUR", "ADACUR TopK No-Split"])
     assert len(cells) == 10 * 2 * 2  # every method, budget and k
     assert (cells[seeded] == 4).all() and (cells[~seeded] == 2).all()  # 2 splits x 2 anchor seeds; seed-free: 2 splits
-    assert runs["dev_recall"].notna().all()
+    assert runs["dev_value"].notna().all()
+    assert list(runs.columns) == [c for c in records.RUN_FIELDS if c not in ("measure", "n_rounds")] + ["rows"]
+    assert (runs["n_queries"] == runs["per_query"].map(len)).all()
     for _, r in runs.iterrows():  # every run is read on its split's test rows
         split = {s.seed: s for s in query_splits(60, 20, 10, [0, 1])}[r["split_seed"]]
-        assert np.array_equal(r["rows"], split.test) and np.isclose(r["recall"], r["per_query"].mean())
+        assert np.array_equal(r["rows"], split.test) and np.isclose(r["value"], r["per_query"].mean())
 
 
 def test_seed_free_methods_keep_one_run_per_split_and_do_not_depend_on_the_seed(small, ran):
     runs, _ = ran
     for method, g in runs.groupby("method"):
-        per_split = g.groupby(["split_seed", "budget", "k"])["recall"].nunique()
+        per_split = g.groupby(["split_seed", "budget", "k"])["value"].nunique()
         if method in ("ANNCUR", "ADACUR TopK No-Split"):
             assert (per_split > 1).any(), method  # the anchor seed changes the anchors
         else:
@@ -146,7 +148,7 @@ def test_summary_costs_and_deterministic_runs_count_once(ran):
     assert (n_runs[["ANNCUR", "ADACUR TopK No-Split"]] == 4).all() and (n_runs.drop(["ANNCUR", "ADACUR TopK No-Split"]) == 2).all()
     anncur = runs[(runs["method"] == "ANNCUR") & (runs["budget"] == 10) & (runs["k"] == 1)]
     row = s[(s["method"] == "ANNCUR") & (s["budget"] == 10) & (s["k"] == 1)].iloc[0]
-    assert np.isclose(row["mean"], anncur["recall"].mean()) and row["lo"] <= row["mean"] <= row["hi"]
+    assert np.isclose(row["mean"], anncur["value"].mean()) and row["lo"] <= row["mean"] <= row["hi"]
     with pytest.raises(ParameterError, match="'ce_seconds'"):
         compare.compare_summary(runs, sec, -1.0)
 
@@ -188,7 +190,7 @@ def _synthetic_runs(shift_test: float = 0.0) -> pd.DataFrame:
         for seed in range(2):
             for method, values, dev in (("A", base + gap - shift_test * rng.uniform(0.9, 1.1, 40), 0.9), ("B", base, 0.5), ("C", base + gap, 0.8)):
                 rows.append({"split_seed": split, "anchor_seed": seed, "method": method, "budget": 10, "k": 1,
-                             "recall": values.mean(), "recall_se": 0.01, "dev_recall": dev, "setting": np.nan,
+                             "value": values.mean(), "value_se": 0.01, "dev_value": dev, "setting": np.nan,
                              "rows": test, "per_query": values})
     return pd.DataFrame(rows)
 
@@ -198,7 +200,7 @@ def test_best_is_named_on_dev_and_compared_on_test():
     row = table.iloc[0]
     assert row["best"] == "A" and row["below"] == ["B"] and row["within_noise"] == ["C"] and row["above"] == []
     assert set(comps["baseline"]) == {"B", "C"} and (comps["challenger"] == "A").all()
-    assert np.isclose(row["best_mean"], _synthetic_runs().query("method == 'A'")["recall"].mean())
+    assert np.isclose(row["best_mean"], _synthetic_runs().query("method == 'A'")["value"].mean())
 
     flipped = compare.best_per_budget(_synthetic_runs(shift_test=0.8))[0].iloc[0]
     assert flipped["best"] == "A" and set(flipped["above"]) == {"B", "C"}  # dev's choice, honestly reported
@@ -313,7 +315,7 @@ def test_the_second_currency_and_more_first_stages(small, ran, tmp_path):
     pd.testing.assert_frame_equal(plain.drop(columns=["rows", "per_query"]), same.drop(columns=["rows", "per_query"]))
     assert info["first_stages"] == ["BM25 re-rank", "PEFA-XL re-rank", "PEFA-XS re-rank", "PQ codes re-rank",
                                     "run oracle re-rank"]
-    assert (runs.loc[runs["method"] == "run oracle re-rank", "recall"] == 1.0).all()
+    assert (runs.loc[runs["method"] == "run oracle re-rank", "value"] == 1.0).all()
     labels = info["label_runs"]
     assert set(labels["method"]) == set(runs["method"])
     # the labels are each query's CE top-1 (the fixture's gold): the oracle's lists have it first
@@ -321,13 +323,13 @@ def test_the_second_currency_and_more_first_stages(small, ran, tmp_path):
     assert (oracle["value"] == 1.0).all() and (oracle["anchor_seed"] == 0).all()
     seconds = pd.DataFrame([{"method": m, "budget": b, "search_s": 0.001} for m in set(runs["method"])
                             for b in (10, 20)])
-    summary = compare.compare_summary(labels, seconds, 0.01, cell="measure", value="value")
+    summary = compare.compare_summary(labels, seconds, 0.01, cell="measure")
     assert {"measure", "value", "value_se"} <= set(summary.columns) and "k" not in summary.columns
     assert set(summary.loc[summary["method"] == "BM25 re-rank", "stage"]) == {"first stage: BM25"}
     front = compare.pareto_front(summary, cost="calls", by=("measure",))
     nd = summary[front & (summary["measure"] == "nDCG@10")]
     assert "run oracle re-rank" in set(nd["method"])  # nothing beats the CE's own ranking against these labels
-    best, comp = compare.best_per_budget(labels[labels["measure"] == "nDCG@10"], cell="measure", value="value")
+    best, comp = compare.best_per_budget(labels[labels["measure"] == "nDCG@10"], cell="measure")
     assert list(best["budget"]) == [10, 20] and set(best["measure"]) == {"nDCG@10"}
     assert set(comp["measure"]) == {"nDCG@10"} and len(comp) == 2 * (labels["method"].nunique() - 1)
     fig = recall_vs_cost(summary[summary["measure"] == "nDCG@10"], cost="calls", front=None, facet="measure",

@@ -110,7 +110,7 @@ def test_cell_stages_read_papermill_times_and_the_kernels_high_water_mark(tmp_pa
 
         return datetime.datetime.fromtimestamp(t0 + t, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
-    cells = [("x = xb.studies.setup.load_setup(a)\ny = xb.protocol.query_splits(b)", 0, 10),
+    cells = [("x = xb.studies.setup.load_setup(a)\ny = xb.studies.protocol.query_splits(b)", 0, 10),
              ("print(1)", 10, 12), ("xb.studies.compare.compare_protocol_runs(c)", 12, 20)]
     nb = {"cells": [{"cell_type": "markdown", "source": "# t", "metadata": {}}] + [
         {"cell_type": "code", "source": src, "metadata": {"papermill": {"start_time": stamp(a), "end_time": stamp(b)}}}

@@ -11,7 +11,7 @@ import pytest
 
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import query_splits
+from xenbench.studies.protocol import query_splits
 from xenbench.metrics import BudgetCounter, topk_indices
 from xenbench.studies import compare
 from xenbench.studies.labels import export_runs
@@ -124,7 +124,7 @@ def test_your_method_runs_beside_the_others_in_both_currencies_with_its_trec_run
     labels = info["label_runs"]
     assert {"reversed DE top-B", "random items", "GAR DE"} <= set(labels["method"])
     nd = labels[labels["measure"] == "nDCG@10"]
-    label_best, label_comp = compare.best_per_budget(nd, cell="measure", value="value")
+    label_best, label_comp = compare.best_per_budget(nd, cell="measure")
     assert "reversed DE top-B" in set(label_comp["baseline"]) | set(label_comp["challenger"])
     r, d = (nd[nd["method"] == m].sort_values(["split_seed", "budget"])["value"].to_numpy()
             for m in ("reversed DE top-B", "DE re-rank"))

@@ -390,7 +390,9 @@ def test_every_witness_function_must_give_a_witness(monkeypatch):
     from xenbench.studies import witnesses
 
     doc = json.loads((RESULTS / "01_score_matrices.full.results.json").read_text())
-    monkeypatch.setitem(witnesses._REGISTRY, "01_score_matrices", lambda results: [])
+    from xenbench.studies.notebooks import NOTEBOOKS
+
+    monkeypatch.setitem(NOTEBOOKS["01_score_matrices"].functions, "witnesses", lambda results: [])
     [w] = witnesses.witnesses(doc)
     assert not w.ok and w.cell == "every witness cell"
 

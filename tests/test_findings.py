@@ -244,7 +244,7 @@ def test_cost_line_comes_from_the_resources_of_the_run():
 
 
 def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it():
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.adacur import METHODS, adacur_protocol_runs, budget_rule_gap
 
     rng = np.random.default_rng(0)
@@ -274,7 +274,7 @@ def test_03_findings_state_the_budget_rule_difference_when_the_run_measured_it()
             f"× k_i cells)") in line
 
 
-# --- the one verdict rule of 03, 04 and 05 (xenbench.methods.protocol.verdict), through the findings -------------
+# --- the one verdict rule of 03, 04 and 05 (xenbench.studies.protocol.verdict), through the findings -------------
 
 
 def _axn_results(p: list[float], seeds_of: dict[str, int], gains: dict[str, list[float]]) -> dict:
@@ -283,9 +283,9 @@ def _axn_results(p: list[float], seeds_of: dict[str, int], gains: dict[str, list
     method ran per split."""
     ks = [1, 10, 100, 200][: len(p)]
     comp = [{"challenger": "AXN DE, tuned λ", "baseline": "DE re-rank", "budget": 50, "k": k, "mean": 0.05,
-             "lo": 0.04, "hi": 0.06, "p": pk, "p_wilcoxon": pk, "n": 300} for k, pk in zip(ks, p)]
-    runs = [{"split": s, "seed": seed, "method": m, "budget": 50, "k": k,
-             "recall": 0.5 + (gains[m][s] if m in gains else 0.0)}
+             "lo": 0.04, "hi": 0.06, "p": pk, "p_wilcoxon": pk, "n_queries": 300} for k, pk in zip(ks, p)]
+    runs = [{"split_seed": s, "anchor_seed": seed, "method": m, "budget": 50, "k": k,
+             "value": 0.5 + (gains[m][s] if m in gains else 0.0)}
             for m, n_seeds in seeds_of.items() for s in range(3) for seed in range(n_seeds) for k in ks]
     return {"ce": "cls-ce", "n_items": 900, "comparisons": comp, "runs": runs,
             "summary": [{"method": "DE re-rank", "budget": 50, "k": 1, "lams": ""}],

@@ -15,7 +15,7 @@ from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.data.trec import read_trec_run
 from xenbench.errors import ParameterError
 from xenbench.methods.baselines import rerank_baseline
-from xenbench.methods.protocol import query_splits
+from xenbench.studies.protocol import query_splits
 from xenbench.metrics import LABEL_MEASURES, BudgetCounter, label_metrics, topk_indices
 from xenbench.studies.adacur import adacur_protocol_runs
 from xenbench.studies.axn import axn_paired_comparisons, axn_protocol_runs
@@ -189,7 +189,7 @@ def test_axn_protocol_labels_and_their_comparisons(small):
     assert labels.loc[labels["method"] == "DE re-rank", "dev_value"].isna().all()  # nothing to choose
     # the first stage's ranking is AXN DE's first round and DE re-rank's list
     sp0 = splits[0]
-    rr = labels[(labels["method"] == "DE re-rank") & (labels["split"] == sp0.seed) & (labels["budget"] == 10)].iloc[0]
+    rr = labels[(labels["method"] == "DE re-rank") & (labels["split_seed"] == sp0.seed) & (labels["budget"] == 10)].iloc[0]
     _, I = rerank_baseline(BudgetCounter(M[sp0.test], 10), np.argsort(-first[sp0.test], axis=1, kind="stable"), 10)
     assert np.array_equal(rr["ranked"], I)
     comp = axn_paired_comparisons(labels[labels["measure"].isin(["Success@1", "nDCG@10"])], cell="measure")

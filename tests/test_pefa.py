@@ -12,9 +12,9 @@ from scipy import stats
 from xenbench.methods.cur import NotFittedError
 from xenbench.errors import ParameterError
 from xenbench.metrics import label_recall
-from xenbench.methods.protocol import holm
+from xenbench.studies.protocol import holm
 from xenbench.methods.pefa import PefaXL, PefaXS, label_coverage, relevance_matrix, seen_golds
-from xenbench.methods.protocol import choose_on_dev
+from xenbench.studies.protocol import choose_on_dev
 from xenbench.studies.pefa import (across_seeds, evaluate_per_query, pefa_choose_on_dev, pefa_lambda_sweep,
                                    pefa_paired_comparisons, subset_gains)
 from xenbench.viz.plots import gain_by_seen_share, recall_vs_lambda_lines

@@ -1,4 +1,4 @@
-"""xenbench.methods.protocol: disjoint seeded splits, dev-only choice, paired test against hand computation / scipy."""
+"""xenbench.studies.protocol: disjoint seeded splits, dev-only choice, paired test against hand computation / scipy."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import (ALPHA, at_chosen, choose_on_dev, compare_runs, decide, holm, paired_test,
+from xenbench.studies.protocol import (ALPHA, at_chosen, choose_on_dev, compare_runs, decide, holm, paired_test,
                                       pool_by_query, query_splits, run_interval, run_seed, summarize, t_interval, verdict)
 
 

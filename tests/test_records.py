@@ -87,7 +87,7 @@ def _matrix(n_queries: int = 90, n_items: int = 200, rank: int = 6) -> np.ndarra
 
 @pytest.fixture(scope="module")
 def adacur_results():
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies import adacur as ex
 
     M = _matrix()
@@ -99,7 +99,7 @@ def adacur_results():
     pairs = [(ex.METHODS["adacur_nosplit"], ex.METHODS["anncur"])]
     return {"protocol": {"alpha": 0.05}, "summary": ex.adacur_protocol_summary(test).to_dict("records"),
             "comparisons": ex.adacur_paired_comparisons(test, pairs=pairs).to_dict("records"),
-            "seed_spread": ex.seed_spread(test).to_dict("records"), "test_at_dev_choice": per_run, "test_rows": rows}
+            "seed_spread": ex.seed_spread(test).to_dict("records"), "runs": per_run, "test_rows": rows}
 
 
 def test_03_summaries_and_paired_tests_re_derive_from_the_saved_per_query_records(adacur_results):
@@ -113,12 +113,12 @@ def test_03_summaries_and_paired_tests_re_derive_from_the_saved_per_query_record
 
 def test_03_a_tampered_per_query_record_or_summary_is_named(adacur_results):
     tampered = copy.deepcopy(adacur_results)
-    run = tampered["test_at_dev_choice"][0]
+    run = tampered["runs"][0]
     values = records.unpack_array(run["per_query"])
     values[0] = 1.0 - values[0]
     run["per_query"] = records._pack_array(values)
     bad = _bad("03_adacur_rounds", tampered)
-    assert any("recall:" in line and f"split_seed={run['split_seed']}" in line for line in bad)  # the run's recall
+    assert any("value:" in line and f"split_seed={run['split_seed']}" in line for line in bad)  # the run's recall
     assert any(line.startswith("03_adacur_rounds: comparisons [") and "] mean:" in line for line in bad)
     tampered = copy.deepcopy(adacur_results)
     tampered["comparisons"][0]["p_wilcoxon"] *= 3  # a p-value no arithmetic of its row can check
@@ -127,7 +127,7 @@ def test_03_a_tampered_per_query_record_or_summary_is_named(adacur_results):
 
 def test_04_summaries_and_paired_tests_re_derive_from_the_saved_per_query_records():
     from xenbench.studies import axn
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
 
     M = _matrix()
     rng = np.random.default_rng(3)
@@ -135,7 +135,7 @@ def test_04_summaries_and_paired_tests_re_derive_from_the_saved_per_query_record
     splits = query_splits(M.shape[0], 30, 20, [0, 1], max_test=40)
     runs, dev = axn.axn_protocol_runs(M, splits, V, U, seeds=[0, 1], lambdas=[0.0, 0.5], budgets=[20], k_values=[1, 5],
                                   n_rounds=2, progress=False, device="cpu")
-    per_run, rows = records.pack_runs(runs, split="split")
+    per_run, rows = records.pack_runs(runs, split="split_seed")
     results = {"summary": axn.axn_protocol_summary(runs).to_dict("records"),
                "comparisons": axn.axn_paired_comparisons(runs, pairs=[("AXN, tuned λ", "AXN, λ = 0")]).to_dict("records"),
                "runs": per_run, "test_rows": rows}
@@ -180,7 +180,7 @@ def test_05_gains_and_paired_tests_re_derive_from_the_saved_per_query_records():
 
 
 def test_07_summary_best_and_comparisons_re_derive_from_the_saved_runs():
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies import compare
     from xenbench.studies import adacur as ex
 
@@ -188,7 +188,6 @@ def test_07_summary_best_and_comparisons_re_derive_from_the_saved_runs():
     splits = query_splits(M.shape[0], 30, 20, [0, 1], max_test=40)
     runs = ex.chosen_on_dev(ex.adacur_protocol_runs(M, splits, [0, 1], [20, 40], methods=["anncur", "adacur_nosplit"],
                                              k_values=[1, 10], n_rounds=2, device="cpu"))
-    runs = runs.rename(columns={"n_anchor_items": "setting"})
     seconds = pd.DataFrame([{"method": m, "budget": b, "search_s": 0.001 * b} for m in runs["method"].unique()
                             for b in (20, 40)])
     summary = compare.compare_summary(runs, seconds, 0.01)
@@ -208,9 +207,107 @@ def test_unwitnessed_lists_what_a_committed_file_lacks_until_its_re_run():
     doc = findings.load_results(findings.RESULTS_DIR / "07_compare_methods.full.results.json")
     # the committed file was written with its per-run records: only what verify does not recompute is listed
     assert records.unwitnessed(doc) == [f"not recomputed from the inputs: {records.NOT_RECOMPUTED['07_compare_methods']}"]
-    doc["results"]["runs"] = [{"recall": 1.0}]  # a file written before the notebooks saved per-query records
+    doc["results"]["runs"] = [{"value": 1.0}]  # a file written before the notebooks saved per-query records
     assert "no per-run records: re-run 07" in records.unwitnessed(doc)[0]
     rank = findings.load_results(findings.RESULTS_DIR / "02_rank_cls_vs_emb.full.results.json")
     assert records.unwitnessed(rank) == []  # every grid cell, rank and skew is a witness
     large = findings.load_results(findings.RESULTS_DIR / "06_ccsa_balance.large.results.json")
     assert records.unwitnessed(large) == ["every raw record of the large run (no store witnesses for this profile)"]
+
+
+# ----------------------------------------------------------------------------------------------
+# the one record schema of 03, 04 and 07, and the migration of files written under the older ones
+# ----------------------------------------------------------------------------------------------
+def _old_04() -> dict:
+    """A results document of 04 as written before the one schema (split/seed/lam, recall, n/n_a_better), bound."""
+    from xenbench import provenance
+
+    runs = [{"split": 0, "seed": s, "method": m, "budget": 50, "k": 1, "lam": lam, "recall": 0.25 + s / 8,
+             "recall_se": 0.125, "n_test_queries": 4, "per_query": "0.0 0.5 0.25 1.0"}
+            for s in (0, 1) for m, lam in (("AXN, tuned λ", 0.5), ("DE re-rank", float("nan")))]
+    labels = [{"split": 0, "seed": 0, "method": "DE re-rank", "budget": 50, "setting": float("nan"),
+               "measure": "nDCG@10", "value": 0.5, "value_se": 0.1, "dev_value": float("nan"), "n_queries": 4}]
+    comp = [{"challenger": "AXN, tuned λ", "baseline": "DE re-rank", "budget": 50, "k": 1, "sanity_check": False,
+             "mean": 0.1, "se": 0.05, "lo": 0.0, "hi": 0.2, "p": 0.04, "p_wilcoxon": 0.05, "n": 4, "n_a_better": 2,
+             "n_b_better": 1, "run_mean": 0.1, "run_lo": 0.0, "run_hi": 0.2, "n_runs": 2, "p_holm": 0.04,
+             "p_wilcoxon_holm": 0.05, "verdict": "level"}]
+    sweep = [{"method": "AXN", "lam": 0.5, "budget": 50, "k": 1, "recall": 0.5, "split": 0, "seed": 0}]
+    doc = {"notebook": "04_axn_lambda", "profile": "full", "provenance": {"git": {"commit": "0" * 40}},
+           "results": {"runs": runs, "test_rows": {"0": "3 5 8 9"}, "label_runs": labels, "comparisons": comp,
+                       "label_comparisons": copy.deepcopy(comp), "sweep_dev_first_run": sweep}}
+    return provenance.bind_results(doc)
+
+
+def _numbers(value) -> list[float]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _numbers(v)]
+    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def test_migration_renames_old_records_into_the_schema_without_changing_a_number():
+    from xenbench import provenance
+
+    old = _old_04()
+    new, changed = records.migrate_results(old)
+    assert changed
+    run = new["results"]["runs"][0]
+    assert list(run) == ["split_seed", "anchor_seed", "method", "budget", "k", "setting", "value", "value_se",
+                         "n_queries", "per_query"]
+    assert (run["setting"], run["value"], run["n_queries"]) == (0.5, 0.25, 4)
+    assert set(new["results"]["label_runs"][0]) == set(records.RUN_FIELDS) - {"k", "per_query", "n_rounds"}
+    for name in ("comparisons", "label_comparisons"):
+        c = new["results"][name][0]
+        assert list(c) == [f for f in records.COMPARISON_FIELDS if f != "measure"]
+        assert (c["n_queries"], c["n_better"], c["n_worse"]) == (4, 2, 1)
+    assert set(new["results"]["sweep_dev_first_run"][0]) == {"method", "lam", "budget", "k", "recall", "split_seed",
+                                                             "anchor_seed"}
+    # the same numbers (as a multiset; NaN compared as a string), the digest bound again and holding
+    assert sorted(map(repr, _numbers(old["results"]))) == sorted(map(repr, _numbers(new["results"])))
+    assert all(recorded == today for _, recorded, today in provenance.check_results_digest(new))
+    # idempotent: a second migration changes nothing
+    again, changed = records.migrate_results(new)
+    assert not changed and again == json.loads(json.dumps(new))
+
+
+def test_migration_of_03_and_07_and_refusals():
+    from xenbench.errors import DataError
+
+    run03 = {"split_seed": 0, "anchor_seed": 0, "part": "test", "method": "ANNCUR", "budget": 50, "k": 1,
+             "recall": 0.5, "recall_se": 0.25, "n_anchor_items": 12, "n_rounds": float("nan"), "n_test_queries": 2,
+             "per_query": "0.0 1.0", "dev_recall": 0.4}
+    doc03, changed = records.migrate_results({"notebook": "03_adacur_rounds", "results": {"test_at_dev_choice": [run03]}})
+    assert changed and "test_at_dev_choice" not in doc03["results"]
+    [run] = doc03["results"]["runs"]
+    assert list(run) == [f for f in records.RUN_FIELDS if f != "measure"]
+    assert run["setting"] == 12.0 and isinstance(run["setting"], float) and run["dev_value"] == 0.4
+    run07 = {"split_seed": 1, "anchor_seed": 0, "method": "DE re-rank", "budget": 25, "k": 1, "recall": 0.5,
+             "recall_se": 0.25, "dev_recall": 0.4, "setting": float("nan"), "per_query": "0.0 1.0 0.5"}
+    [run] = records.migrate_results({"notebook": "07_compare_methods", "results": {"runs": [run07]}})[0]["results"]["runs"]
+    assert run["n_queries"] == 3 and run["value"] == 0.5 and run["dev_value"] == 0.4  # its count, from its values
+    other = {"notebook": "05_pefa_lambda", "results": {"comparisons": [{"n": 3, "n_a_better": 1}]}}
+    assert records.migrate_results(other) == (other, False)  # 05 keeps its own tables
+    with pytest.raises(DataError, match="part 'dev'"):
+        records.migrate_results({"notebook": "03_adacur_rounds", "results": {"test_at_dev_choice": [
+            {**run03, "part": "dev"}]}})
+    edited = _old_04()
+    edited["results"]["runs"][0]["recall"] = 0.9  # edited after its run: the digest no longer holds
+    with pytest.raises(DataError, match="refused to migrate: its results digest does not hold"):
+        records.migrate_results(edited)
+
+
+def test_the_committed_results_of_03_04_and_07_are_in_the_one_schema():
+    from xenbench.studies import findings
+
+    required_run = {"split_seed", "anchor_seed", "method", "budget", "setting", "value", "value_se", "n_queries"}
+    required_comparison = {f for f in records.COMPARISON_FIELDS if f not in ("k", "measure", "se", "sanity_check")}
+    for nb in ("03_adacur_rounds", "04_axn_lambda", "07_compare_methods"):
+        doc = findings.load_results(findings.RESULTS_DIR / f"{nb}.full.results.json")
+        assert records.migrate_results(doc)[1] is False, nb  # nothing left to migrate
+        for table, cell in (("runs", "k"), ("label_runs", "measure")):
+            for r in doc["results"][table]:
+                assert required_run | {cell} <= set(r) <= set(records.RUN_FIELDS), (nb, table, sorted(r))
+        for table, cell in (("comparisons", "k"), ("label_comparisons", "measure")):
+            for r in doc["results"].get(table) or []:
+                assert required_comparison | {cell} <= set(r) <= set(records.COMPARISON_FIELDS), (nb, table, sorted(r))

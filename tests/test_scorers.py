@@ -214,7 +214,7 @@ def test_the_cache_and_notebooks_03_and_07_take_a_scorer_through_the_python_api(
                                                                                 monkeypatch):
     """``load_setup(model=scorer)`` scores the seeded sample into the cache once; 03's protocol runs, 07's
     comparison and its CE timing run on it."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies import compare
     from xenbench.studies.adacur import adacur_protocol_runs
     from xenbench.studies.setup import de_embeddings, load_setup

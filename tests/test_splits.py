@@ -36,7 +36,7 @@ def test_by_item_is_seeded():
     a, b = split_by_item(GROUPS, seed=1), split_by_item(GROUPS, seed=1)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
-    assert a.seed == 1  # the one split type (xenbench.methods.protocol.Split) names the seed that drew it
+    assert a.seed == 1  # the one split type (xenbench.studies.protocol.Split) names the seed that drew it
     draws = {tuple(np.concatenate([s.dev, [-1], s.test])) for s in (_try(seed) for seed in range(20)) if s}
     assert len(draws) > 1
 

@@ -154,7 +154,7 @@ def _trim_02(r: dict) -> None:
 
 
 def _trim_03(r: dict) -> None:
-    r["test_at_dev_choice"] = _rows(r, "test_at_dev_choice", method="ANNCUR", budget=100)
+    r["runs"] = _rows(r, "runs", method="ANNCUR", budget=100)
     r.pop("budget_rules")
 
 
@@ -191,11 +191,10 @@ RAW: dict[str, tuple[Callable[[dict], None], Callable[[dict], None], str]] = {
                           "agreement cls-ce: max |fresh − store|"),
     "02_rank_cls_vs_emb": (_trim_02, lambda r: _nudge(_rows(r, "grid", k_q=400, k_i=100), "recall_at_budget", 0.01),
                            "grid cls-ce cutoff pinv k_q=400 k_i=100 recall_at_budget"),
-    "03_adacur_rounds": (_trim_03, lambda r: _nudge(_rows(r, "test_at_dev_choice", split_seed=0, anchor_seed=0, k=10),
-                                                    "recall", 0.01),
-                         "test_at_dev_choice split 0 seed 0 ANNCUR B_CE=100 k=10 recall"),
-    "04_axn_lambda": (_trim_04, lambda r: _nudge(_rows(r, "runs", split=0, seed=0, method="ADACUR TopK No-Split", k=10),
-                                                 "recall", 0.01),
+    "03_adacur_rounds": (_trim_03, lambda r: _nudge(_rows(r, "runs", split_seed=0, anchor_seed=0, k=10), "value", 0.01),
+                         "runs split 0 seed 0 ANNCUR B_CE=100 k=10 recall"),
+    "04_axn_lambda": (_trim_04, lambda r: _nudge(_rows(r, "runs", split_seed=0, anchor_seed=0,
+                                                       method="ADACUR TopK No-Split", k=10), "value", 0.01),
                       "runs split 0 seed 0 ADACUR TopK No-Split B_CE=50 k=10 recall"),
     "05_pefa_lambda": (_trim_05, lambda r: _nudge(_rows(r, "gains", split="by_item", seed=0, method="PEFA-XS", k=10,
                                                         subset="all"), "gain", 0.01),
@@ -355,11 +354,11 @@ def _edit_a_later_run(r: dict) -> None:
     recall 0 -> 1 with the run's recall moved to match, as an edit recomputed with the package's functions would."""
     from xenbench.studies.records import unpack_array
 
-    [row] = _rows(r, "test_at_dev_choice", split_seed=2, anchor_seed=3, method="ANNCUR", budget=100, k=10)
+    [row] = _rows(r, "runs", split_seed=2, anchor_seed=3, method="ANNCUR", budget=100, k=10)
     values = unpack_array(row["per_query"])
     values[list(values).index(0.0)] = 1.0
     row["per_query"] = " ".join(repr(float(v)) for v in values)
-    row["recall"] = float(values.mean())
+    row["value"] = float(values.mean())
 
 
 def test_an_edited_raw_record_of_any_run_is_named(tmp_path):
@@ -367,7 +366,7 @@ def test_an_edited_raw_record_of_any_run_is_named(tmp_path):
     doc = _doc(name)
     _edit_a_later_run(doc["results"])
     bad = _bad(_write(tmp_path, name, doc), name, ("inputs",))
-    assert [w.cell for w in bad] == ["results['test_at_dev_choice'] sha256 (bound at the run to its commit)"], \
+    assert [w.cell for w in bad] == ["results['runs'] sha256 (bound at the run to its commit)"], \
         [w.line() for w in bad]
 
 
@@ -430,7 +429,7 @@ def test_a_consistent_edit_of_a_later_run_is_named_by_the_run_drawn_at_verify(tm
     folder = _write(tmp_path, name, doc)
     assert _bad(folder, name, ("inputs",)) == []  # the digest, bound again, passes
     bad = _bad(folder, name, ("stores",))
-    assert [w.cell for w in bad] == ["test_at_dev_choice split 2 seed 3 ANNCUR B_CE=100 k=10 recall"], \
+    assert [w.cell for w in bad] == ["runs split 2 seed 3 ANNCUR B_CE=100 k=10 recall"], \
         [w.line() for w in bad]
 
 

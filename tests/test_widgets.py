@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from xenbench import widgets
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 from xenbench.studies import adacur as adacur_study
 from xenbench.errors import ParameterError
 from xenbench.viz.plots import adacur as adacur_plots

@@ -84,7 +84,10 @@ def test_witnesses_run_at_the_torch_thread_count_the_run_recorded(monkeypatch, r
     import torch
 
     seen = []
-    monkeypatch.setitem(witnesses._REGISTRY, "nb_threads", lambda results: seen.append(torch.get_num_threads()) or [])
+    from xenbench.studies.notebooks import NOTEBOOKS, Notebook
+
+    fn = lambda results: seen.append(torch.get_num_threads()) or []  # noqa: E731
+    monkeypatch.setitem(NOTEBOOKS, "nb_threads", Notebook("nb_threads", "stats", "data", {"witnesses": fn}))
     before = torch.get_num_threads()
     machine = {"cores": 2} if recorded is None else {"cores": 2, "torch_threads": recorded}
     witnesses.witnesses({"notebook": "nb_threads", "results": {}, "provenance": {"machine": machine}})
@@ -196,8 +199,8 @@ def test_a_results_file_without_the_witnessed_cells_is_one_clear_error(tmp_path,
 # ----------------------------------------------------------------------------------------------
 # method constants: every default a method reads is witnessed state (a committed table checked against the code)
 # ----------------------------------------------------------------------------------------------
-#: The committed table of method constants (``xenbench.methods``' module constants and every default argument of its
-#: functions and classes) and, per module, the committed results its constants move. Regenerate it after a re-run
+#: The committed table of method constants (``xenbench.methods``' and ``xenbench.studies.protocol``'s module constants
+#: and every default argument of their functions and classes) and, per module, the committed results its constants move. Regenerate it after a re-run
 #: that follows a changed constant: ``PYTHONPATH=$PWD .venv/bin/python -c "import tests.test_witnesses as t;
 #: t.write_method_constants()"``.
 METHOD_CONSTANTS = Path(__file__).with_name("method_constants.json")
@@ -229,7 +232,10 @@ def method_constants() -> dict[str, str]:
     import xenbench.methods as methods
 
     out: dict[str, str] = {}
-    names = ["xenbench.methods"] + [m.name for m in pkgutil.walk_packages(methods.__path__, "xenbench.methods.")]
+    # the evaluation protocol (its α, the label measure settings are chosen by, its defaults) moves committed numbers
+    # as a method's constants do: it is in the table although it judges methods from xenbench.studies
+    names = ["xenbench.methods", "xenbench.studies.protocol"] + [
+        m.name for m in pkgutil.walk_packages(methods.__path__, "xenbench.methods.")]
     for name in sorted(names):
         module = importlib.import_module(name)
         for attr, value in sorted(vars(module).items()):
@@ -314,7 +320,7 @@ def test_a_changed_method_constant_is_named_with_the_results_it_moves(monkeypatc
 #: notebook, fails the pin below; removing a witness block from a notebook's function fails --verify (next test).
 PINNED_WITNESSED = {
     "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
-    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("runs", "budget_rules"),
     "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
     "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
     "07_compare_methods": ("summary",),
@@ -330,7 +336,9 @@ def test_a_removed_witness_block_fails_verify(monkeypatch):
     """06's function without its faiss-baseline block (here: its by_reg witnesses only) leaves results['baselines']
     unrecomputed: a failing witness names it."""
     by_reg = Witness("06_ccsa_balance", "by_reg λ=0 B=1000 seed 0 dev imbalance", 1.1, 1.1)
-    monkeypatch.setitem(witnesses._REGISTRY, "06_ccsa_balance", lambda results: [by_reg])
+    from xenbench.studies.notebooks import NOTEBOOKS
+
+    monkeypatch.setitem(NOTEBOOKS["06_ccsa_balance"].functions, "witnesses", lambda results: [by_reg])
     results = {"by_reg": [{"reg": 0.0}], "baselines": [{"method": "IVF-PQ"}]}
     found = witnesses.witnesses({"notebook": "06_ccsa_balance", "results": results, "provenance": {}})
     bad = [w for w in found if not w.ok]

@@ -22,9 +22,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
-# The layers (ARCHITECTURE.md), and each module by its short name: ``xb.ccsa`` is ``xenbench.methods.ccsa``. A
-# notebook's driver is always ``xb.studies.<name>``: four of them (adacur, axn, pefa, ccsa) share their paper's name
-# with the method, and ``xb.<name>`` is the method.
+# The layers (ARCHITECTURE.md), and each public module of layers 0-3 and 5 by its short name: ``xb.ccsa`` is
+# ``xenbench.methods.ccsa``; the subpackages and entry points too. Of layer 4 only ``xb.findings``: a notebook's
+# driver is always ``xb.studies.<name>`` (four of them, adacur, axn, pefa, ccsa, share their paper's name with the
+# method, and ``xb.<name>`` is the method). tests/test_architecture.py checks this list against the package.
 _SUBMODULES: dict[str, str] = {
     "data": "data", "models": "models", "methods": "methods", "studies": "studies", "viz": "viz",
     "errors": "errors", "metrics": "metrics", "sampling": "sampling", "integrity": "integrity", "provenance": "provenance",
@@ -36,11 +37,11 @@ _SUBMODULES: dict[str, str] = {
     "cache": "models.cache", "fingerprint": "models.fingerprint", "probe": "models.probe",
     "retrievers": "models.retrievers", "linking": "models.linking", "train": "models.train",
     "scorers": "models.scorers", "references": "models.references", "templates": "models.templates",
+    "ce_check": "models.ce_check", "first_stages": "models.first_stages",
     "adacur": "methods.adacur", "axn": "methods.axn", "baselines": "methods.baselines", "ccsa": "methods.ccsa",
-    "cur": "methods.cur", "mf": "methods.mf", "pefa": "methods.pefa", "protocol": "methods.protocol",
+    "cur": "methods.cur", "mf": "methods.mf", "pefa": "methods.pefa",
     "trace": "methods.trace", "gar": "methods.gar",
-    "compare": "studies.compare", "corpus": "studies.corpus", "findings": "studies.findings", "rank": "studies.rank",
-    "splits": "studies.splits", "stats": "studies.stats", "witnesses": "studies.witnesses",
+    "findings": "studies.findings",
     "plots": "viz.plots", "widgets": "viz.widgets",
 }
 

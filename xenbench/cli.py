@@ -423,6 +423,13 @@ def _findings(args: argparse.Namespace) -> int:
     from xenbench.studies import findings
 
     results_dir = Path(args.results_dir) if args.results_dir else findings.RESULTS_DIR
+    if args.migrate:
+        from xenbench.studies.records import migrate_file
+
+        for path in sorted(results_dir.glob("*.results.json")):
+            if migrate_file(path):
+                print(f"{path}: migrated to the one record schema (xenbench.studies.records.RunRecord)")
+        return 0
     if args.verify:
         from xenbench.studies import witnesses
 
@@ -577,6 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(xenbench.studies.witnesses)")
     f.add_argument("--jobs", type=int, default=None,
                    help="with --verify: results files checked at once, one process each (default: the cores here)")
+    mode.add_argument("--migrate", action="store_true",
+                      help="rewrite the results files of notebooks 03, 04 and 07 written under older record schemas "
+                           "into the one schema (xenbench.studies.records.migrate_results): renames only, no number "
+                           "changes, the results digest bound again after checking it held; re-runnable")
     f.set_defaults(func=_findings)
 
     n = sub.add_parser("notebooks", help="the tracked notebooks in the normalized form JupyterLab's saves keep")

@@ -5,13 +5,12 @@ drivers: those are :mod:`xenbench.studies`).
 samplers, two engines and the estimator), ``baselines`` (ANNCUR and retrieve-and-rerank at a CE budget), ``axn``
 (AXN's test-time refinement, Eq. 4-7), ``mf`` (matrix-factorization baselines), ``pefa`` (PEFA-XS/XL, Eq. 2-8),
 ``ccsa`` (composite-code sparse autoencoder and its inverted index, Eq. 1, 5), ``gar`` (GAR's adaptive re-ranking
-over a corpus graph, through pyterrier-adaptive), ``trace`` (per-round traces),
-``protocol`` (the one split type, dev/test selection and the statistics every comparison uses).
+over a corpus graph, through pyterrier-adaptive), ``trace`` (per-round traces). The evaluation protocol that judges
+them (splits, choices on dev, paired tests, the verdict rule) is :mod:`xenbench.studies.protocol`.
 """
 from __future__ import annotations
 
 from xenbench._lazy import submodules
 
 __getattr__, __dir__ = submodules(
-    __name__, {m: m for m in ("adacur", "axn", "baselines", "ccsa", "cur", "gar", "mf", "pefa", "protocol",
-                              "trace")})
+    __name__, {m: m for m in ("adacur", "axn", "baselines", "ccsa", "cur", "gar", "mf", "pefa", "trace")})

@@ -3,7 +3,7 @@
 :func:`axn_lambda_sweep` measures AXN (:class:`xenbench.methods.axn.Axn`) for every λ and budget B_CE;
 :func:`axn_protocol_runs` runs the protocol (λ chosen on each split's dev rows, reported on its test rows, with
 the baselines ADACUR TopK No-Split and DE re-rank); :func:`axn_protocol_summary` and
-:func:`axn_paired_comparisons` summarize it under the one verdict rule (:func:`xenbench.methods.protocol.verdict`);
+:func:`axn_paired_comparisons` summarize it under the one verdict rule (:func:`xenbench.studies.protocol.verdict`);
 :func:`axn_round_trace` follows one query round by round.
 
 References
@@ -27,6 +27,7 @@ from xenbench.methods.trace import RoundTrace, trace_from_result
 from xenbench.metrics import LABEL_MEASURES, mean_se, recall_under_budget
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 from xenbench.studies.methods import REGISTRY, SPLIT_FRACTIONS, SplitState
+from xenbench.studies.records import as_comparison
 
 __all__ = ["AXN_LABEL_MEASURES", "AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
            "axn_protocol_summary", "axn_round_trace"]
@@ -137,7 +138,7 @@ def axn_round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int
 # the notebook-04 protocol: λ chosen on dev, test over first-round seeds × query splits, paired tests
 # ==============================================================================================
 #: Pre-declared comparisons of notebook 04, (challenger, baseline); fixed before any result is seen. All of them, every
-#: (budget, k) cell, form the family of the verdict rule (:func:`xenbench.methods.protocol.verdict`).
+#: (budget, k) cell, form the family of the verdict rule (:func:`xenbench.studies.protocol.verdict`).
 AXN_PAIRS: tuple[tuple[str, str], ...] = (
     ("AXN DE, tuned λ", "DE re-rank"),                          # tuned AXN vs retrieve-and-rerank
     ("AXN, tuned λ", "AXN, λ = 0"),                             # sanity check: does u_param (Eq. 7) help at all?
@@ -167,9 +168,9 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                       labels=None, measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, ...]:
     """Notebook 04's protocol: every split × seed is one run; λ is chosen on dev rows, reported on test rows.
 
-    Per split (:class:`xenbench.methods.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
+    Per split (:class:`xenbench.studies.protocol.Split`: anchor / dev / test rows of M): β = :func:`prior_scale`
     on the anchor (training) queries, u_param = β · U. Every random draw of a run takes the run's own seed,
-    :func:`xenbench.methods.protocol.run_seed` of (split seed, seed). Methods:
+    :func:`xenbench.studies.protocol.run_seed` of (split seed, seed). Methods:
 
     * "AXN" (random first round, keyed by (run seed, global query row)), once per seed in ``seeds``; λ is
       chosen once per split on its dev rows with the first seed's first round (halves the cost) and used by
@@ -181,7 +182,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
       initialization and the pair order, so its runs carry its training's randomness; λ is chosen on dev
       for each fitted model.
 
-    λ is chosen per (method, budget, k) by :func:`xenbench.methods.protocol.choose_on_dev` (ties to the smaller λ);
+    λ is chosen per (method, budget, k) by :func:`xenbench.studies.protocol.choose_on_dev` (ties to the smaller λ);
     each run reports the test rows at that λ ("…, tuned λ") and at λ = 0 ("…, λ = 0"). Baselines on the same
     test rows: ADACUR TopK No-Split (R_anc = M[anchor], random first round, per seed) and DE re-rank (per split).
 
@@ -190,7 +191,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores (every read by a method is a counted CE call).
     splits : sequence of Split
-        From :func:`xenbench.methods.protocol.query_splits`.
+        From :func:`xenbench.studies.protocol.query_splits`.
     V, U : ndarray of shape (n_items, d), (n_queries, d)
         DE item and query embeddings.
     seeds : sequence of int
@@ -215,20 +216,21 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     Returns
     -------
     runs : DataFrame
-        One row per (split, seed, method, budget, k) on the test rows: ``lam`` (NaN for baselines),
-        ``recall``, ``recall_se`` (over queries), ``n_test_queries``, ``rows`` and ``per_query`` (arrays).
-        Deterministic methods have rows for the first seed only.
+        The run records (:class:`xenbench.studies.records.RunRecord`), one per (split_seed, anchor_seed = ``seed``,
+        method, budget, k) on the test rows: ``setting`` = λ (NaN for baselines), ``value`` / ``value_se`` (the test
+        recall over queries), ``dev_value`` (the dev recall at the chosen λ; NaN where λ was not chosen on dev),
+        ``n_queries``, ``per_query``, and the test ``rows``. Deterministic methods have rows for the first seed only.
     dev : DataFrame
         The dev λ sweeps, one per split and method (and per seed for MF-IND): :func:`axn_lambda_sweep` frames with
-        ``split`` and ``seed`` columns.
+        ``split_seed`` and ``anchor_seed`` columns.
     label_runs : DataFrame
-        With ``labels`` only: one row per (split, seed, method, budget, measure) with the columns of
+        With ``labels`` only: one record per (split_seed, anchor_seed, method, budget, measure) with the columns of
         :data:`xenbench.studies.labels.LABEL_COLUMNS` (``setting`` = the λ chosen by nDCG@10; NaN for the baselines).
     """
     from tqdm.auto import tqdm
 
     from xenbench.methods.mf import MatrixFactorization, observed_pairs
-    from xenbench.methods.protocol import choose_on_dev, run_seed
+    from xenbench.studies.protocol import choose_on_dev, run_seed
     from xenbench.metrics import BudgetCounter
 
     owner = "axn_protocol_runs"
@@ -252,19 +254,20 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     n_steps = len(splits) * (len(seeds) * (2 if mf_epochs else 1) + 2)
     bar = tqdm(total=n_steps, desc="04 protocol (split × method × seed)", disable=not progress)
 
-    def add(split, seed, method, budget, lam, test, recalls):
+    def add(split, seed, method, budget, lam, test, recalls, dev_values=None):
         for k, r in recalls.items():
             recall, se = mean_se(r)
-            runs.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
-                         "k": int(k), "lam": float(lam), "recall": recall, "recall_se": se,
-                         "n_test_queries": int(r.size), "rows": test, "per_query": r})
+            runs.append({"split_seed": int(split.seed), "anchor_seed": int(seed), "method": method,
+                         "budget": int(budget), "k": int(k), "setting": float(lam), "value": recall, "value_se": se,
+                         "dev_value": float((dev_values or {}).get(k, np.nan)), "n_queries": int(r.size),
+                         "per_query": r, "rows": test})
 
     def add_labels(split, seed, method, budget, settings, dev_lists, test_lists, dev_rows):
         """The label records of one (run, method, budget): the setting chosen on dev by nDCG@10."""
         for rec in choose_by_labels(settings, dev_lists, test_lists, dev_rows=dev_rows, test_rows=split.test,
                                     grades=labels, measures=measures):
-            label_rows.append({"split": int(split.seed), "seed": int(seed), "method": method, "budget": int(budget),
-                               **rec})
+            label_rows.append({"split_seed": int(split.seed), "anchor_seed": int(seed), "method": method,
+                               "budget": int(budget), **rec})
 
     for split in splits:
         anchor, dev, test = split.anchor, split.dev, split.test
@@ -282,7 +285,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
             if labels is not None:
                 lists = {(int(b), float(lam)): r for b, lam, r in zip(sweep["budget"], sweep["lam"], sweep["ranked"])}
                 sweep = sweep.drop(columns="ranked")
-            dev_frames.append(sweep.assign(split=int(split.seed), seed=int(seed)))
+            dev_frames.append(sweep.assign(split_seed=int(split.seed), anchor_seed=int(seed)))
             return choose_on_dev(sweep, ["budget", "k"], "lam"), lists
 
         def report(name, V_m, u_m, cand, seed, tuned):
@@ -303,8 +306,10 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                     res = run_at(budget, lam)
                     test_lists[lam] = res.I
                     rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
-                    tuned_k = set(at_b.loc[at_b["lam"] == lam, "k"])
-                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in tuned_k})
+                    at_lam = at_b[at_b["lam"] == lam]
+                    dev_values = dict(zip(at_lam["k"].astype(int), at_lam["recall"]))  # the dev recall it was chosen by
+                    add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in dev_values},
+                        dev_values)
                     if lam == 0.0:
                         add(split, seed, f"{name}, λ = 0", budget, 0.0, test, rec)
                 if labels is not None and dev_lists:
@@ -348,19 +353,19 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     out = pd.DataFrame(runs), pd.concat(dev_frames, ignore_index=True)
     if labels is None:
         return out
-    return (*out, pd.DataFrame(label_rows, columns=["split", "seed", "method", "budget", *LABEL_COLUMNS]))
+    return (*out, pd.DataFrame(label_rows, columns=["split_seed", "anchor_seed", "method", "budget", *LABEL_COLUMNS]))
 
 
 def axn_protocol_summary(runs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Test recall per (method, budget, k): mean over runs with a t-interval over runs (seed × split;
-    split only for the deterministic methods), :func:`xenbench.methods.protocol.summarize`; plus ``recall`` (the
+    split only for the deterministic methods), :func:`xenbench.studies.protocol.summarize`; plus ``recall`` (the
     mean) and ``recall_se`` (sd over runs / √runs) for the plots, and the chosen λ values."""
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
-    out = summarize(runs, ["method", "budget", "k"], confidence=confidence)
+    out = summarize(runs, ["method", "budget", "k"], value="value", se="value_se", confidence=confidence)
     out["recall"] = out["mean"]
     out["recall_se"] = out["sd_runs"] / np.sqrt(out["n_runs"])
-    lams = runs.groupby(["method", "budget", "k"])["lam"].agg(
+    lams = runs.groupby(["method", "budget", "k"])["setting"].agg(
         lambda x: ", ".join(f"{v:g}" for v in sorted(set(x.dropna()))))
     return out.merge(lams.rename("lams").reset_index(), on=["method", "budget", "k"])
 
@@ -372,15 +377,16 @@ def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] 
     ``cell="measure"`` compares label records instead (:func:`axn_protocol_runs` with ``labels``: per (budget,
     measure), the per-query values of one label measure); the family is then those cells.
 
-    Per cell, :func:`xenbench.methods.protocol.compare_runs` over the runs (a deterministic method's one run per
+    Per cell, :func:`xenbench.studies.protocol.compare_runs` over the runs (a deterministic method's one run per
     split pairs with every run of the other): the per-query paired test on each query's difference averaged
-    over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``, ``n``
-    queries, ``n_a_better``, ``n_b_better``; its p-values cover the queries only) and the interval across the
+    over the runs in which it was a test query (``mean``, ``se``, ``lo``, ``hi``, ``p``, ``p_wilcoxon``,
+    ``n_queries``, ``n_better``, ``n_worse``; its p-values cover the queries only) and the interval across the
     independent runs (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). Every pair and cell was declared in
-    advance, so the family is this table: :func:`xenbench.methods.protocol.decide` adds ``p_holm``,
-    ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`.
+    advance, so the family is this table: :func:`xenbench.studies.protocol.decide` adds ``p_holm``,
+    ``p_wilcoxon_holm`` and ``verdict``. ``sanity_check`` marks the pairs of :data:`SANITY_CHECKS`. One
+    :class:`xenbench.studies.records.ComparisonRecord` per row.
     """
-    from xenbench.methods.protocol import compare_runs, decide
+    from xenbench.studies.protocol import compare_runs, decide
 
     out = []
     for a, b in pairs:
@@ -388,9 +394,9 @@ def axn_paired_comparisons(runs: pd.DataFrame, pairs: Sequence[tuple[str, str]] 
             ga, gb = g[g["method"] == a], g[g["method"] == b]
             if ga.empty or gb.empty:
                 continue
-            c = compare_runs(ga, gb, split="split", seed="seed", confidence=confidence)
+            c = compare_runs(ga, gb, split="split_seed", seed="anchor_seed", confidence=confidence)
             out.append({"challenger": a, "baseline": b, "budget": int(budget), cell: key if cell != "k" else int(key),
-                        "sanity_check": (a, b) in SANITY_CHECKS, **c})
+                        "sanity_check": (a, b) in SANITY_CHECKS, **as_comparison(c)})
     if not out:
         return pd.DataFrame(out)
     return decide(pd.DataFrame(out))

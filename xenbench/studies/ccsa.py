@@ -33,7 +33,7 @@ from xenbench.methods.ccsa import (
     imbalance_factor,
     ur_noise_floor,
 )
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 
 __all__ = ["Study", "balance_sweep", "binary_hnsw", "eval_split", "evaluated_rows", "exact_ip_topk", "exact_rerank",
            "faiss_baselines", "faiss_ivf", "over_seeds", "pq_for_bytes", "retrieval_metrics", "study",
@@ -465,7 +465,7 @@ def over_seeds(rows: pd.DataFrame, by: Sequence[str], columns: Sequence[str] = (
     """Mean over seeds per group ``by`` of each of ``columns`` present, with ``<col>_lo``/``<col>_hi`` (t-interval
     across seeds; NaN with one seed) and ``n_seeds``. With one seed, ``recall_se``/``gold_recall_se`` stay the
     per-query standard errors; with several they become the standard error across seeds."""
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     out = []
     for key, g in rows.groupby(list(by), sort=False, dropna=False):

@@ -16,7 +16,7 @@ them on the same splits of one exact score matrix M, with the protocol of notebo
 :func:`best_per_budget`        per (budget, k): the method best on dev, tested on test against every other
 =============================  ==========================================================================
 
-Protocol (as in 03 and 04): the query rows are split several times (:func:`xenbench.methods.protocol.query_splits`)
+Protocol (as in 03 and 04): the query rows are split several times (:func:`xenbench.studies.protocol.query_splits`)
 into training/anchor queries (ANNCUR's and ADACUR's R_anc, AXN's scale β and MF-IND's training queries, PEFA's
 labelled training queries), **dev** queries (every setting is chosen there: ANNCUR's k_i, AXN's λ, PEFA's λ) and
 **test** queries (where the chosen setting is reported). ANNCUR/ADACUR are
@@ -52,7 +52,7 @@ import torch
 
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import at_chosen, choose_on_dev, run_seed
+from xenbench.studies.protocol import at_chosen, choose_on_dev, run_seed
 from xenbench.metrics import LABEL_MEASURES, BudgetCounter, topk_indices
 from xenbench.studies.adacur import (
     COMPARABLE,
@@ -65,6 +65,7 @@ from xenbench.studies.adacur import (
 from xenbench.studies.axn import axn_protocol_runs
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 from xenbench.studies.methods import REGISTRY, Comparable, extra_entry
+from xenbench.studies.records import RUN_FIELDS
 from xenbench.studies.setup import Setup
 
 __all__ = ["CE_STAGE", "COMPARED", "FIRST_STAGE_RERANK", "STAGES", "best_per_budget", "ce_seconds_per_pair",
@@ -88,7 +89,7 @@ STAGES: dict[str, dict[str, Any]] = {REGISTRY[key].label: {"stage": REGISTRY[key
                                      for key in COMPARED}
 #: Methods whose result does not depend on the anchor seed (given the split): the registry's deterministic entries.
 _DETERMINISTIC = {m.label for m in REGISTRY.values() if m.deterministic}
-#: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of methods.protocol).
+#: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of studies.protocol).
 _LOSES = {"trails", "loses"}
 _RUN = ["split_seed", "anchor_seed"]
 _GROUP = ["method", "budget", "k"]
@@ -161,7 +162,7 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
     ----------
     setup : Setup
         The dataset (gold labels of the training queries) and the kept items.
-    split : xenbench.methods.protocol.Split
+    split : xenbench.studies.protocol.Split
         ``split.anchor`` are the labelled training queries of PEFA ([PEFA] §3: Y of those queries).
     V, U : ndarray of shape (n_items, d), (n_queries, d)
         The DE's embeddings (:func:`xenbench.studies.setup.de_embeddings`).
@@ -246,7 +247,7 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
                  measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.baselines.rerank_baseline`, the DE
     re-rank of 03 on other scores) on the split's dev and test rows; its setting (PEFA's λ) is chosen per
-    (budget, k) on the dev rows (:func:`xenbench.methods.protocol.choose_on_dev`), the test rows are read at it.
+    (budget, k) on the dev rows (:func:`xenbench.studies.protocol.choose_on_dev`), the test rows are read at it.
     With ``labels``, also the label records per budget (setting chosen on dev by nDCG@10,
     :func:`xenbench.studies.labels.choose_by_labels`)."""
     from xenbench.methods.baselines import rerank_baseline
@@ -264,8 +265,8 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
                 for k in (k for k in k_values if k <= budget):
                     r = recall_under_budget(M[rows], I, k, calls=counter.calls, budget=budget, per_query=True)
                     out.append({"split_seed": int(split.seed), "anchor_seed": 0, "part": part, "method": label,
-                                "budget": int(budget), "k": int(k), "recall": float(r.mean()),
-                                "recall_se": mean_se(r)[1], "setting": lam, "rows": rows, "per_query": r})
+                                "budget": int(budget), "k": int(k), "setting": lam, "value": float(r.mean()),
+                                "value_se": mean_se(r)[1], "n_queries": int(r.size), "per_query": r, "rows": rows})
     return _chosen_on_dev(out, lists, split, label, budgets, list(scores), labels, measures)
 
 
@@ -289,10 +290,12 @@ def _chosen_on_dev(out: list[dict[str, Any]], lists: Mapping[tuple[Any, str, int
     by = _RUN + _GROUP
     dev, test = runs[runs["part"] == "dev"], runs[runs["part"] == "test"]
     if runs["setting"].isna().all():  # nothing to choose
-        return test.merge(dev[by + ["recall"]].rename(columns={"recall": "dev_recall"}), on=by, how="left"), label_rows
-    chosen = choose_on_dev(dev, by=by, setting="setting")
-    test = at_chosen(test, chosen, by=by, setting="setting")
-    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["setting"], how="left"), label_rows
+        test = test.merge(dev[by + ["value"]].rename(columns={"value": "dev_value"}), on=by, how="left")
+    else:
+        chosen = choose_on_dev(dev, by=by, setting="setting", score="value")
+        test = at_chosen(test, chosen, by=by, setting="setting")
+        test = test.merge(chosen.rename(columns={"value": "dev_value"}), on=by + ["setting"], how="left")
+    return test.drop(columns="part"), label_rows
 
 
 def _entry_runs(M: np.ndarray, split: Any, entry: Comparable, budgets: Sequence[int], k_values: Sequence[int], *,
@@ -329,8 +332,9 @@ def _entry_runs(M: np.ndarray, split: Any, entry: Comparable, budgets: Sequence[
                     r = recall_under_budget(M[rows], I, k, calls=counter.calls, budget=int(budget),
                                             per_query=True)
                     out.append({"split_seed": int(split.seed), "anchor_seed": int(anchor_seed), "part": part,
-                                "method": entry.label, "budget": int(budget), "k": int(k), "recall": float(r.mean()),
-                                "recall_se": mean_se(r)[1], "setting": setting, "rows": rows, "per_query": r})
+                                "method": entry.label, "budget": int(budget), "k": int(k), "setting": setting,
+                                "value": float(r.mean()), "value_se": mean_se(r)[1], "n_queries": int(r.size),
+                                "per_query": r, "rows": rows})
     return _chosen_on_dev(out, lists, split, entry.label, budgets, settings, labels, measures,
                           anchor_seed=int(anchor_seed))
 
@@ -392,7 +396,7 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
     ----------
     setup : Setup
         Exact scores ``setup.M`` (n_queries, n_items) and the dataset.
-    splits : sequence of xenbench.methods.protocol.Split
+    splits : sequence of xenbench.studies.protocol.Split
         Anchor (training) / dev / test rows.
     anchor_seeds : sequence of int
         ANNCUR's anchor draw and ADACUR's first round; AXN's random first round is not compared here (its DE-started
@@ -493,22 +497,16 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
             part, label_part = part
             label_parts.append(label_part)
         ce_runs.append(part)
-    ce_stage = chosen_on_dev(pd.concat(ce_runs, ignore_index=True)).rename(columns={"n_anchor_items": "setting"})
+    ce_stage = chosen_on_dev(pd.concat(ce_runs, ignore_index=True))
     bar.update(1)
     axn = axn_protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets, k_values=k_values,
                             n_rounds=n_rounds, mf_items_per_query=mf_items_per_query, mf_epochs=mf_epochs, mf_lr=mf_lr,
                             progress=False, device=device, labels=labels, measures=measures)
-    axn_runs, axn_dev = axn[:2]
+    axn_runs = axn[0]
     if labels is not None:
         axn_labels = axn[2][axn[2]["method"].isin(list(_AXN))]
-        label_parts.append(axn_labels.rename(columns={"split": "split_seed", "seed": "anchor_seed"})
-                           .assign(method=lambda d: d["method"].map(_AXN)))
-    axn_runs = axn_runs[axn_runs["method"].isin(list(_AXN))]
-    dev_best = (axn_dev.groupby(["split", "method", "budget", "k"])["recall"].max().rename("dev_recall")
-                .reset_index().assign(method=lambda d: d["method"] + ", tuned λ"))
-    axn_runs = (axn_runs.merge(dev_best, on=["split", "method", "budget", "k"], how="left")
-                .rename(columns={"split": "split_seed", "seed": "anchor_seed", "lam": "setting"})
-                .assign(method=lambda d: d["method"].map(_AXN)))
+        label_parts.append(axn_labels.assign(method=lambda d: d["method"].map(_AXN)))
+    axn_runs = axn_runs[axn_runs["method"].isin(list(_AXN))].assign(method=lambda d: d["method"].map(_AXN))
     bar.update(1)
     pq, pq_info = (None, None) if pq_bytes is None else pq_codes(V, int(pq_bytes), seed=int(splits[0].seed))
     named = named_first_stages(setup, first_stages, depth=depth, device=device, first_stage_depth=first_stage_depth,
@@ -528,7 +526,7 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
     bar.close()
     extra_seeded = {m.label for m in extras if not m.deterministic}  # one run per anchor seed: keep its seed
     frames = [ce_stage] + [f.assign(anchor_seed=seeds[0]) for f in (*first, axn_runs)] + extra_runs
-    columns = _RUN + _GROUP + ["recall", "recall_se", "dev_recall", "setting", "rows", "per_query"]
+    columns = [c for c in RUN_FIELDS if c != "n_rounds" and c != "measure"] + ["rows"]
     runs = pd.concat([f[columns] for f in frames], ignore_index=True)
     runs["setting"] = runs["setting"].astype(float)
     reranks = {_rerank_label(name) for name in seconds or {}} - {"DE re-rank"}
@@ -627,29 +625,30 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
 # summaries
 # ==============================================================================================
 def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float, *,
-                    confidence: float = 0.95, cell: str = "k", value: str = "recall") -> pd.DataFrame:
+                    confidence: float = 0.95, cell: str = "k") -> pd.DataFrame:
     """Test recall per (method, budget, k) with its interval across runs, and the two costs.
 
-    :func:`xenbench.methods.protocol.summarize` over runs; a deterministic method is summarized over its splits only
+    :func:`xenbench.studies.protocol.summarize` over runs; a deterministic method is summarized over its splits only
     (one run per split). ``calls`` = B_CE; ``search_ms`` from :func:`search_seconds`;
-    ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000. ``cell="measure", value="value"`` summarizes the
-    label records (``info["label_runs"]`` of :func:`compare_protocol_runs`) the same way: the second currency.
+    ``wall_ms`` = ``search_ms`` + B_CE · ``ce_seconds`` · 1000. ``cell="measure"`` summarizes the label records
+    (``info["label_runs"]`` of :func:`compare_protocol_runs`) the same way: the second currency. Both are run records
+    (:class:`xenbench.studies.records.RunRecord`: ``value``, ``value_se``, ``setting``, ``n_queries``).
 
     Returns
     -------
     DataFrame
         Columns ``method``, ``stage``, ``budget``, ``k`` (``cell``), ``mean``, ``lo``, ``hi``, ``n_runs``,
-        ``setting`` (the dev choices, value×runs), ``calls``, ``search_ms``, ``wall_ms``, ``recall`` (``value``;
-        = mean) and ``recall_se`` (``<value>_se``).
+        ``setting`` (the dev choices, value×runs), ``calls``, ``search_ms``, ``wall_ms``, ``recall`` (= mean) and
+        ``recall_se`` (sd over runs / √runs), named ``value`` and ``value_se`` for the label records.
     """
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
     if not (isinstance(ce_seconds, (int, float)) and np.isfinite(ce_seconds) and ce_seconds >= 0):
         raise ParameterError("ce_seconds", "seconds per CE call, a finite float >= 0", ce_seconds, "compare_summary")
     group = ["method", "budget", cell]
     first_seed = runs["anchor_seed"].min()  # a seed-free method counts one run per split, whatever the input repeats
     distinct = runs[~_is_deterministic(runs["method"]) | (runs["anchor_seed"] == first_seed)]
-    out = summarize(distinct, group, value=value, se=f"{value}_se", confidence=confidence)
+    out = summarize(distinct, group, value="value", se="value_se", confidence=confidence)
     settings = distinct.groupby(group)["setting"].agg(
         lambda s: ", ".join(f"{v:g}×{c}" for v, c in s.dropna().value_counts().sort_index().items()))
     out = out.merge(settings.rename("setting").reset_index(), on=group, how="left")
@@ -658,6 +657,7 @@ def compare_summary(runs: pd.DataFrame, seconds: pd.DataFrame, ce_seconds: float
     out["calls"] = out["budget"].astype(int)
     out["search_ms"] = 1e3 * out.pop("search_s")
     out["wall_ms"] = out["search_ms"] + 1e3 * out["calls"] * float(ce_seconds)
+    value = "recall" if cell == "k" else "value"
     out[value], out[f"{value}_se"] = out["mean"], out["sd_runs"] / np.sqrt(out["n_runs"])
     # what each mean rests on: test queries per run (label records count those with a relevant kept item)
     queries = (distinct["n_queries"] if "n_queries" in distinct else distinct["rows"].map(len) if "rows" in distinct
@@ -705,16 +705,15 @@ def pareto_front(points: pd.DataFrame, cost: str = "wall_ms", value: str = "mean
     return on
 
 
-def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str = "k",
-                    value: str = "recall") -> tuple[pd.DataFrame, pd.DataFrame]:
+def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str = "k") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (budget, k): the method with the best **dev** recall (mean over runs), then paired tests on the **test**
     queries of that method against every other (:func:`xenbench.studies.adacur.adacur_paired_comparisons`: per-query
     paired tests over the pooled test queries, Holm-adjusted over the comparisons of that cell, the run interval).
 
     Choosing the best on dev keeps the test comparisons honest: the best is named before its test numbers are read.
     (A tuned method's dev recall is read at the setting chosen on those dev queries, a small edge when choosing.)
-    ``cell="measure", value="value"`` does the same per (budget, label measure) on the label records (a method's dev
-    value at its setting chosen by nDCG@10).
+    ``cell="measure"`` does the same per (budget, label measure) on the label records (a method's dev value at its
+    setting chosen by nDCG@10); both are run records (:class:`xenbench.studies.records.RunRecord`).
 
     Returns
     -------
@@ -727,12 +726,12 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str =
     comparisons : DataFrame
         The paired comparisons, ``challenger`` = the best.
     """
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
     first_seed = runs["anchor_seed"].min()
     table, comps = [], []
     for (budget, key), g in runs.groupby(["budget", cell], sort=True):
-        dev = g.groupby("method")[f"dev_{value}"].mean().sort_index()
+        dev = g.groupby("method")["dev_value"].mean().sort_index()
         if dev.isna().all():  # no dev query with a relevant kept item: no best can be named, so none is
             logger.warning("best_per_budget: no dev value at B_CE = %s, %s = %s (no dev query with a relevant kept item): "
                         "that cell has no best method", budget, cell, key)
@@ -740,7 +739,7 @@ def best_per_budget(runs: pd.DataFrame, *, confidence: float = 0.95, cell: str =
         best = str(dev.idxmax())
         others = [m for m in dev.index if m != best]
         distinct = g[(g["method"] == best) & (~_is_deterministic(g["method"]) | (g["anchor_seed"] == first_seed))]
-        s = summarize(distinct, ["method"], value=value, se=f"{value}_se", confidence=confidence).iloc[0]
+        s = summarize(distinct, ["method"], value="value", se="value_se", confidence=confidence).iloc[0]
         n_queries = (distinct["n_queries"] if "n_queries" in distinct else distinct["rows"].map(len) if "rows" in distinct
                      else pd.Series([np.nan]))
         row = {"budget": int(budget), cell: int(key) if cell == "k" else key, "best": best, "best_dev": float(dev[best]),

@@ -7,7 +7,7 @@ score (``search(counter, B_CE)``: its top-k for Top-k-Recall is that list's firs
 lists against ``Dataset.qrels`` restricted to the kept items.
 
 Protocol, as for Top-k-Recall: a method's setting (ANNCUR's k_i, AXN's λ, PEFA's λ) is chosen on the **dev**
-queries, here by :data:`xenbench.methods.protocol.LABEL_CHOICE` (nDCG@10), and every label measure is read on the
+queries, here by :data:`xenbench.studies.protocol.LABEL_CHOICE` (nDCG@10), and every label measure is read on the
 **test** queries at that one setting (:func:`choose_by_labels`), so each (run, method, budget) has one list per test
 query: the list :func:`export_runs` writes and ir-measures re-scores to the same numbers.
 
@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LABEL_COLUMNS", "choose_by_labels", "export_runs", "label_summary"]
 
-#: Columns of a label record besides the run's and method's keys.
-LABEL_COLUMNS = ["setting", "measure", "value", "value_se", "dev_value", "n_queries", "rows", "per_query",
+#: Columns of a label record besides the run's and method's keys: those of
+#: :class:`xenbench.studies.records.RunRecord` after ``budget`` (``measure`` its cell), then the lists it was scored on.
+LABEL_COLUMNS = ["measure", "setting", "value", "value_se", "dev_value", "n_queries", "per_query", "rows",
                  "list_rows", "ranked"]
 
 
@@ -61,7 +62,7 @@ def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray]
     measures : sequence of str
         ir-measures names; ``choose_by`` must be among them.
     choose_by : str, optional
-        The measure the setting is chosen by; default :data:`xenbench.methods.protocol.LABEL_CHOICE`.
+        The measure the setting is chosen by; default :data:`xenbench.studies.protocol.LABEL_CHOICE`.
 
     Returns
     -------
@@ -71,7 +72,7 @@ def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray]
         that measure), ``n_queries``, ``rows`` and ``per_query`` (those queries and their values), ``list_rows`` and
         ``ranked`` (every test row and its list). Empty when no test query has a relevant item among the items.
     """
-    from xenbench.methods.protocol import LABEL_CHOICE
+    from xenbench.studies.protocol import LABEL_CHOICE
 
     choose_by = LABEL_CHOICE if choose_by is None else choose_by
     measures = list(measures)
@@ -107,10 +108,10 @@ def choose_by_labels(settings: Sequence[float], dev_ranked: Sequence[np.ndarray]
 
 def label_summary(label_runs: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
     """Test value per (method, budget, measure): mean over runs with its t-interval across runs
-    (:func:`xenbench.methods.protocol.summarize`), how often each setting was chosen (value×runs), and the test
+    (:func:`xenbench.studies.protocol.summarize`), how often each setting was chosen (value×runs), and the test
     queries each run's value rests on (those with a relevant kept item: ``n_queries`` the fewest of any run,
     ``n_queries_max`` the most). Empty (with those columns) when no run has a labelled test query."""
-    from xenbench.methods.protocol import summarize
+    from xenbench.studies.protocol import summarize
 
     by = ["method", "budget", "measure"]
     columns = [*by, "mean", "lo", "hi", "sd_runs", "min", "max", "se_query", "n_runs", "setting", "n_queries",

@@ -129,7 +129,7 @@ class Comparable:
     deterministic : bool
         Its result depends on the split only, not on the seed (a retriever's first round or ranking and greedy
         rounds: no random draw). The protocol runs it once per split, and it counts one run per split
-        (:mod:`xenbench.methods.protocol`); ``tests/test_adacur_study.py`` checks that two seeds give the same result.
+        (:mod:`xenbench.studies.protocol`); ``tests/test_adacur_study.py`` checks that two seeds give the same result.
     family, paper : str
         What kind of method it is and where it comes from.
     requires : tuple of str

@@ -6,7 +6,7 @@ the random or the in-domain regime), :func:`tune_and_test` sweeps λ on the dev 
 (:func:`pefa_lambda_sweep`), keeps each method's best setting (:func:`pefa_choose_on_dev`), scores it per test query
 against the DE (:func:`evaluate_per_query`) and reports the gains on all / seen / unseen golds
 (:func:`subset_gains`); :func:`across_seeds` averages the split seeds and :func:`pefa_paired_comparisons` judges the
-declared family by the one verdict rule (:func:`xenbench.methods.protocol.verdict`).
+declared family by the one verdict rule (:func:`xenbench.studies.protocol.verdict`).
 
 References
 ----------
@@ -212,13 +212,13 @@ def pefa_paired_comparisons(per_query: pd.DataFrame, *, confidence: float = 0.95
     subset of test queries).
 
     Each split seed is one run (PEFA and the DE are deterministic given the split). Per cell,
-    :func:`xenbench.methods.protocol.compare_runs` of the method's and the DE's per-query recalls: the per-query paired
+    :func:`xenbench.studies.protocol.compare_runs` of the method's and the DE's per-query recalls: the per-query paired
     test on each query's difference averaged over the seeds in which it was a test query (``mean``, ``lo``, ``hi``,
     ``p``, ``p_wilcoxon``, ``n`` distinct queries; the p-values cover the queries only) and the 95% t-interval of the
     per-seed mean gains across the independent splits (``run_mean``, ``run_lo``, ``run_hi``, ``n_runs``). A subset
     that holds every test query in every seed (``seen`` when every gold is seen) is the ``all`` test again: it is
     left out (``same_as_all`` lists it) so that a test counts once in the family. Cells with fewer than 2 queries
-    are left out. :func:`xenbench.methods.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` and ``verdict``
+    are left out. :func:`xenbench.studies.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` and ``verdict``
     (Holm over every row: the family).
 
     Parameters
@@ -230,11 +230,11 @@ def pefa_paired_comparisons(per_query: pd.DataFrame, *, confidence: float = 0.95
     Returns
     -------
     DataFrame
-        Columns ``split``, ``method``, ``k``, ``subset``, the :func:`~xenbench.methods.protocol.compare_runs` fields,
+        Columns ``split``, ``method``, ``k``, ``subset``, the :func:`~xenbench.studies.protocol.compare_runs` fields,
         ``same_as_all`` (subsets of this cell's (split, method, k) equal to all), ``p_holm``, ``p_wilcoxon_holm``,
         ``verdict``.
     """
-    from xenbench.methods.protocol import compare_runs, decide
+    from xenbench.studies.protocol import compare_runs, decide
 
     owner = "pefa_paired_comparisons"
     need = {"split", "seed", "method", "k", "row", "seen", "recall", "de_recall"}
@@ -273,7 +273,7 @@ def tune_and_test(dataset, P: np.ndarray, U: np.ndarray, split, lambdas: Sequenc
     ----------
     dataset : Dataset
         Items and gold labels; P (n_items × d) and U (n_queries × d) are its L2-normalized DE embeddings.
-    split : :class:`xenbench.methods.protocol.Split`
+    split : :class:`xenbench.studies.protocol.Split`
         Query rows ``anchor`` (the labelled training queries, PEFA's kNN memory), ``dev`` and ``test``.
 
     Returns

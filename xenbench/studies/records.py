@@ -14,6 +14,13 @@ Per-query records are packed for the JSON by :func:`pack_records`: each run's ar
 that reads back as the same float64 (``repr``), so the file stays small (``json.dumps(indent=2)`` puts each list
 element on its own line) and :func:`unpack_records` gives the same values bit for bit.
 
+One record schema for notebooks 03, 04 and 07 (:class:`RunRecord`, :class:`ComparisonRecord`): a run of a method at
+a budget is one row of ``runs`` (a cell ``k``: Top-k-Recall@k against the CE's exact top k) or of ``label_runs`` (a
+cell ``measure``: a label measure), a paired comparison one row of ``comparisons`` or ``label_comparisons``; each
+split's test rows once in ``test_rows``. :func:`migrate_results` rewrites a results file of the older schemas (03's
+``test_at_dev_choice``, 04's ``split``/``seed``/``lam``, 07's ``recall``) into it without changing a number
+(``xenbench findings --migrate``).
+
 A notebook's function is registered like its witnesses::
 
     @register("03_adacur_rounds")
@@ -25,15 +32,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from functools import partial
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from xenbench.errors import DataError, ParameterError
+from xenbench.studies import notebooks
 from xenbench.studies.witnesses import Witness
 
-__all__ = ["PACKED", "PEFA_ARRAYS", "label_summary_rows",
+__all__ = ["RunRecord", "ComparisonRecord", "RUN_FIELDS", "COMPARISON_FIELDS", "as_comparison", "migrate_results",
+           "migrate_file",
+           "PACKED", "PEFA_ARRAYS", "label_summary_rows",
            "label_comparison_rows", "ordered_row", "pack_records", "pack_runs", "unpack_records", "unpack_array", "pack_groups", "unpack_groups", "has_per_query",
            "register", "registered", "rederive", "refuse_inconsistent", "unwitnessed", "NOT_RECOMPUTED",
            "UNWITNESSED_PROFILES"]
@@ -44,7 +55,174 @@ PACKED = ("rows", "per_query", "de_per_query")
 REL, ABS = 1e-9, 1e-12
 
 RecordsFn = Callable[[Mapping[str, Any]], list[Witness]]
-_REGISTRY: dict[str, RecordsFn] = {}
+
+
+# ----------------------------------------------------------------------------------------------
+# the one record schema of 03, 04 and 07
+# ----------------------------------------------------------------------------------------------
+class RunRecord(TypedDict):
+    """One run of one method at one budget, on one split's test queries: a row of ``runs`` (cell ``k``) or of
+    ``label_runs`` (cell ``measure``) in the results of notebooks 03, 04 and 07.
+
+    A run is (``split_seed``, ``anchor_seed``): a method that makes random draws runs once per anchor seed of a split, a
+    method deterministic given the split once, under the first anchor seed (it counts one run per split).
+    """
+
+    split_seed: int       #: the seed that drew the split's anchor, dev and test queries (``Split.seed``)
+    anchor_seed: int      #: the seed within the split: ANNCUR's anchor items, ADACUR's and AXN's first round, MF-IND's
+    #:                       training (``protocol.run_seed(split_seed, anchor_seed)`` seeds every draw of the run)
+    method: str           #: the method's label (``studies.methods.REGISTRY``, a first stage's re-rank, yours)
+    budget: int           #: B_CE, CE calls per query
+    k: NotRequired[int]   #: Top-k-Recall's k (``runs``); exactly one of ``k`` and ``measure``
+    measure: NotRequired[str]  #: the ir-measures name of a label measure (``label_runs``)
+    setting: float        #: the setting chosen on the split's dev queries: ANNCUR's and ADACUR's k_i, AXN's λ, PEFA's λ
+    #:                       (NaN: a method with nothing to choose)
+    value: float          #: the mean over the run's test queries: Top-k-Recall@k, or the label measure
+    value_se: float       #: its standard error over those queries
+    dev_value: NotRequired[float]  #: the same on the dev queries at the chosen setting (absent: 04's Top-k records,
+    #:                                whose dev sweep is ``sweep_dev_first_run``)
+    n_queries: int        #: test queries the value is the mean of (label records: those with a relevant kept item)
+    per_query: NotRequired[str]  #: the per-query values, packed (:func:`pack_records`; in the order of ``test_rows``)
+    n_rounds: NotRequired[float]  #: 03 only: ADACUR's rounds R (NaN for single-round methods)
+
+
+class ComparisonRecord(TypedDict):
+    """One pre-declared paired comparison (challenger − baseline) in a cell (``budget``, ``k`` or ``measure``): a row of
+    ``comparisons`` or ``label_comparisons`` of notebooks 03, 04 and 07, under the one verdict rule
+    (:func:`xenbench.studies.protocol.verdict`)."""
+
+    challenger: str
+    baseline: str
+    budget: int
+    k: NotRequired[int]
+    measure: NotRequired[str]
+    sanity_check: NotRequired[bool]  #: 04 only: a check of the protocol, not a claim (``studies.axn.SANITY_CHECKS``)
+    mean: float           #: the mean per-query difference, each test query's difference pooled over the runs it is in
+    se: NotRequired[float]  #: its standard error (04; 03 and 07 keep the interval alone)
+    lo: float             #: the t-interval of ``mean`` (over queries)
+    hi: float
+    p: float              #: the paired t-test's p-value
+    p_wilcoxon: float     #: the Wilcoxon signed-rank test's p-value
+    n_queries: int        #: queries of the paired test
+    n_better: int         #: queries where the challenger is higher
+    n_worse: int          #: queries where it is lower
+    run_mean: float       #: the mean difference across independent runs, and its t-interval
+    run_lo: float
+    run_hi: float
+    n_runs: int
+    p_holm: float         #: ``p`` and ``p_wilcoxon`` Holm-adjusted over the declared family
+    p_wilcoxon_holm: float
+    verdict: str          #: ``"beats"``, ``"level"`` or ``"loses"``
+
+
+#: The fields of :class:`RunRecord` and :class:`ComparisonRecord`, in the order a record is written.
+RUN_FIELDS: tuple[str, ...] = tuple(RunRecord.__annotations__)
+COMPARISON_FIELDS: tuple[str, ...] = tuple(ComparisonRecord.__annotations__)
+
+
+def as_comparison(test: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`xenbench.studies.protocol.compare_runs`'s numbers under :class:`ComparisonRecord`'s names (``n`` ->
+    ``n_queries``, ``n_a_better`` -> ``n_better``, ``n_b_better`` -> ``n_worse``)."""
+    names = {"n": "n_queries", "n_a_better": "n_better", "n_b_better": "n_worse"}
+    return {names.get(key, key): value for key, value in test.items()}
+
+
+#: Older names of :class:`RunRecord`'s and :class:`ComparisonRecord`'s fields, per notebook (:func:`migrate_results`).
+_OLD_RUN_NAMES = {"split": "split_seed", "seed": "anchor_seed", "lam": "setting", "n_anchor_items": "setting",
+                  "recall": "value", "recall_se": "value_se", "dev_recall": "dev_value",
+                  "n_test_queries": "n_queries"}
+_OLD_COMPARISON_NAMES = {"n": "n_queries", "n_a_better": "n_better", "n_b_better": "n_worse"}
+_SCHEMA_NOTEBOOKS = ("03_adacur_rounds", "04_axn_lambda", "07_compare_methods")
+
+
+def _ordered(record: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """``record`` with the schema's fields first, in its order, then any other field as it was."""
+    return {**{f: record[f] for f in fields if f in record}, **{k: v for k, v in record.items() if k not in fields}}
+
+
+def _migrate_run(record: Mapping[str, Any], test_rows: Mapping[str, str] | None) -> dict[str, Any]:
+    if record.get("part", "test") != "test":
+        raise DataError("runs", f"a test record, got part {record.get('part')!r}: re-run the notebook")
+    out = {_OLD_RUN_NAMES.get(k, k): v for k, v in record.items() if k != "part"}
+    if "setting" in out and isinstance(out["setting"], int):
+        out["setting"] = float(out["setting"])  # k_i as the float every setting is (NaN where none)
+    if "n_queries" not in out and "per_query" in out:  # 07 kept the count in its rows only
+        out["n_queries"] = len(str(out["per_query"]).split())
+    elif "n_queries" not in out and test_rows and str(out.get("split_seed")) in test_rows:
+        out["n_queries"] = len(test_rows[str(out["split_seed"])].split())
+    return _ordered(out, RUN_FIELDS)
+
+
+def migrate_results(doc: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """A results document of notebook 03, 04 or 07 in the one record schema, and whether anything changed.
+
+    Renames only, no number changes: 03's ``test_at_dev_choice`` becomes ``runs`` (its ``part``, always ``"test"``,
+    dropped; ``n_anchor_items`` the ``setting``), 04's ``split``/``seed``/``lam`` become ``split_seed``/``anchor_seed``/
+    ``setting``, every ``recall``/``recall_se``/``dev_recall``/``n_test_queries`` of a run record ``value``/
+    ``value_se``/``dev_value``/``n_queries`` (07's records gain ``n_queries``, the length of their packed
+    ``per_query``; 04's dev sweep ``sweep_dev_first_run`` names its run as the records do), and 04's comparisons' ``n``/``n_a_better``/``n_b_better`` ``n_queries``/``n_better``/``n_worse``.
+    The results' digest (:func:`xenbench.provenance.results_digest`) is bound again to the same commit, after
+    checking that the old one held: a file edited since its run is refused, not blessed. Idempotent: a document
+    already in the schema (or of another notebook) comes back unchanged, with ``False``.
+
+    Raises
+    ------
+    DataError
+        If the document's results digest does not hold before the migration.
+    """
+    import json
+
+    from xenbench.provenance import RESULTS_DIGEST, check_results_digest, results_digest
+
+    out = json.loads(json.dumps(doc, allow_nan=True))
+    if out.get("notebook") not in _SCHEMA_NOTEBOOKS:
+        return out, False
+    results = out["results"]
+    before = json.dumps(results, allow_nan=True)
+    had_digest = RESULTS_DIGEST in (out.get("provenance") or {})
+    if had_digest:
+        bad = [what for what, recorded, today in check_results_digest(doc) if recorded != today]
+        if bad:
+            raise DataError(out["notebook"], "refused to migrate: its results digest does not hold ("
+                            + "; ".join(bad[:3]) + "): the file was edited since its run")
+    if "test_at_dev_choice" in results and "runs" not in results:
+        results = {("runs" if k == "test_at_dev_choice" else k): v for k, v in results.items()}
+    for name in ("runs", "label_runs"):
+        if isinstance(results.get(name), list):
+            results[name] = [_migrate_run(r, results.get("test_rows")) for r in results[name]]
+    if out["notebook"] == "04_axn_lambda" and isinstance(results.get("sweep_dev_first_run"), list):
+        results["sweep_dev_first_run"] = [{_OLD_RUN_NAMES.get(k, k) if k in ("split", "seed") else k: v
+                                           for k, v in r.items()} for r in results["sweep_dev_first_run"]]
+    for name in ("comparisons", "label_comparisons"):
+        if isinstance(results.get(name), list):
+            results[name] = [_ordered({_OLD_COMPARISON_NAMES.get(k, k): v for k, v in r.items()}, COMPARISON_FIELDS)
+                             for r in results[name]]
+    changed = json.dumps(results, allow_nan=True) != before
+    out["results"] = results
+    if changed and had_digest:
+        out["provenance"][RESULTS_DIGEST] = results_digest(out)
+    return out, changed
+
+
+def migrate_file(path: Any) -> bool:
+    """:func:`migrate_results` of the results file at ``path``, written back (atomically, as ``save_results`` writes
+    it) when anything changed; whether it did."""
+    import json
+    from pathlib import Path
+
+    from xenbench._io import read_json_bounded, write_text_atomic
+
+    path = Path(path)
+    doc = read_json_bounded(path, 256 << 20, "a results file")
+    if not isinstance(doc, Mapping):
+        raise DataError(path, "a results file (a JSON object)")
+    try:
+        out, changed = migrate_results(doc)
+    except DataError as err:
+        raise DataError(path, err.problem) from None
+    if changed:
+        write_text_atomic(path, json.dumps(out, indent=2, allow_nan=True) + "\n")
+    return changed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,23 +332,16 @@ def has_per_query(records: Any) -> bool:
 # ----------------------------------------------------------------------------------------------
 # registry
 # ----------------------------------------------------------------------------------------------
-def register(notebook: str) -> Callable[[RecordsFn], RecordsFn]:
-    """Decorator: ``fn(results) -> list[Witness]`` re-derives the summaries of ``notebook``'s results."""
-
-    def wrap(fn: RecordsFn) -> RecordsFn:
-        _REGISTRY[notebook] = fn
-        return fn
-
-    return wrap
-
-
-def registered() -> dict[str, RecordsFn]:
-    return dict(_REGISTRY)
+#: Decorator: ``@register(notebook)`` on ``fn(results) -> list[Witness]``, which re-derives the summaries of
+#: ``notebook``'s results (its row's ``records`` in :data:`xenbench.studies.notebooks.NOTEBOOKS`).
+register = partial(notebooks.register, "records")
+#: Notebook name -> its re-derivation (:func:`xenbench.studies.notebooks.registered`).
+registered = partial(notebooks.registered, "records")
 
 
 def rederive(doc: Mapping[str, Any]) -> list[Witness]:
     """Every summary of one results document re-derived from its records (or, without them, from its own row)."""
-    fn = _REGISTRY.get(doc["notebook"])
+    fn = registered().get(doc["notebook"])
     if fn is None:
         return []
     return [replace(w, profile=str(doc.get("profile", "full"))) for w in fn(doc["results"])]
@@ -231,8 +402,7 @@ def label_summary_rows(nb: str, results: Mapping[str, Any], today: Callable[[pd.
                        ["mean", "lo", "hi", "n_runs", "setting", "n_queries", "n_queries_max"])
 
 
-def label_comparison_rows(nb: str, results: Mapping[str, Any], *, n: str, better: str, worse: str,
-                          se: str | None = None) -> list[Witness]:
+def label_comparison_rows(nb: str, results: Mapping[str, Any], *, se: str | None = None) -> list[Witness]:
     """What each saved label comparison's numbers (``label_comparisons``: mean, interval, p over queries, on a label
     measure such as Success@1) imply about each other, until the notebook keeps the per-query label values they come
     from: the mean inside its interval (:func:`ordered_row`), :func:`t_row` (the interval symmetric about the mean, the
@@ -242,8 +412,9 @@ def label_comparison_rows(nb: str, results: Mapping[str, Any], *, n: str, better
     for _, r in pd.DataFrame(results.get("label_comparisons") or []).iterrows():
         label = f"label_comparisons [{_label(r)}, measure={r['measure']}]"
         out.append(ordered_row(nb, label, r))
-        out += t_row(nb, label, r, int(r[n]), se=se)
-        out.append(count_row(nb, label, [(better, int(r[better])), (worse, int(r[worse]))], (n, int(r[n]))))
+        out += t_row(nb, label, r, int(r["n_queries"]), se=se if se in r.index else None)
+        out.append(count_row(nb, label, [("n_better", int(r["n_better"])), ("n_worse", int(r["n_worse"]))],
+                             ("n_queries", int(r["n_queries"]))))
     return out
 
 
@@ -259,7 +430,7 @@ def ordered_row(nb: str, what: str, row: Mapping[str, Any], *, mean: str = "mean
 
 def t_row(nb: str, what: str, row: Mapping[str, Any], n: int, *, mean: str = "mean", lo: str = "lo", hi: str = "hi",
           p: str | None = "p", se: str | None = None, confidence: float = 0.95) -> list[Witness]:
-    """What a paired t-test's saved numbers imply about each other (:func:`xenbench.methods.protocol.paired_test`):
+    """What a paired t-test's saved numbers imply about each other (:func:`xenbench.studies.protocol.paired_test`):
     the interval symmetric about the mean, the standard error it implies (``se`` if saved) and the two-sided
     p-value from ``mean / se`` with ``n − 1`` degrees of freedom. Source ``"summary"``."""
     from scipy import stats
@@ -297,7 +468,7 @@ def count_row(nb: str, what: str, parts: Sequence[tuple[str, int]], whole: tuple
 def family(nb: str, what: str, saved: pd.DataFrame, today: pd.DataFrame, *, source: str,
            p_columns: Sequence[str] = ("p", "p_wilcoxon")) -> list[Witness]:
     """Holm-adjusted p-values and verdicts of a saved family against those of ``today`` (same rows, same order):
-    :func:`xenbench.methods.protocol.decide` over the family's p-values and intervals across runs."""
+    :func:`xenbench.studies.protocol.decide` over the family's p-values and intervals across runs."""
     out = []
     for i in range(len(saved)):
         s, t = saved.iloc[i], today.iloc[i]
@@ -317,11 +488,11 @@ def _label(row: pd.Series) -> str:
     return ", ".join(f"{k}={row[k]}" for k in _LABEL_KEYS if k in row.index)
 
 
-def run_intervals(nb: str, what: str, comparisons: pd.DataFrame, per_run: pd.DataFrame, *, split: str, seed: str | None,
-                  deterministic: Iterable[str] = ()) -> list[Witness]:
+def run_intervals(nb: str, what: str, comparisons: pd.DataFrame, per_run: pd.DataFrame, *, split: str = "split_seed",
+                  seed: str | None = "anchor_seed", deterministic: Iterable[str] = ()) -> list[Witness]:
     """``run_mean``, ``run_lo``, ``run_hi``, ``n_runs`` of every comparison re-derived from the per-run recalls
-    (:func:`xenbench.methods.protocol.run_interval`; a deterministic method counts the first seed's run per split)."""
-    from xenbench.methods.protocol import run_interval
+    (:func:`xenbench.studies.protocol.run_interval`; a deterministic method counts the first seed's run per split)."""
+    from xenbench.studies.protocol import run_interval
 
     if seed is not None:
         first = per_run.groupby(split)[seed].transform("min")
@@ -330,15 +501,15 @@ def run_intervals(nb: str, what: str, comparisons: pd.DataFrame, per_run: pd.Dat
     for _, r in comparisons.iterrows():
         cell = per_run[(per_run["budget"] == r["budget"]) & (per_run["k"] == r["k"])]
         today = run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
-                             split=split, seed=seed)
+                             split=split, seed=seed, value="value")
         for key in ("run_mean", "run_lo", "run_hi", "n_runs"):
             if key in r.index:
                 out.append(_w(nb, f"{what} [{_label(r)}] {key}", r[key], today[key]))
     return out
 
 
-def paired_rows(nb: str, what: str, comparisons: pd.DataFrame, *, n: str, better: str, worse: str,
-                se: str | None = None) -> list[Witness]:
+def paired_rows(nb: str, what: str, comparisons: pd.DataFrame, *, n: str = "n_queries", better: str = "n_better",
+                worse: str = "n_worse", se: str | None = None) -> list[Witness]:
     """:func:`t_row` and :func:`count_row` of every saved paired comparison (a file without its per-query records)."""
     out = []
     for _, r in comparisons.iterrows():
@@ -349,18 +520,19 @@ def paired_rows(nb: str, what: str, comparisons: pd.DataFrame, *, n: str, better
 
 
 def per_run_values(nb: str, what: str, runs: pd.DataFrame, keys: Sequence[str]) -> list[Witness]:
-    """Each run's ``recall`` (and ``recall_se``) re-derived from its per-query values (mean and its standard error)."""
+    """Each run's ``value``, ``value_se`` and ``n_queries`` re-derived from its per-query values (mean, its standard
+    error, their number)."""
     from xenbench.metrics import mean_se
 
     out = []
     for _, r in runs.iterrows():
         label = f"{what} [" + ", ".join(f"{k}={r[k]}" for k in keys if k in r.index) + "]"
         mean, se = mean_se(np.asarray(r["per_query"], dtype=np.float64))
-        out.append(_w(nb, f"{label} recall", r["recall"], mean))
-        if "recall_se" in r.index:
-            out.append(_w(nb, f"{label} recall_se", r["recall_se"], se))
-        if "n_test_queries" in r.index:
-            out.append(_w(nb, f"{label} n_test_queries", r["n_test_queries"], len(r["per_query"])))
+        out.append(_w(nb, f"{label} value", r["value"], mean))
+        if "value_se" in r.index:
+            out.append(_w(nb, f"{label} value_se", r["value_se"], se))
+        if "n_queries" in r.index:
+            out.append(_w(nb, f"{label} n_queries", r["n_queries"], len(r["per_query"])))
     return out
 
 
@@ -395,9 +567,9 @@ def unwitnessed(doc: Mapping[str, Any]) -> list[str]:
     recomputes (:data:`NOT_RECOMPUTED`, :data:`UNWITNESSED_PROFILES`)."""
     results, nb = doc["results"], doc["notebook"]
     out = []
-    if nb == "03_adacur_rounds" and not has_per_query(results.get("test_at_dev_choice")):
+    if nb == "03_adacur_rounds" and not has_per_query(results.get("runs")):
         out.append("comparisons' per-query mean, interval, t and Wilcoxon p-values, better/worse counts "
-                   "(test_at_dev_choice lacks per_query: re-run 03)")
+                   "(runs lack per_query: re-run 03)")
     if nb == "04_axn_lambda" and not has_per_query(results.get("runs")):
         out.append("comparisons' per-query mean, interval, t and Wilcoxon p-values, better/worse counts (runs lack "
                    "per_query: re-run 04)")
@@ -481,7 +653,7 @@ def _rank(results: Mapping[str, Any]) -> list[Witness]:
 # 03: ADACUR's protocol: per-run test recalls -> summary, spread, run intervals; per query -> paired tests
 # ----------------------------------------------------------------------------------------------
 def _per_run_03(results: Mapping[str, Any]) -> pd.DataFrame:
-    per_run = results["test_at_dev_choice"]
+    per_run = results["runs"]
     return unpack_records(per_run) if has_per_query(per_run) else pd.DataFrame(per_run)
 
 
@@ -495,10 +667,10 @@ def _rows_of_splits(results: Mapping[str, Any], df: pd.DataFrame, split: str) ->
 
 @register("03_adacur_rounds")
 def _adacur(results: Mapping[str, Any]) -> list[Witness]:
-    """From the per-run test recalls (``test_at_dev_choice``): ``summary``, ``seed_spread`` and each comparison's
+    """From the per-run test recalls (``runs``): ``summary``, ``seed_spread`` and each comparison's
     interval across runs; from the per-query records, when saved, each run's recall and every paired test; without
     them, each paired test's own arithmetic; the Holm adjustment and the verdicts over the family."""
-    from xenbench.methods.protocol import decide
+    from xenbench.studies.protocol import decide
     from xenbench.studies.adacur import COMPARABLE, adacur_paired_comparisons, adacur_protocol_summary, seed_spread
     from xenbench.studies.labels import label_summary
 
@@ -511,9 +683,9 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
                        ["method", "budget", "k", "split_seed"], ["min", "max", "mean"])
     comp = pd.DataFrame(results["comparisons"])
     deterministic = [m.label for m in COMPARABLE.values() if m.deterministic]
-    if has_per_query(results["test_at_dev_choice"]):
+    if has_per_query(results["runs"]):
         per_run = _rows_of_splits(results, per_run, "split_seed")
-        out += per_run_values(nb, "test_at_dev_choice", per_run, ["split_seed", "anchor_seed", "method", "budget", "k"])
+        out += per_run_values(nb, "runs", per_run, ["split_seed", "anchor_seed", "method", "budget", "k"])
         pairs = list(dict.fromkeys(zip(comp["challenger"], comp["baseline"])))
         today = adacur_paired_comparisons(per_run, pairs=pairs,
                                           alpha=float((results.get("protocol") or {}).get("alpha", 0.05)))
@@ -521,9 +693,8 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
                            ["mean", "lo", "hi", "p", "p_wilcoxon", "n_queries", "n_better", "n_worse", "run_mean",
                             "run_lo", "run_hi", "n_runs", "p_holm", "p_wilcoxon_holm", "verdict"])
         return out
-    out += run_intervals(nb, "comparisons", comp, per_run, split="split_seed", seed="anchor_seed",
-                         deterministic=deterministic)
-    out += paired_rows(nb, "comparisons", comp, n="n_queries", better="n_better", worse="n_worse")
+    out += run_intervals(nb, "comparisons", comp, per_run, deterministic=deterministic)
+    out += paired_rows(nb, "comparisons", comp)
     alpha = float((results.get("protocol") or {}).get("alpha", 0.05))
     out += family(nb, "comparisons", comp, decide(comp.drop(columns=["p_holm", "p_wilcoxon_holm", "verdict"],
                                                             errors="ignore"), alpha=alpha), source="summary")
@@ -537,21 +708,21 @@ def _label_family_04(nb: str, results: Mapping[str, Any]) -> list[Witness]:
     """04's ``label_comparisons`` (the claims table's downstream row): each row's own arithmetic
     (:func:`label_comparison_rows`), its interval across runs re-derived from ``label_runs`` and the Holm adjustment
     and verdict over the family (as :func:`xenbench.studies.findings.axn.label_family` decides it for the findings)."""
-    from xenbench.methods.protocol import run_interval
+    from xenbench.studies.protocol import run_interval
 
     comp = pd.DataFrame(results.get("label_comparisons") or [])
     runs = pd.DataFrame(results.get("label_runs") or [])
     if comp.empty or runs.empty:
         return []
-    out = label_comparison_rows(nb, results, n="n", better="n_a_better", worse="n_b_better", se="se")
+    out = label_comparison_rows(nb, results, se="se")
     for _, r in comp.iterrows():
         cell = runs[(runs["budget"] == r["budget"]) & (runs["measure"] == r["measure"])]
         today = run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
-                             value="value")
+                             split="split_seed", seed="anchor_seed", value="value")
         for key in ("run_mean", "run_lo", "run_hi", "n_runs"):
             if key in r.index:
                 out.append(_w(nb, f"label_comparisons [{_label(r)}, measure={r['measure']}] {key}", r[key], today[key]))
-    from xenbench.methods.protocol import ALPHA, decide
+    from xenbench.studies.protocol import ALPHA, decide
 
     labelled = comp.assign(challenger=comp["challenger"] + " on " + comp["measure"])
     today = decide(comp.drop(columns=["p_holm", "p_wilcoxon_holm", "verdict"], errors="ignore"), alpha=ALPHA)
@@ -565,7 +736,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     """From the per-run test recalls (``runs``): ``summary`` and each comparison's interval across runs; from the
     per-query records, when saved, every paired test; without them, each paired test's own arithmetic; the λ chosen
     on the first run's dev sweep; the Holm adjustment and the verdicts over the family."""
-    from xenbench.methods.protocol import choose_on_dev, decide
+    from xenbench.studies.protocol import choose_on_dev, decide
     from xenbench.studies.axn import axn_paired_comparisons, axn_protocol_summary
     from xenbench.studies.labels import label_summary
 
@@ -577,16 +748,16 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     out += _label_family_04(nb, results)
     comp = pd.DataFrame(results["comparisons"])
     if has_per_query(results["runs"]):
-        runs = _rows_of_splits(results, runs, "split")
-        out += per_run_values(nb, "runs", runs, ["split", "seed", "method", "budget", "k"])
+        runs = _rows_of_splits(results, runs, "split_seed")
+        out += per_run_values(nb, "runs", runs, ["split_seed", "anchor_seed", "method", "budget", "k"])
         pairs = list(dict.fromkeys(zip(comp["challenger"], comp["baseline"])))
         today = axn_paired_comparisons(runs, pairs=pairs)
         out += _frame_rows(nb, "comparisons", comp, today, ["challenger", "baseline", "budget", "k"],
-                           ["mean", "se", "lo", "hi", "p", "p_wilcoxon", "n", "n_a_better", "n_b_better", "run_mean",
-                            "run_lo", "run_hi", "n_runs", "p_holm", "p_wilcoxon_holm", "verdict"])
+                           ["mean", "se", "lo", "hi", "p", "p_wilcoxon", "n_queries", "n_better", "n_worse",
+                            "run_mean", "run_lo", "run_hi", "n_runs", "p_holm", "p_wilcoxon_holm", "verdict"])
     else:
-        out += run_intervals(nb, "comparisons", comp, runs, split="split", seed="seed")
-        out += paired_rows(nb, "comparisons", comp, n="n", better="n_a_better", worse="n_b_better", se="se")
+        out += run_intervals(nb, "comparisons", comp, runs)
+        out += paired_rows(nb, "comparisons", comp, se="se")
         out += family(nb, "comparisons", comp, decide(comp.drop(columns=["p_holm", "p_wilcoxon_holm", "verdict"],
                                                                 errors="ignore")), source="summary")
     sweep = pd.DataFrame(results.get("sweep_dev_first_run") or [])
@@ -606,7 +777,7 @@ def _pefa(results: Mapping[str, Any]) -> list[Witness]:
     """``summary`` (:func:`xenbench.studies.pefa.across_seeds` of ``gains``), ``chosen`` (the dev sweep's best) and
     the settings of ``gains``; from the per-query records, when saved, ``gains`` and every paired test; without them,
     each paired test's own arithmetic and each interval across splits from ``gains``; Holm and the verdicts."""
-    from xenbench.methods.protocol import decide, t_interval
+    from xenbench.studies.protocol import decide, t_interval
     from xenbench.studies.pefa import across_seeds, pefa_choose_on_dev, pefa_paired_comparisons, subset_gains
 
     nb = "05_pefa_lambda"
@@ -675,7 +846,7 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
     """From the per-run records (``runs``), when saved, ``summary``, ``best`` and every comparison; without them,
     each summary row's interval about its mean, ``best`` against ``summary`` and each paired test's own arithmetic;
     ``wall_ms`` from the search time and the CE's cost; the Holm adjustment within each (budget, k)."""
-    from xenbench.methods.protocol import decide
+    from xenbench.studies.protocol import decide
     from xenbench.studies import compare
 
     nb = "07_compare_methods"
@@ -693,8 +864,8 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
         label_seconds = labels[["method", "budget", "search_ms"]].drop_duplicates(["method", "budget"]).assign(
             search_s=lambda d: d["search_ms"] / 1e3).drop(columns="search_ms")
         out += label_summary_rows(nb, results, lambda runs: compare.compare_summary(
-            runs, label_seconds, float(results["ce_cost"]["seconds_per_pair"]), cell="measure", value="value"))
-    out += label_comparison_rows(nb, results, n="n_queries", better="n_better", worse="n_worse")
+            runs, label_seconds, float(results["ce_cost"]["seconds_per_pair"]), cell="measure"))
+    out += label_comparison_rows(nb, results)
     runs = results.get("runs")
     if has_per_query(runs):
         runs = _rows_of_splits(results, unpack_records(runs), "split_seed")
@@ -731,7 +902,7 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
                            if words.get(r["verdict"], "within_noise") == key)
             out.append(_w(nb, f"{label} {key} (the verdicts of its comparisons)", ", ".join(sorted(b[key])),
                           ", ".join(today), "summary"))
-    out += paired_rows(nb, "comparisons", comp, n="n_queries", better="n_better", worse="n_worse")
+    out += paired_rows(nb, "comparisons", comp)
     parts = [decide(g.drop(columns=["p_holm", "p_wilcoxon_holm", "verdict"], errors="ignore"))
              for _, g in comp.groupby(["budget", "k"], sort=False)]
     out += family(nb, "comparisons", comp, pd.concat(parts).loc[comp.index], source="summary")

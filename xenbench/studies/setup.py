@@ -7,7 +7,7 @@ scores it with your own CE); :func:`de_embeddings` and :func:`retriever_scores` 
 embeddings and the DE / TF-IDF scores of every query; :func:`first_stage_matrix` any first stage's scores
 (``de``, ``tfidf``, ``bm25`` or a TREC run file), fitted on the whole corpus and read on the sample;
 :meth:`Setup.grades` the relevance labels of every query on the kept items. The query rows are split by
-:func:`xenbench.methods.protocol.query_splits` (anchor / dev / test rows), not here.
+:func:`xenbench.studies.protocol.query_splits` (anchor / dev / test rows), not here.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A kNN model over training queries can only help a test query whose relevant item was labelled for
 some training query (its *gold is seen*). Two regimes:
 
-Both return a :class:`xenbench.methods.protocol.Split` whose ``anchor`` rows are the labelled training queries
+Both return a :class:`xenbench.studies.protocol.Split` whose ``anchor`` rows are the labelled training queries
 (PEFA's kNN memory), with ``dev`` (choose λ, k) and ``test`` (report) rows.
 
 * ``"random"``: dev and test queries drawn uniformly from all queries (the rest train). On WordNet-EL,
@@ -27,7 +27,7 @@ from xenbench._validation import check_float, check_int
 from xenbench.data.datasets import Dataset
 from xenbench.data.sources import load_dataset
 from xenbench.errors import DataError, ParameterError
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 
 __all__ = ["SPLITS", "gold_groups", "make_split", "pool_datasets", "pooled_embeddings", "split_by_item",
            "split_like"]

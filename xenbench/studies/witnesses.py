@@ -44,6 +44,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ import pandas as pd
 
 from xenbench._io import REPO_ROOT
 from xenbench.errors import DataError, ParameterError
+from xenbench.studies import notebooks as _notebooks
 
 __all__ = ["Witness", "WITNESSED", "default_jobs", "extra_runs", "witness_seed", "register", "registered",
            "witnesses", "verify", "describe"]
@@ -123,22 +125,11 @@ class Witness:
 
 
 WitnessFn = Callable[[Mapping[str, Any]], list[Witness]]
-_REGISTRY: dict[str, WitnessFn] = {}
-
-
-def register(notebook: str) -> Callable[[WitnessFn], WitnessFn]:
-    """Decorator: ``fn(results) -> list[Witness]`` re-derives a few cells of ``notebook``'s committed results."""
-
-    def wrap(fn: WitnessFn) -> WitnessFn:
-        _REGISTRY[notebook] = fn
-        return fn
-
-    return wrap
-
-
-def registered() -> dict[str, WitnessFn]:
-    """Notebook name -> its witness function."""
-    return dict(_REGISTRY)
+#: Decorator: ``@register(notebook)`` on ``fn(results) -> list[Witness]``, which re-derives a few cells of
+#: ``notebook``'s committed results (its row's ``witnesses`` in :data:`xenbench.studies.notebooks.NOTEBOOKS`).
+register = partial(_notebooks.register, "witnesses")
+#: Notebook name -> its witness function (:func:`xenbench.studies.notebooks.registered`).
+registered = partial(_notebooks.registered, "witnesses")
 
 
 def _or_nan(value: Any) -> float:
@@ -157,7 +148,7 @@ def _path(value: str) -> Path:
 #: (03's budget rules, 06's faiss baselines) leaves its claims row "not tested", which the claims table says.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "00_data": ("domain",), "01_score_matrices": ("score_summary",), "02_rank_cls_vs_emb": ("grid",),
-    "03_adacur_rounds": ("test_at_dev_choice",), "04_axn_lambda": ("runs",),
+    "03_adacur_rounds": ("runs",), "04_axn_lambda": ("runs",),
     "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg",),
     "07_compare_methods": ("summary",),
 }
@@ -168,7 +159,7 @@ _ABSENT = "absent or empty"
 #: tests/test_witnesses.py pins this table.
 WITNESSED: dict[str, tuple[str, ...]] = {
     "00_data": ("domain", "baselines", "label_metrics"), "01_score_matrices": ("score_summary", "bundled", "agreement"),
-    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("test_at_dev_choice", "budget_rules"),
+    "02_rank_cls_vs_emb": ("grid", "ranks", "skew"), "03_adacur_rounds": ("runs", "budget_rules"),
     "04_axn_lambda": ("beta_first_split", "runs", "sweep_dev_first_run"),
     "05_pefa_lambda": ("coverage", "sweep_dev", "chosen", "gains"), "06_ccsa_balance": ("by_reg", "baselines"),
     "07_compare_methods": ("summary",),
@@ -184,7 +175,7 @@ def witnesses(doc: Mapping[str, Any]) -> list[Witness]:
     """The witnesses of one results document (:func:`xenbench.studies.findings.load_results`); [] if its notebook
     declares none. A table of :data:`REQUIRED` that is absent or empty, or a file that gives no witness at all, is a
     witness that fails (a results file emptied of its cells must not pass for verified)."""
-    fn = _REGISTRY.get(doc["notebook"])
+    fn = registered().get(doc["notebook"])
     if fn is None:
         return []
     import torch
@@ -349,16 +340,16 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
     if not folder.is_dir():
         raise DataError(folder, "no such folder of results files: nothing to verify")
     if notebooks is not None:
-        unknown = sorted(set(notebooks) - set(_REGISTRY))
+        unknown = sorted(set(notebooks) - set(registered()))
         if unknown:
-            raise ParameterError("notebooks", f"notebooks with witnesses ({sorted(_REGISTRY)})", unknown, "verify")
+            raise ParameterError("notebooks", f"notebooks with witnesses ({sorted(registered())})", unknown, "verify")
     if log is not None and "stores" in checks:
         log(f"witness seed {witness_seed()} draws the runs recomputed besides the first ({WITNESS_SEED_ENV}="
             f"{witness_seed()} draws them again)")
     docs = {}  # every file read and checked before any witness runs: a malformed one fails at once
     for path in sorted(folder.glob("*.results.json")):
         name, profile = path.name.split(".")[0], path.name.split(".")[-3]
-        if profile in README_PROFILES and name in _REGISTRY and (notebooks is None or name in notebooks):
+        if profile in README_PROFILES and name in registered() and (notebooks is None or name in notebooks):
             docs[path] = load_results(path)
     out: list[Witness] = []
     if jobs == 1 or len(docs) < 2:
@@ -389,7 +380,7 @@ def verify(results_dir: str | Path | None = None, *, notebooks: list[str] | None
                 raise
     if not out:
         raise DataError(folder, f"no results file with witnesses ({', '.join(README_PROFILES)} profiles of "
-                                f"{sorted(notebooks or _REGISTRY)}): nothing was verified")
+                                f"{sorted(notebooks or registered())}): nothing was verified")
     return out
 
 
@@ -567,7 +558,7 @@ ADACUR_METHODS = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", 
 
 def _store_setup(p: Mapping[str, Any], split_seeds: list[int]) -> tuple[Any, list[Any]]:
     """The exact matrix of a store-reading notebook (03, 07) and its query splits, as its parameters ``p`` made them."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.setup import load_setup
 
     setup = load_setup(_path(p["scores_dir"]) / p["ce"], p["dataset"], seed=p["seed"], max_items=p["max_items"])
@@ -627,12 +618,12 @@ def extra_runs(candidates: list[tuple[int, int]], n: int | None = None) -> list[
 def _adacur(results: Mapping[str, Any]) -> list[Witness]:
     """The first run (first split and anchor seed) and :data:`EXTRA_RUNS` more drawn at verify time
     (:func:`extra_runs`) of every method of the declared pairs at every budget and k; the budget-rule gap."""
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.adacur import METHODS, adacur_protocol_runs, budget_rule_gap, chosen_on_dev
 
     p = results["params"]
     setup, _ = _store_setup(p, p["split_seeds"][:1])
-    committed = pd.DataFrame(results["test_at_dev_choice"])
+    committed = pd.DataFrame(results["runs"])
     k_values = sorted({int(r) for r in committed["k"]})
     budgets = sorted({int(b) for b in committed["budget"]})
     labels = set(committed["method"])
@@ -654,14 +645,14 @@ def _adacur(results: Mapping[str, Any]) -> list[Witness]:
                     c, t = sel(committed), sel(today)
                     if c.empty:  # a method deterministic given the split ran under the first anchor seed only
                         continue
-                    cell = f"test_at_dev_choice split {split_seed} seed {seed} {method} B_CE={budget} k={k}"
-                    out.append(Witness("03_adacur_rounds", f"{cell} recall", float(c["recall"].iloc[0]),
-                                       float(t["recall"].iloc[0]) if len(t) else float("nan")))
-                    out.append(Witness("03_adacur_rounds", f"{cell} k_i chosen", float(c["n_anchor_items"].iloc[0]),
-                                       float(t["n_anchor_items"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
+                    cell = f"runs split {split_seed} seed {seed} {method} B_CE={budget} k={k}"
+                    out.append(Witness("03_adacur_rounds", f"{cell} recall", float(c["value"].iloc[0]),
+                                       float(t["value"].iloc[0]) if len(t) else float("nan")))
+                    out.append(Witness("03_adacur_rounds", f"{cell} k_i chosen", float(c["setting"].iloc[0]),
+                                       float(t["setting"].iloc[0]) if len(t) else float("nan"), abs_tol=0.0))
     saved_gap = pd.DataFrame(results.get("budget_rules") or [])
     if not saved_gap.empty:  # ANNCUR under both budget rules, every split and seed: cheap (no rounds, no DE)
-        from xenbench.methods.protocol import query_splits
+        from xenbench.studies.protocol import query_splits
 
         splits = query_splits(setup.M.shape[0], p["n_anchor_queries"], p["n_dev_queries"], p["split_seeds"],
                               max_test=p["max_test_queries"])
@@ -688,7 +679,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
     method but MF-IND on the first run (:func:`xenbench.studies.axn.axn_protocol_runs` with one split, one seed and
     no MF-IND), from the store and the DE's embeddings."""
     from xenbench.methods.axn import prior_scale
-    from xenbench.methods.protocol import query_splits
+    from xenbench.studies.protocol import query_splits
     from xenbench.studies.axn import axn_protocol_runs
     from xenbench.studies.setup import de_embeddings, load_setup
 
@@ -708,7 +699,7 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
                               device="cpu")
     keys = ["method", "budget", "k"]
     committed = pd.DataFrame(results["runs"])
-    committed = committed[(committed["split"] == first[0].seed) & (committed["seed"] == seed)
+    committed = committed[(committed["split_seed"] == first[0].seed) & (committed["anchor_seed"] == seed)
                           & committed["method"].isin(AXN_METHODS)].set_index(keys)
     today = runs.set_index(keys)
     for key, row in committed.iterrows():
@@ -716,12 +707,12 @@ def _axn(results: Mapping[str, Any]) -> list[Witness]:
         t = today.loc[key] if key in today.index else None
         # One hit of n_test · k may differ across machines: AXN's float64 regression, fitted in torch, can order a
         # near-tie differently (measured: 1 of 35,100 at AXN DE, B_CE = 200, k = 100, on another Xeon than the run's).
-        one_hit = 1.0 / (int(row["n_test_queries"]) * key[2])
-        out.append(Witness("04_axn_lambda", f"{cell} recall", float(row["recall"]),
-                           float("nan") if t is None else float(t["recall"]), abs_tol=1.01 * one_hit))
+        one_hit = 1.0 / (int(row["n_queries"]) * key[2])
+        out.append(Witness("04_axn_lambda", f"{cell} recall", float(row["value"]),
+                           float("nan") if t is None else float(t["value"]), abs_tol=1.01 * one_hit))
         if key[0].endswith("tuned λ"):
-            out.append(Witness("04_axn_lambda", f"{cell} λ chosen on dev", float(row["lam"]),
-                               float("nan") if t is None else float(t["lam"]), abs_tol=0.0))
+            out.append(Witness("04_axn_lambda", f"{cell} λ chosen on dev", float(row["setting"]),
+                               float("nan") if t is None else float(t["setting"]), abs_tol=0.0))
     sweep = pd.DataFrame(results.get("sweep_dev_first_run") or [])
     if not sweep.empty:
         dev = dev.set_index(["method", "lam", "budget", "k"])
@@ -867,5 +858,5 @@ def _compare(results: Mapping[str, Any]) -> list[Witness]:
                 if c.empty:
                     continue
                 out.append(Witness("07_compare_methods", f"summary {METHODS[method]} B_CE={budget} k={k} mean test "
-                                   f"recall over {len(t)} runs", float(c["mean"].iloc[0]), float(t["recall"].mean())))
+                                   f"recall over {len(t)} runs", float(c["mean"].iloc[0]), float(t["value"].mean())))
     return out

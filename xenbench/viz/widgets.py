@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from xenbench._markup import escape
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 from xenbench.studies import adacur as adacur_study
 from xenbench.studies import axn as axn_study
 from xenbench.viz.plots import adacur as adacur_plots

@@ -1,7 +1,7 @@
 """Notebook 03's driver: ANNCUR and ADACUR at equal CE budget, round by round, under the dev/test protocol.
 
 Every function takes an exact CE score matrix ``M`` of shape (n_queries, n_items) and a
-:class:`xenbench.methods.protocol.Split` of its rows (:func:`xenbench.methods.protocol.query_splits`): anchor
+:class:`xenbench.studies.protocol.Split` of its rows (:func:`xenbench.studies.protocol.query_splits`): anchor
 queries Q_anc (whose rows form the offline index R_anc = M[split.anchor]) and test queries (whose rows are the
 CE "oracle" a method may query within its budget B_CE; dev rows where settings are chosen). They return tidy
 DataFrames (one row per measured number) that the plots of :mod:`xenbench.viz.plots.adacur` draw and the widgets
@@ -19,7 +19,7 @@ of :mod:`xenbench.viz.widgets` recompute.
 :func:`budget_rule_gap`       ANNCUR's two budget rules at the same split, seed, B_CE, k and k_i
 ============================  ==================================================================
 
-Notebook 03 reports the protocol functions (built on :mod:`xenbench.methods.protocol`): every setting is chosen
+Notebook 03 reports the protocol functions (built on :mod:`xenbench.studies.protocol`): every setting is chosen
 on dev queries, every number is a mean over anchor seeds × query splits with an interval that contains
 their variance, and only the pre-declared pairs are compared, with paired tests over queries.
 

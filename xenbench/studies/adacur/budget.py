@@ -25,7 +25,7 @@ from xenbench._device import search_device
 from xenbench._validation import check_float, check_int
 from xenbench.errors import ParameterError
 from xenbench.methods.adacur import SearchOptions
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 from xenbench.metrics import BudgetCounter, mean_se, recall_under_budget, topk_indices
 from xenbench.studies.methods import (
     ADACUR_KEYS,
@@ -61,7 +61,7 @@ def _check_inputs(M: Any, split: Any, owner: str) -> tuple[np.ndarray, Split]:
         raise ParameterError("M", "a float array of shape (n_queries, n_items)", f"{M.dtype} array of shape {M.shape}",
                              owner)
     if not isinstance(split, Split):
-        raise ParameterError("split", "a xenbench.methods.protocol.Split (anchor, dev, test rows) from query_splits",
+        raise ParameterError("split", "a xenbench.studies.protocol.Split (anchor, dev, test rows) from query_splits",
                              type(split).__name__, owner)
     anchor, test = np.asarray(split.anchor), np.asarray(split.test)
     for name, rows in (("anchor", anchor), ("test", test)):
@@ -132,7 +132,7 @@ def recall_vs_budget(M: np.ndarray, split: Split, budgets: Sequence[int], method
     ----------
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores.
-    split : xenbench.methods.protocol.Split
+    split : xenbench.studies.protocol.Split
         Anchor rows (R_anc = M[split.anchor]) and test rows (its dev rows are not read).
     budgets : sequence of int
         B_CE values, each in [1, n_items].

@@ -21,7 +21,7 @@ from xenbench._device import search_device
 from xenbench._validation import check_choice, check_float, check_int, is_int
 from xenbench.errors import ParameterError
 from xenbench.methods.adacur import SAMPLERS, AdaCur, SearchOptions, make_sampler
-from xenbench.methods.protocol import Split
+from xenbench.studies.protocol import Split
 from xenbench.methods.trace import RoundTrace, trace_from_result
 from xenbench.studies.adacur.budget import METHODS, _check_budgets, _check_inputs, _check_k_values, _recalls, _rows
 

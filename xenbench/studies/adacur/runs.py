@@ -1,5 +1,5 @@
 """The honest protocol of notebook 03: k_i chosen on dev rows, test results over anchor seeds × query splits, the
-pre-declared paired comparisons under the one verdict rule (:func:`xenbench.methods.protocol.verdict`), and ANNCUR's
+pre-declared paired comparisons under the one verdict rule (:func:`xenbench.studies.protocol.verdict`), and ANNCUR's
 two budget rules side by side.
 
 References
@@ -22,10 +22,11 @@ from xenbench._device import search_device
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 from xenbench.methods.cur import AnnCur
-from xenbench.methods.protocol import ALPHA, Split, compare_runs, decide, run_seed
+from xenbench.studies.protocol import ALPHA, Split, compare_runs, decide, run_seed
 from xenbench.metrics import LABEL_MEASURES, mean_se, topk_indices
 from xenbench.studies.adacur.budget import COMPARABLE, METHODS, SPLIT_FRACTIONS, Comparable, _split_grid, recall_vs_budget
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
+from xenbench.studies.records import RUN_FIELDS, as_comparison
 
 __all__ = ["ADACUR_PAIRS", "PROTOCOL_METHODS", "adacur_paired_comparisons", "adacur_protocol_runs",
            "adacur_protocol_summary", "budget_rule_gap", "chosen_on_dev", "seed_spread"]
@@ -40,7 +41,7 @@ ADACUR_PAIRS: tuple[tuple[str, str], ...] = (
 )
 #: Methods the protocol runs by default: those the pairs of :data:`ADACUR_PAIRS` need (method keys).
 PROTOCOL_METHODS: tuple[str, ...] = ("anncur", "anncur_de", "adacur_nosplit", "adacur_de_nosplit", "de_rerank")
-# ALPHA (imported above) is the family-wise level of the one verdict rule, xenbench.methods.protocol.verdict.
+# ALPHA (imported above) is the family-wise level of the one verdict rule, xenbench.studies.protocol.verdict.
 
 
 def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence[int], budgets: Sequence[int], *,
@@ -51,9 +52,9 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
                          measures: Sequence[str] = LABEL_MEASURES) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Per-query Top-k-Recall of every method and k_i grid point, on dev and test rows, per (split, anchor seed).
 
-    One run = one query split (:func:`xenbench.methods.protocol.query_splits`: anchor rows Q_anc, dev rows,
+    One run = one query split (:func:`xenbench.studies.protocol.query_splits`: anchor rows Q_anc, dev rows,
     test rows) × one anchor seed. Its random draws (ANNCUR's anchors, ADACUR's first round and draws) take
-    the run's own seed, :func:`xenbench.methods.protocol.run_seed` of (split seed, anchor seed), so the
+    the run's own seed, :func:`xenbench.studies.protocol.run_seed` of (split seed, anchor seed), so the
     S × R runs make S × R independent draws. A method that is deterministic given the split
     (:attr:`Comparable.deterministic`) runs once per split, under the first anchor seed. Dev and test
     rows are run together (ADACUR's randomness is keyed by the query row and ANNCUR's anchors do not
@@ -63,7 +64,7 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
     ----------
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores.
-    splits : sequence of xenbench.methods.protocol.Split
+    splits : sequence of xenbench.studies.protocol.Split
         Query splits (>= 3 for the issue's protocol).
     anchor_seeds : sequence of int
         Anchor / first-round seeds (>= 5 for the issue's protocol).
@@ -111,7 +112,7 @@ def adacur_protocol_runs(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Seq
     runs = [(sp, seed) for sp in splits for seed in seeds]
     for sp, seed in tqdm(runs, desc="runs (split x anchor seed)"):
         if not isinstance(sp, Split):
-            raise ParameterError("splits", "xenbench.methods.protocol.Split objects (anchor, dev, test)",
+            raise ParameterError("splits", "xenbench.studies.protocol.Split objects (anchor, dev, test)",
                                  type(sp).__name__, owner)
         rows = np.concatenate([sp.dev, sp.test])
         order = np.argsort(rows, kind="stable")
@@ -173,23 +174,29 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        The ``part == "test"`` rows of ``runs`` at the dev-chosen ``n_anchor_items``, plus ``dev_recall``.
+        The run records (:class:`xenbench.studies.records.RunRecord`: ``setting`` = the dev-chosen k_i, ``value`` /
+        ``value_se`` its test recall, ``dev_value`` its dev recall, ``n_queries``, ``per_query``, 03's ``n_rounds``)
+        of the ``part == "test"`` rows of ``runs``, and each run's test ``rows``.
     """
-    from xenbench.methods.protocol import at_chosen, choose_on_dev
+    from xenbench.studies.protocol import at_chosen, choose_on_dev
 
     by = _RUN + _GROUP
     chosen = choose_on_dev(runs[runs["part"] == "dev"], by=by, setting="n_anchor_items")
     test = at_chosen(runs[runs["part"] == "test"], chosen, by=by, setting="n_anchor_items")
-    return test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["n_anchor_items"], how="left")
+    test = test.merge(chosen.rename(columns={"recall": "dev_recall"}), on=by + ["n_anchor_items"], how="left")
+    test = test.rename(columns={"n_anchor_items": "setting", "recall": "value", "recall_se": "value_se",
+                                "dev_recall": "dev_value", "n_test_queries": "n_queries"})
+    test["setting"] = test["setting"].astype(float)
+    return test[[c for c in RUN_FIELDS if c in test.columns] + ["rows"]]
 
 
 def adacur_protocol_summary(test_at_chosen: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Test recall per (method, budget, k): mean over runs, interval across runs, per-query SE, and how
-    often each k_i was chosen (:func:`xenbench.methods.protocol.summarize` of :func:`chosen_on_dev`)."""
-    from xenbench.methods.protocol import summarize
+    often each k_i was chosen (:func:`xenbench.studies.protocol.summarize` of :func:`chosen_on_dev`)."""
+    from xenbench.studies.protocol import summarize
 
-    out = summarize(test_at_chosen, _GROUP, confidence=confidence)
-    ki = (test_at_chosen.groupby(_GROUP)["n_anchor_items"]
+    out = summarize(test_at_chosen, _GROUP, value="value", se="value_se", confidence=confidence)
+    ki = (test_at_chosen.groupby(_GROUP)["setting"]
           .agg(lambda s: ", ".join(f"{int(v)}×{int(c)}" for v, c in s.value_counts().sort_index().items()))
           .rename("k_i chosen (value×runs)").reset_index())
     return out.merge(ki, on=_GROUP, how="left")
@@ -199,7 +206,7 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
                               alpha: float = ALPHA, confidence: float = 0.95, cell: str = "k") -> pd.DataFrame:
     """Pre-declared paired comparisons on the test rows, at the dev-chosen settings, with the one verdict rule.
 
-    For each pair (challenger, baseline) and (budget, k), :func:`xenbench.methods.protocol.compare_runs` over the
+    For each pair (challenger, baseline) and (budget, k), :func:`xenbench.studies.protocol.compare_runs` over the
     runs (a deterministic method's one run per split pairs with every run of the other):
 
     * ``mean``, ``lo``, ``hi``, ``p`` (paired t), ``p_wilcoxon``, ``n_queries``: the per-query paired test, each
@@ -209,8 +216,8 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
       the anchor-seed and split variance; a pair of deterministic methods has one run per split).
 
     Every (pair, budget, k) cell was declared in advance, so the table is the family:
-    :func:`xenbench.methods.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` (Holm over its rows) and
-    ``verdict`` (``"beats"``, ``"level"``, ``"loses"``: :func:`xenbench.methods.protocol.verdict`).
+    :func:`xenbench.studies.protocol.decide` adds ``p_holm``, ``p_wilcoxon_holm`` (Holm over its rows) and
+    ``verdict`` (``"beats"``, ``"level"``, ``"loses"``: :func:`xenbench.studies.protocol.verdict`).
 
     ``cell`` names the column that, with ``budget``, makes a cell (``"k"``; ``"measure"`` for label records).
     """
@@ -226,11 +233,8 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
                 continue
             c = compare_runs(ga, gb, split="split_seed", seed="anchor_seed", confidence=confidence)
             out.append({"challenger": challenger, "baseline": baseline, "budget": int(budget),
-                        cell: int(key) if cell == "k" else key,
-                        "mean": c["mean"], "lo": c["lo"], "hi": c["hi"], "p": c["p"], "p_wilcoxon": c["p_wilcoxon"],
-                        "n_queries": c["n"], "n_better": c["n_a_better"], "n_worse": c["n_b_better"],
-                        "run_mean": c["run_mean"], "run_lo": c["run_lo"], "run_hi": c["run_hi"],
-                        "n_runs": c["n_runs"]})
+                        cell: int(key) if cell == "k" else key, **as_comparison(c)})
+    # 03's and 07's comparisons keep the interval without its standard error (ComparisonRecord's optional ``se``)
     df = pd.DataFrame(out, columns=["challenger", "baseline", "budget", cell, "mean", "lo", "hi", "p", "p_wilcoxon",
                                     "n_queries", "n_better", "n_worse", "run_mean", "run_lo", "run_hi", "n_runs"])
     return decide(df, alpha=alpha)
@@ -238,7 +242,7 @@ def adacur_paired_comparisons(test_at_chosen: pd.DataFrame, pairs: Sequence[tupl
 
 def seed_spread(test_at_chosen: pd.DataFrame) -> pd.DataFrame:
     """Per (method, budget, k, split): min and max test recall over anchor seeds (the seed variance alone)."""
-    g = test_at_chosen.groupby(_GROUP + ["split_seed"])["recall"]
+    g = test_at_chosen.groupby(_GROUP + ["split_seed"])["value"]
     return g.agg(["min", "max", "mean"]).reset_index()
 
 
@@ -257,7 +261,7 @@ def budget_rule_gap(M: np.ndarray, splits: Sequence[Any], anchor_seeds: Sequence
     ----------
     M : ndarray of shape (n_queries, n_items)
         Exact CE scores.
-    splits : sequence of xenbench.methods.protocol.Split
+    splits : sequence of xenbench.studies.protocol.Split
         Query splits (anchor and test rows are used).
     anchor_seeds, budgets, k_values, split_fractions
         As in :func:`adacur_protocol_runs` (pairs with k > B_CE are skipped).

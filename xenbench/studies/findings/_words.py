@@ -17,12 +17,12 @@ def points(x: float) -> str:
 
 
 def verdict_rule(n_cells: int, family: str, alpha: float, randomness: str) -> str:
-    """The one verdict rule (:func:`xenbench.methods.protocol.verdict`) in words, with this run's family.
+    """The one verdict rule (:func:`xenbench.studies.protocol.verdict`) in words, with this run's family.
 
     ``family`` names what was declared (e.g. "(pair, budget, k) cells"); ``randomness`` what varies between runs
     and so sits in the interval across runs but not in the per-query p-values.
     """
-    return (f"Verdict rule (`xenbench.methods.protocol.verdict`): a method *beats* (*loses to*) another only where "
+    return (f"Verdict rule (`xenbench.studies.protocol.verdict`): a method *beats* (*loses to*) another only where "
             f"the per-query paired t-test and Wilcoxon signed-rank test, each Holm-adjusted over the notebook's "
             f"family of {n_cells} declared {family}, are both below {alpha:g} *and* the 95% t-interval across "
             f"independent runs of the mean difference lies above (below) 0; elsewhere the two are *level* (no "

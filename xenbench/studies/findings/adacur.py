@@ -3,10 +3,10 @@
 Every statement is computed from the notebook's saved results:
 
 * ``protocol``: how many query splits and anchor seeds, dev and test sizes;
-* ``comparisons`` and ``test_at_dev_choice``: the pre-declared paired comparisons of
+* ``comparisons`` and ``runs``: the pre-declared paired comparisons of
   :func:`xenbench.studies.adacur.adacur_paired_comparisons` (test rows, k_i chosen on dev rows) and each run's test
-  recall; a pair "beats" / "loses to" its baseline at a (budget, k) only by the one rule
-  :func:`xenbench.methods.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
+  recall (run records, :class:`xenbench.studies.records.RunRecord`); a pair "beats" / "loses to" its baseline at a (budget, k) only by the one rule
+  :func:`xenbench.studies.protocol.verdict`, applied here over the saved family (per-query paired t and Wilcoxon p,
   Holm-adjusted over every declared cell, < α, and the interval across independent runs, recomputed from the
   per-run recalls with a deterministic method counted once per split, excludes 0), else they are "level";
 * ``summary``: test recall per (method, budget, k), mean over runs with its interval across runs;
@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from xenbench.errors import ParameterError
-from xenbench.methods.protocol import ALPHA, decide, run_interval
+from xenbench.studies.protocol import ALPHA, decide, run_interval
 from xenbench.studies.adacur import COMPARABLE
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import label_summary_lines, verdict_rule
@@ -48,7 +48,7 @@ def _cells(d: pd.DataFrame) -> str:
 
 def describe_pair(d: pd.DataFrame) -> str:
     """One line for one pre-declared pair: where it beats, loses to, or is level with its baseline
-    (the ``verdict`` column of :func:`xenbench.methods.protocol.decide`)."""
+    (the ``verdict`` column of :func:`xenbench.studies.protocol.decide`)."""
     challenger, baseline = d["challenger"].iloc[0], d["baseline"].iloc[0]
     beats, loses = d[d["verdict"] == "beats"], d[d["verdict"] == "loses"]
     level = d[d["verdict"] == "level"]
@@ -72,12 +72,12 @@ DETERMINISTIC = {m.label for m in COMPARABLE.values() if m.deterministic}
 
 def _family(results: Mapping[str, Any]) -> pd.DataFrame:
     """The saved comparisons (the declared family) with the verdict of the one rule recomputed here: the per-query
-    p-values as saved, the interval across runs from the saved per-run test recalls (``test_at_dev_choice``) with a
+    p-values as saved, the interval across runs from the saved per-run test recalls (``runs``) with a
     deterministic method's one run per split (the first anchor seed's; results saved before the rule repeated it
     under every anchor seed)."""
     comp = _frame(results, "comparisons", ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p",
                                            "p_wilcoxon", "n_queries"])
-    per_run = _frame(results, "test_at_dev_choice", ["split_seed", "anchor_seed", "method", "budget", "k", "recall"])
+    per_run = _frame(results, "runs", ["split_seed", "anchor_seed", "method", "budget", "k", "value"])
     first = per_run.groupby("split_seed")["anchor_seed"].transform("min")
     per_run = per_run[~per_run["method"].isin(DETERMINISTIC) | (per_run["anchor_seed"] == first)]
     rows = []
@@ -85,7 +85,7 @@ def _family(results: Mapping[str, Any]) -> pd.DataFrame:
                                             "verdict") if c in comp]).to_dict("records"):
         cell = per_run[(per_run["budget"] == r["budget"]) & (per_run["k"] == r["k"])]
         rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
-                                     split="split_seed", seed="anchor_seed"))
+                                     split="split_seed", seed="anchor_seed", value="value"))
     return decide(pd.DataFrame(rows), alpha=float((results.get("protocol") or {}).get("alpha", ALPHA)))
 
 

@@ -2,9 +2,9 @@
 MF-IND's training budget and the chosen λ, all computed from the saved results (``runs``, ``comparisons``,
 ``summary``, ``protocol``, ``params``).
 
-The verdicts are recomputed here by :func:`xenbench.methods.protocol.decide` over the saved family of comparisons:
+The verdicts are recomputed here by :func:`xenbench.studies.protocol.decide` over the saved family of comparisons:
 their per-query p-values come from ``comparisons`` and the interval across independent runs from the saved per-run
-recalls (``runs``; :func:`xenbench.methods.protocol.run_interval`), so a deterministic method counts one run per
+recalls (``runs``; :func:`xenbench.studies.protocol.run_interval`), so a deterministic method counts one run per
 split whatever the file says.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from xenbench.studies.axn import SANITY_CHECKS
-from xenbench.methods.protocol import ALPHA, decide, run_interval
+from xenbench.studies.protocol import ALPHA, decide, run_interval
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import label_summary_lines, points, verdict_rule
 
@@ -41,7 +41,7 @@ def _comparison_line(a: str, b: str, g: pd.DataFrame, cells: str = "(budget, k)"
     n = len(g)
     counts = {w: int((g["verdict"] == w).sum()) for w in ("beats", "loses", "level")}
     label = "sanity check, not a claim: " if (a, b) in SANITY_CHECKS else ""
-    head = (f"**{a} vs {b}** ({label}{int(g['n'].max())} test queries, paired; {int(g['n_runs'].max())} independent "
+    head = (f"**{a} vs {b}** ({label}{int(g['n_queries'].max())} test queries, paired; {int(g['n_runs'].max())} independent "
             f"runs): ")
     whole = [w for w, c in counts.items() if c == n]
     if whole:
@@ -60,11 +60,12 @@ def _family(results: Mapping[str, Any]) -> pd.DataFrame:
     """The saved comparisons with the interval across runs recomputed from ``runs`` and the verdict by the rule."""
     runs = pd.DataFrame(results["runs"])
     comp = pd.DataFrame(results["comparisons"])
-    keep = ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon", "n"]
+    keep = ["challenger", "baseline", "budget", "k", "mean", "lo", "hi", "p", "p_wilcoxon", "n_queries"]
     rows = []
     for r in comp[keep].to_dict("records"):
         cell = runs[(runs["budget"] == r["budget"]) & (runs["k"] == r["k"])]
-        rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]]))
+        rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
+                                     split="split_seed", seed="anchor_seed", value="value"))
     return decide(pd.DataFrame(rows), alpha=ALPHA)
 
 
@@ -76,12 +77,12 @@ def label_family(results: Mapping[str, Any]) -> pd.DataFrame:
     runs = pd.DataFrame(results.get("label_runs") or [])
     if comp.empty or runs.empty:
         return pd.DataFrame()
-    keep = ["challenger", "baseline", "budget", "measure", "mean", "lo", "hi", "p", "p_wilcoxon", "n"]
+    keep = ["challenger", "baseline", "budget", "measure", "mean", "lo", "hi", "p", "p_wilcoxon", "n_queries"]
     rows = []
     for r in comp[keep].to_dict("records"):
         cell = runs[(runs["budget"] == r["budget"]) & (runs["measure"] == r["measure"])]
         rows.append(r | run_interval(cell[cell["method"] == r["challenger"]], cell[cell["method"] == r["baseline"]],
-                                     value="value"))
+                                     split="split_seed", seed="anchor_seed", value="value"))
     return decide(pd.DataFrame(rows), alpha=ALPHA)
 
 
@@ -90,8 +91,8 @@ def _mf_line(results: Mapping[str, Any], runs: pd.DataFrame) -> str | None:
     mf = runs[runs["method"].str.contains("MF-IND")]
     if mf.empty:
         return None
-    per_run = mf[["split", "seed"]].drop_duplicates()
-    n_splits = per_run["split"].nunique()
+    per_run = mf[["split_seed", "anchor_seed"]].drop_duplicates()
+    n_splits = per_run["split_seed"].nunique()
     how = ("fitted once per split with a fixed seed, so its intervals do not include its training's randomness"
            if len(per_run) == n_splits else
            f"fitted {len(per_run)} times, once per run (G's items, initialization and pair order follow the run's "
@@ -110,7 +111,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     sanity check labelled as such) and the λ values chosen on dev per method."""
     proto = results["protocol"]
     runs = pd.DataFrame(results["runs"])
-    n_runs = runs[["method", "split", "seed"]].drop_duplicates().groupby("method").size()
+    n_runs = runs[["method", "split_seed", "anchor_seed"]].drop_duplicates().groupby("method").size()
     # "AXN DE, tuned λ" and "AXN DE, λ = 0" are one method's two settings: name the method once
     once = sorted({m.removesuffix(", tuned λ").removesuffix(", λ = 0") for m in n_runs[n_runs < n_runs.max()].index})
     out = [f"On **{results['ce']}** ({results['n_items']} items): λ chosen on dev queries; test recall over "

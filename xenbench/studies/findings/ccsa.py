@@ -15,7 +15,7 @@ import pandas as pd
 
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import versus as _versus
-from xenbench.methods.protocol import t_interval
+from xenbench.studies.protocol import t_interval
 
 LEVEL = "is level (within noise)"
 

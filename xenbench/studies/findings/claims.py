@@ -80,7 +80,7 @@ class Claim:
 # shared verdict shapes
 # ----------------------------------------------------------------------------------------------
 def _interval(diffs: np.ndarray) -> tuple[float, float, float]:
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     return t_interval(np.asarray(diffs, dtype=np.float64), 0.95)
 
@@ -252,13 +252,13 @@ UNIT_WORDS = {"split_seed": "query splits", "split": "query splits", "seed": "se
 
 
 def _unit_cells(runs: pd.DataFrame, challenger: str, baseline: str, *, unit: str, cell: str = "k",
-                value: str = "recall", groups: tuple[str, ...] = ("budget",)) -> pd.DataFrame | None:
+                value: str = "value", groups: tuple[str, ...] = ("budget",)) -> pd.DataFrame | None:
     """Per cell (``groups`` + ``cell``) the challenger − baseline difference across independent units
     (:func:`xenbench.studies.stats.unit_comparison`: each unit's runs averaged first), its 90% interval too (for the
     equivalence half of "outperform or closely match"), the paired p-value across unit means Holm-adjusted over the
-    row's cells (:func:`xenbench.methods.protocol.holm`), and the verdict: ``beats`` (``loses``) where the adjusted
+    row's cells (:func:`xenbench.studies.protocol.holm`), and the verdict: ``beats`` (``loses``) where the adjusted
     p < α and the 95% interval lies above (below) 0, else ``level``. None when the runs lack either method."""
-    from xenbench.methods.protocol import ALPHA, holm
+    from xenbench.studies.protocol import ALPHA, holm
     from xenbench.studies.stats import unit_comparison
 
     if runs.empty or not {"method", unit, cell, value, *groups} <= set(runs.columns):
@@ -330,12 +330,12 @@ def _split_cells(cells: pd.DataFrame | None, cell: str = "k", *, or_matches: boo
 
 
 def _runs_03(results: Mapping[str, Any]) -> pd.DataFrame:
-    return pd.DataFrame(results.get("test_at_dev_choice") or [])
+    return pd.DataFrame(results.get("runs") or [])
 
 
 def _judge_03(challenger: str, baseline: str) -> Callable[[Docs], Judgement | None]:
     def judge(docs: Docs) -> Judgement | None:
-        """03's per-run test recalls (``test_at_dev_choice``) compared across query splits (anchor seeds averaged
+        """03's per-run test recalls (``runs``) compared across query splits (anchor seeds averaged
         inside each), Holm over the row's (budget, k) cells."""
         results = docs.get("03_adacur_rounds.full")
         if not results:
@@ -352,7 +352,7 @@ def _judge_04(challenger: str, baseline: str) -> Callable[[Docs], Judgement | No
         results = docs.get("04_axn_lambda.full")
         if not results or not results.get("runs"):
             return None
-        judged = _split_cells(_unit_cells(pd.DataFrame(results["runs"]), challenger, baseline, unit="split"))
+        judged = _split_cells(_unit_cells(pd.DataFrame(results["runs"]), challenger, baseline, unit="split_seed"))
         if judged is None:
             return None
         verdict, number = judged
@@ -396,11 +396,11 @@ def _pefa_runs(results: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _pefa_cells(results: Mapping[str, Any], pairs: list[tuple[str, str]]) -> pd.DataFrame | None:
-    from xenbench.methods.protocol import ALPHA, holm
+    from xenbench.studies.protocol import ALPHA, holm
 
     runs = _pefa_runs(results)
     parts = [c.assign(pair=f"{a} vs {b}") for a, b in pairs
-             if (c := _unit_cells(runs.assign(k=PEFA_K), a, b, unit="seed")) is not None]
+             if (c := _unit_cells(runs.assign(k=PEFA_K), a, b, unit="seed", value="recall")) is not None]
     if not parts:
         return None
     cells = pd.concat(parts, ignore_index=True)
@@ -547,7 +547,7 @@ def _tost(diffs: np.ndarray, margin: float) -> tuple[str, str]:
     """(outcome, text) of an equivalence claim on per-seed differences: "holds" where the (1 − 2α) t-interval lies
     inside ±margin (TOST at :data:`TOST_ALPHA`) or the 95% interval above 0, "does not hold" where the 95% interval
     lies below 0, else :data:`NOT_SHOWN`."""
-    from xenbench.methods.protocol import t_interval
+    from xenbench.studies.protocol import t_interval
 
     mean, lo, hi = _interval(diffs)
     _, lo90, hi90 = t_interval(np.asarray(diffs, dtype=np.float64), 1 - 2 * TOST_ALPHA)
@@ -737,17 +737,17 @@ CLAIMS: tuple[Claim, ...] = (
           (("02_rank_cls_vs_emb.full", "grid"),), _ONE_GRID, _setting("02_rank_cls_vs_emb.full")),
     Claim("ADACUR", "ADACUR beats ANNCUR at equal CE budget (Fig. 2)", "03_adacur_rounds",
           _judge_03("ADACUR TopK No-Split", "ANNCUR"), "adacur_anncur",
-          (("03_adacur_rounds.full", "test_at_dev_choice"),),
-          _units("03_adacur_rounds.full", "test_at_dev_choice", "split_seed", "anchor_seed"),
+          (("03_adacur_rounds.full", "runs"),),
+          _units("03_adacur_rounds.full", "runs", "split_seed", "anchor_seed"),
           _setting("03_adacur_rounds.full")),
     Claim("ADACUR", "ADACUR (DE start) beats re-ranking the DE's top B_CE (Fig. 2)", "03_adacur_rounds",
           _judge_03("ADACUR DE+TopK No-Split", "DE re-rank"), "adacur_de",
-          (("03_adacur_rounds.full", "test_at_dev_choice"),),
-          _units("03_adacur_rounds.full", "test_at_dev_choice", "split_seed", "anchor_seed"),
+          (("03_adacur_rounds.full", "runs"),),
+          _units("03_adacur_rounds.full", "runs", "split_seed", "anchor_seed"),
           _setting("03_adacur_rounds.full")),
     Claim("AXN", "the parametric prior u_param (λ > 0, Eq. 7) improves AXN's regression (04: a sanity check)",
           "04_axn_lambda", _judge_04("AXN, tuned λ", "AXN, λ = 0"), "axn_prior", (("04_axn_lambda.full", "runs"),),
-          _units("04_axn_lambda.full", "runs", "split", "seed"), _setting("04_axn_lambda.full")),
+          _units("04_axn_lambda.full", "runs", "split_seed", "anchor_seed"), _setting("04_axn_lambda.full")),
     Claim("AXN", "AXN on MF-IND embeddings \"can outperform or closely match\" ADACUR at equal budget, both started "
                  "from the DE (§3.1)", "07_compare_methods", _judge_07("AXN DE, MF-IND", "ADACUR DE+TopK No-Split"),
           "axn_adacur_mf", (("07_compare_methods.full", "runs"),),

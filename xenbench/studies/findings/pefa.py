@@ -1,7 +1,7 @@
 """Findings of notebook 05 (PEFA: λ tuned on dev, gains over the DE on seen and unseen golds per split regime).
 
-Every verdict is the one rule :func:`xenbench.methods.protocol.verdict`, applied here by
-:func:`xenbench.methods.protocol.decide` to the saved family ``comparisons`` (:func:`xenbench.methods.pefa.paired_comparisons`:
+Every verdict is the one rule :func:`xenbench.studies.protocol.verdict`, applied here by
+:func:`xenbench.studies.protocol.decide` to the saved family ``comparisons`` (:func:`xenbench.methods.pefa.paired_comparisons`:
 one row per (regime, method, k, subset) test): the per-query paired tests Holm-adjusted over the family, and the 95%
 t-interval of the mean gain across the independent splits (one run per split seed).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from xenbench.methods.protocol import ALPHA, decide
+from xenbench.studies.protocol import ALPHA, decide
 from xenbench.studies.findings import register
 from xenbench.studies.findings._words import points, verdict_rule
 
@@ -47,7 +47,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     n_splits = int(coverage.groupby("split")["seed"].nunique().max())
     if "comparisons" not in results:
         out = [f"No verdicts: this results file holds no per-query comparisons (it was saved before the one verdict "
-               f"rule, `xenbench.methods.protocol.verdict`); re-run 05 for them. Gains below are means over "
+               f"rule, `xenbench.studies.protocol.verdict`); re-run 05 for them. Gains below are means over "
                f"{n_splits} split seeds [min, max over seeds]."]
         comp = None
     else:

@@ -25,7 +25,7 @@ def recall_vs_lambda_lines(sweep: pd.DataFrame, chosen: pd.DataFrame | None = No
         A λ sweep (columns ``method``, ``lam``, ``k``, ``recall``, ``recall_se``, optionally ``budget``),
         one or several methods concatenated.
     chosen : DataFrame, optional
-        :func:`xenbench.methods.protocol.choose_on_dev` output: its λ per line and k is marked with a star.
+        :func:`xenbench.studies.protocol.choose_on_dev` output: its λ per line and k is marked with a star.
     """
     df = sweep.sort_values([c for c in ("method", "budget", "lam") if c in sweep]).assign(line=_line)
     lines = list(dict.fromkeys(df["line"]))
