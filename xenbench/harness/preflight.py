@@ -552,10 +552,14 @@ def fit_sizes(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, A
         i = n_i
     if not fits(q, i):
         i_least = _smallest(lambda n: fits(q, n), 1, n_i) or n_i
+        seconds = q * i_least / pairs_per_s
+        # the timeout that fits it, with the refusals' 25% margin: the next run's probe measures the rate again
+        longer = math.ceil(seconds / FIT_SHARE * 1.25)
         raise ParameterError("timeout", f"longer for --fit to find a sample: the least this notebook needs ({cap_q} {q}, "
-                                        f"{cap_i} {i_least}) takes about {duration(q * i_least / pairs_per_s)} to "
+                                        f"{cap_i} {i_least}) takes about {duration(seconds)} to "
                                         f"score at the {pairs_per_s:.0f} pairs/s measured here, more than "
-                                        f"{FIT_SHARE:.0%} of the {timeout} s cell timeout", timeout, spec.owner)
+                                        f"{FIT_SHARE:.0%} of the {timeout} s cell timeout. Raise it "
+                                        f"(xenbench run --fit --timeout {longer})", timeout, spec.owner)
     return {cap_q: None if q >= n_q else q, cap_i: None if i >= n_i else i}
 
 
