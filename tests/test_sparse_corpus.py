@@ -147,6 +147,9 @@ def test_fit_sizes_the_sample_to_the_timeout_keeping_ten_test_queries(corpus):
     ds = load_dataset(corpus)
     caps = fit_sizes(spec, values, {}, ds, pairs_per_s=100.0, timeout=100)
     assert caps == {"max_queries": 20 + 10 + FIT_MIN_TEST, "max_items": int(FIT_SHARE * 100 * 100 // 40)}
+    # a probe 4% faster (156 items would fit) chooses the same round size: the same sample, its scores cached
+    assert fit_sizes(spec, values, {}, ds, pairs_per_s=104.0, timeout=100) == caps
+    assert fit_sizes(spec, values, {}, ds, pairs_per_s=140.0, timeout=100)["max_items"] == 200  # 210 fit
     assert check_sizes(spec, {**values, **caps}) == {"queries": 40, "items": 150}
     labelled = corpus_sample(ds).queries.size
     everything = fit_sizes(spec, values, {}, ds, pairs_per_s=1e6, timeout=100)  # 6e7 pairs: the whole corpus fits
