@@ -20,7 +20,13 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 	$(BIN)/python -m pip install -q -c .ci/constraints.txt -e ".[dev,ray]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Jupyter servers of this environment (plain `jupyter lab` too) load xenbench.harness.lab, which keeps the tracked
+# notebooks' normalized form on save (Jupyter reads no config from the working directory: the environment's does it)
+JUPYTER_EXT := $(VENV)/etc/jupyter/jupyter_server_config.d/xenbench.json
+$(JUPYTER_EXT): jupyter-config/jupyter_server_config.d/xenbench.json $(STAMP)
+	install -D -m 644 $< $@
+
+setup: $(STAMP) $(JUPYTER_EXT)
 
 demo: setup
 	$(BIN)/xenbench run all --profile quick
@@ -28,13 +34,13 @@ demo: setup
 # JupyterLab on the notebooks, on this machine only: open the http://127.0.0.1:8888/lab?token=... link it prints (from
 # another machine, forward the port first: ssh -L 8888:127.0.0.1:8888 HOST). As root (a container) it adds
 # --allow-root; LAB_ARGS passes more flags, e.g. make lab LAB_ARGS="--port 9999 --no-browser". Its saves of the
-# tracked notebooks keep their normalized form (no outputs; xenbench.harness.lab): opening and running one leaves
-# `git status` clean.
+# tracked notebooks keep their normalized form (no outputs; xenbench.harness.lab, loaded by every Jupyter server of
+# .venv: see JUPYTER_EXT above): opening and running one leaves `git status` clean.
 LAB_ARGS ?=
 LAB_UID  ?= $(shell id -u)
 lab: setup
 	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
-		--ContentsManager.pre_save_hook=xenbench.harness.lab.lab_pre_save_hook $(if $(filter 0,$(LAB_UID)),--allow-root) $(LAB_ARGS)
+		$(if $(filter 0,$(LAB_UID)),--allow-root) $(LAB_ARGS)
 
 # The study's longest cells (06's seeds, 04's protocol) run for tens of minutes on 2 cores.
 full: setup

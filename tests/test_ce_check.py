@@ -4,8 +4,10 @@ Calibration: the bundled trained CEs (their noun.cognition score stores) are nev
 up to the whole matrix; untrained heads (``untrained-cls``, the trained cls-ce with its head re-drawn) are flagged by
 each test alone (the labels, and the label-free query dependence) on noun.cognition and on a BEIR folder of another
 shape built here from the bundled texts (5,464 items of three held-out domains, queries joining 1-3
-examples, so 1-3 relevant items each), where the trained cls-ce is not flagged. ``pytest -s`` prints the table that
-docs/USAGE.md ("Bounds and checks") quotes.
+examples, so 1-3 relevant items each), where the trained cls-ce is not flagged. The trained cls-ce with its head
+re-drawn is flagged exactly when it ranks the relevant items at or below chance: the others rank as the trained head
+does (some seeds: the same rankings, per-query Spearman >= 0.9 with its scores), which no check of the scores can
+tell from training. ``pytest -s`` prints the table that docs/USAGE.md ("Bounds and checks") quotes.
 """
 from __future__ import annotations
 
@@ -221,8 +223,18 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
       (Success@k 0) fail each test alone; those that rank them first pass the label test, as they should (Success@6
       0.54-1.00); the label-free test may flag the weakest of them (seed 3 on the mixed folder, 0.54 against BM25's
       0.71: first-stage agreement 0.10, under 2 standard errors on 24 queries).
+
+    Why no check can flag every re-drawn head (issue 53 asked for it): the trained layers collapse the state the head
+    reads onto one direction (its first principal component holds >= 90% of the variance: 0.934 on noun.cognition,
+    0.957 on mixed), so a random head is, up to sign and an affine map, the trained head. Some seeds rank each
+    query's items as the trained CE does (mean per-query Spearman >= 0.9 with its scores: seeds 0, 7, 9 on
+    noun.cognition; 0, 4, 6, 7, 9 on mixed): their rankings are the trained CE's, and a ranking is all the check (and
+    every method here) reads. Only the scale and offset of their scores differ, and those are no evidence of training
+    (a CE with a sigmoid activation scores in [0, 1]). Such heads are asserted to pass, the others to be flagged
+    exactly when they rank the relevant items at or below chance.
     """
     import torch
+    from scipy.stats import spearmanr
 
     from xenbench.models.crossencoder import CEConfig
     from xenbench.models.loading import build_cross_encoder, load_cross_encoder
@@ -233,7 +245,7 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
     assert {len(g) for g in corpora["mixed BEIR"].gold.values()} == {1, 2, 3}
     ces = {"cls-ce": lambda: load_cross_encoder(REPO / "models" / "cls-ce"),
            "untrained-cls": lambda: build_cross_encoder(CEConfig(kind="cls"), seed=0)}
-    redrawn_verdicts = set()
+    redrawn_verdicts, copies = set(), set()
     for (data, ds), (name, build) in itertools.product(corpora.items(), ces.items()):
         rows, cols = labelled_sample(24, ds.gold, ds.query_ids, ds.item_ids, 64, 0)
         queries, items = [ds.queries[r] for r in rows], [ds.items[c] for c in cols]
@@ -246,8 +258,19 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
         for seed in range(12):  # transformers' initialization of a head: normal(0, 0.02), bias 0
             w = torch.randn(states.shape[1], generator=torch.Generator().manual_seed(seed)).numpy() * 0.02
             heads[f"{name}, head re-drawn (seed {seed})"] = (states @ w).reshape(scores.shape)
+        if name == "cls-ce":  # the state a head reads, after training: nearly one direction
+            centred = states - states.mean(axis=0)
+            variance = np.linalg.svd(centred, compute_uv=False) ** 2
+            print(json.dumps({"data": data, "trained [CLS] state: first component's share": round(
+                float(variance[0] / variance.sum()), 3)}))
+            assert variance[0] / variance.sum() >= 0.9
         for head, s in heads.items():
             row = _row(data, head, s, rel, bm25)
+            # how alike each query's ranking is to the trained CE's (for a head re-drawn on the trained layers)
+            like_trained = float(np.mean([spearmanr(s[q], scores[q])[0] for q in range(len(s))]))
+            if name == "cls-ce":
+                print(json.dumps({"data": data, "ce": head, "per-query Spearman with the trained head": round(
+                    like_trained, 3)}))
             _row(data + " (probe size)", head, s[:16][:, small], rel[:16][:, small], bm25[:16][:, small])
             verdicts = {  # each test alone: the labels without a first stage, the first stage without labels
                 "labels": _by_labels(check_ce(s, head, relevant=rel)),
@@ -264,5 +287,11 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
                 assert verdicts["labels"] == verdicts["probe, labels"] == last, (row, verdicts)
                 if last:
                     assert all(verdicts.values()), (row, verdicts)
+                else:  # not flagged: it beats chance on the labels, as the trained CE does
+                    assert row["p"] < P_MAX and not row["flagged"], row
+                if like_trained >= 0.9:  # the trained CE's rankings: nothing the check reads tells them apart
+                    assert not last and not row["flagged"], (row, like_trained)
+                    copies.add((data, head))
                 redrawn_verdicts.add(last)
     assert redrawn_verdicts == {True, False}  # both signs were drawn
+    assert {data for data, _ in copies} == set(corpora)  # on both corpora some re-drawn heads rank as trained

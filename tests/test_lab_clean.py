@@ -111,3 +111,109 @@ def test_normalizing_is_idempotent_and_keeps_sources_ids_and_tags():
     assert lab.normalized_text(once) == lab.normalized_text(lab.normalize_notebook(once))
     assert [(c.id, c.source, c.metadata.get("tags")) for c in once.cells] == [
         (c.id, c.source, c.metadata.get("tags")) for c in nb.cells]
+
+
+# ------------------------------------------------------------------------------------------------
+# A real Jupyter server, as `jupyter lab` starts it from the checkout (no command-line hook)
+# ------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(port: int, token: str, method: str, path: str, body: dict | None = None) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/contents/{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _scratch_checkout(root: Path) -> Path:
+    """A git repository holding copies of the package, the notebooks and their profiles files, .gitignore and the
+    Jupyter config `make setup` installs: a server started there imports this copy, and a save never touches the real checkout."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "xenbench", root / "xenbench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "jupyter-config", root / "jupyter-config")
+    shutil.copy2(repo / ".gitignore", root / ".gitignore")  # the lab's .ipynb_checkpoints/ are ignored, as here
+    (root / "notebooks").mkdir()
+    for name in NOTEBOOKS:
+        for ext in (".ipynb", ".yaml"):
+            shutil.copy2(NOTEBOOKS_DIR / f"{name}{ext}", root / "notebooks" / f"{name}{ext}")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "scratch"], check=True)
+    return root
+
+
+@pytest.mark.slow  # two Jupyter servers start (10-30 s each on 2 loaded cores)
+def test_plain_jupyter_lab_from_the_repo_root_or_notebooks_saves_the_tracked_bytes(tmp_path):
+    """`python -m jupyterlab` from the root of a (scratch) checkout and `python -m jupyter_server` from its notebooks/,
+    with only the config `make setup` installs in the environment (here through JUPYTER_CONFIG_PATH; no hook on the
+    command line): a PUT through the contents API of a tracked notebook as the lab sends it after a run (outputs,
+    execution counts, the kernel's language_info, keys in another order) writes the committed bytes, and `git status`
+    stays clean. Without that config the same save dirties the checkout (the control)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+
+    repo = _scratch_checkout(tmp_path / "checkout")
+    name = "03_adacur_rounds"
+    committed = (repo / "notebooks" / f"{name}.ipynb").read_bytes()
+
+    def save_through_a_server(module: str, cwd: Path, api_path: str, config: bool) -> bytes:
+        port, token = _free_port(), "xenbench-test-token"
+        env = {**os.environ, "PYTHONPATH": str(repo), "JUPYTER_CONFIG_DIR": str(tmp_path / "user-config"),
+               "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+               "JUPYTER_PLATFORM_DIRS": "1"}
+        env.pop("JUPYTER_CONFIG_PATH", None)
+        if config:
+            env["JUPYTER_CONFIG_PATH"] = str(repo / "jupyter-config")
+        cmd = [sys.executable, "-m", module, "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+               f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-root")
+        log = (tmp_path / f"{module}.{config}.log").open("w")
+        server = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    model = _api(port, token, "GET", api_path)
+                    break
+                except (urllib.error.URLError, ConnectionError):
+                    assert server.poll() is None and time.monotonic() < deadline, \
+                        (tmp_path / f"{module}.{config}.log").read_text()[-2000:]
+                    time.sleep(0.5)
+            sent = _as_the_lab_sends_it(model["content"])
+            sent = {key: sent[key] for key in reversed(list(sent))}  # keys in another order
+            sent["metadata"] = {key: sent["metadata"][key] for key in reversed(list(sent["metadata"]))}
+            _api(port, token, "PUT", api_path, {"type": "notebook", "format": "json", "content": sent})
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+            log.close()
+        saved = (repo / "notebooks" / f"{name}.ipynb").read_bytes()
+        status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True,
+                                check=True).stdout
+        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "--", "."], check=True)
+        return saved, status
+
+    saved, status = save_through_a_server("jupyterlab", repo, f"notebooks/{name}.ipynb", config=True)
+    assert saved == committed and status == ""
+    saved, status = save_through_a_server("jupyter_server", repo / "notebooks", f"{name}.ipynb", config=True)
+    assert saved == committed and status == ""
+    saved, status = save_through_a_server("jupyter_server", repo / "notebooks", f"{name}.ipynb", config=False)
+    assert saved != committed and status == f" M notebooks/{name}.ipynb\n"  # the control: the hook is what keeps it

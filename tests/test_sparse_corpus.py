@@ -4,6 +4,7 @@ corpus, and 03 and 07 run at the README's first-run sizes (issue: labels lost to
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -146,14 +147,21 @@ def test_fit_sizes_the_sample_to_the_timeout_keeping_ten_test_queries(corpus):
     ds = load_dataset(corpus)
     caps = fit_sizes(spec, values, {}, ds, pairs_per_s=100.0, timeout=100)
     assert caps == {"max_queries": 20 + 10 + FIT_MIN_TEST, "max_items": int(FIT_SHARE * 100 * 100 // 40)}
+    # a probe 4% faster (156 items would fit) chooses the same round size: the same sample, its scores cached
+    assert fit_sizes(spec, values, {}, ds, pairs_per_s=104.0, timeout=100) == caps
+    assert fit_sizes(spec, values, {}, ds, pairs_per_s=140.0, timeout=100)["max_items"] == 200  # 210 fit
     assert check_sizes(spec, {**values, **caps}) == {"queries": 40, "items": 150}
     labelled = corpus_sample(ds).queries.size
     everything = fit_sizes(spec, values, {}, ds, pairs_per_s=1e6, timeout=100)  # 6e7 pairs: the whole corpus fits
     assert everything == {"max_queries": None, "max_items": None} and labelled * 3000 <= 6e7
     with pytest.raises(ParameterError, match=r"'timeout' parameter of notebook 03_adacur_rounds must be longer for "
                                              r"--fit to find a sample: the least this notebook needs \(max_queries 40, "
-                                             r"max_items \d+\)"):
+                                             r"max_items \d+\)") as refused:
         fit_sizes(spec, values, {}, ds, pairs_per_s=1.0, timeout=100)
+    least = int(str(refused.value).split("max_items ")[1].split(")")[0])
+    longer = math.ceil(40 * least / 1.0 / FIT_SHARE * 1.25)
+    assert f"Raise it (xenbench run --fit --timeout {longer}). Got 100 instead." in str(refused.value)
+    assert fit_sizes(spec, values, {}, ds, pairs_per_s=1.0, timeout=longer)["max_queries"] == 40  # and it fits
 
 
 @pytest.mark.parametrize(("params", "message"), [

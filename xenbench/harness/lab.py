@@ -10,7 +10,10 @@ Two pieces keep the checkout clean:
   checks it): no outputs or execution counts, cell metadata reduced to its ``tags``, the notebook's metadata to
   :data:`KERNELSPEC` and ``language_info: {"name": "python"}``, written as Jupyter's own server writes a notebook
   (:func:`nbformat.writes`: keys sorted, one-space indent, a final newline).
-* :func:`lab_pre_save_hook`: ``make lab`` passes it to the Jupyter server (``--ContentsManager.pre_save_hook``), so
+* :func:`lab_pre_save_hook`: every Jupyter server started from the project's environment installs it (a server
+  extension, :func:`_load_jupyter_server_extension`, enabled by ``jupyter-config/jupyter_server_config.d/xenbench.json``,
+  which installing the project puts in the environment's ``etc/jupyter``: plain ``jupyter lab``, ``make lab`` and
+  ``python -m jupyter_server`` alike, from any folder; Jupyter reads no config file from the working directory), so
   every save of a xenbench notebook (a notebook in :data:`~xenbench.harness.spec.NOTEBOOKS_DIR` with its profiles
   file) writes the normalized form: opening and running one leaves its file as it was; an edit of its cells is kept
   (without outputs: a run's outputs live in its report, ``reports/``). Other notebooks are saved as the lab sends them.
@@ -111,10 +114,24 @@ def lab_pre_save_hook(model: dict[str, Any], path: str, contents_manager: Any = 
     """The Jupyter server's ``pre_save_hook`` of ``make lab``: a xenbench notebook's content is replaced (in place) by
     its :func:`normalize_notebook` form before the server writes it; any other file is left alone.
 
-    ``--ContentsManager.pre_save_hook=xenbench.harness.lab.lab_pre_save_hook`` on the ``jupyter lab`` command line.
+    Installed by the server extension below; by hand: ``--ContentsManager.pre_save_hook=xenbench.harness.lab.lab_pre_save_hook``.
     """
     if model.get("type") != "notebook" or not isinstance(model.get("content"), Mapping):
         return
     if not _is_xenbench_notebook(path, contents_manager):
         return
     model["content"] = normalize_notebook(model["content"])
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Jupyter server's entry point: this module is a server extension (enabled in the environment's config)."""
+    return [{"module": "xenbench.harness.lab"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Install :func:`lab_pre_save_hook` on the server's contents manager, once (a ``pre_save_hook`` set on the command
+    line or in a config file to the same hook is not doubled)."""
+    cm = serverapp.contents_manager
+    if cm.pre_save_hook is not lab_pre_save_hook and lab_pre_save_hook not in cm._pre_save_hooks:
+        cm.register_pre_save_hook(lab_pre_save_hook)
+    serverapp.log.info("xenbench: saves of the tracked notebooks keep their normalized form (xenbench.harness.lab)")

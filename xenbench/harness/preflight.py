@@ -599,13 +599,36 @@ def fit_sizes(spec: NotebookSpec, values: Mapping[str, Any], loaded: dict[str, A
     if i >= n_i:
         q = min(n_q, max(q, int(pairs // n_i)))
         i = n_i
+    elif fits(q, i):  # down to a round size, so that the next run's probe, a little faster or slower, draws the
+        # same sample and reads its scores from the cache (153 then 156 items drew two samples: 10 min of scoring each)
+        i = max(_round_down(i), _smallest(lambda n: fits(q, n), 1, i) or i)
     if not fits(q, i):
         i_least = _smallest(lambda n: fits(q, n), 1, n_i) or n_i
+        seconds = q * i_least / pairs_per_s
+        # the timeout that fits it, with the refusals' 25% margin: the next run's probe measures the rate again
+        longer = math.ceil(seconds / FIT_SHARE * 1.25)
         raise ParameterError("timeout", f"longer for --fit to find a sample: the least this notebook needs ({cap_q} {q}, "
-                                        f"{cap_i} {i_least}) takes about {duration(q * i_least / pairs_per_s)} to "
+                                        f"{cap_i} {i_least}) takes about {duration(seconds)} to "
                                         f"score at the {pairs_per_s:.0f} pairs/s measured here, more than "
-                                        f"{FIT_SHARE:.0%} of the {timeout} s cell timeout", timeout, spec.owner)
+                                        f"{FIT_SHARE:.0%} of the {timeout} s cell timeout. Raise it "
+                                        f"(xenbench run --fit --timeout {longer})", timeout, spec.owner)
     return {cap_q: None if q >= n_q else q, cap_i: None if i >= n_i else i}
+
+
+#: Round sizes ``--fit`` chooses from, per decade: steps of at most 25%.
+_ROUND = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def _round_down(n: int) -> int:
+    """The largest round size (:data:`_ROUND` x a power of 10) at most ``n`` (``n`` itself below 10).
+
+    >>> [_round_down(n) for n in (7, 153, 156, 199, 200, 4321)]
+    [7, 150, 150, 150, 200, 4000]
+    """
+    if n < 10:
+        return n
+    decade = 10 ** (len(str(n)) - 1)
+    return int(max(r * decade for r in _ROUND if r * decade <= n))
 
 
 def _smallest(fits: Any, lo: int, hi: int) -> int | None:
