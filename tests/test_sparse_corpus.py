@@ -14,7 +14,7 @@ from xenbench.data.datasets import corpus_sample
 from xenbench.data.sources import load_dataset
 from xenbench.errors import ParameterError
 from xenbench.sampling import sample_rows
-from xenbench.studies import setup as setup_module
+from xenbench.studies import setup as study_setup
 from xenbench.studies.setup import Setup, first_stage_lists, first_stage_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
@@ -115,7 +115,7 @@ def test_first_stage_lists_are_the_top_k_of_first_stage_matrix_a_block_of_rows_a
     s = corpus_sample(ds, 40, 100, 0)
     queries = ds.subset([ds.queries[r].id for r in s.queries])
     setup = Setup(M=np.zeros((40, 100), np.float32), dataset=queries, items=s.items, attrs={}, sample=s)
-    monkeypatch.setattr(setup_module, "_DEPTH_ROWS", 7)
+    monkeypatch.setattr(study_setup, "_DEPTH_ROWS", 7)
     for spec, depth in (("bm25", 30), ("tfidf", None)):
         full = first_stage_matrix(setup, spec, depth=depth, seed=3, report=False)
         returned = setup.returned[spec].copy()
