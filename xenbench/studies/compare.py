@@ -91,6 +91,8 @@ _DETERMINISTIC = {m.label for m in REGISTRY.values() if m.deterministic}
 #: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of methods.protocol).
 _LOSES = {"trails", "loses"}
 _RUN = ["split_seed", "anchor_seed"]
+#: A first stage's top-m lists (D, I) of every query row, each (n_queries, m), as a search returns them.
+Lists = tuple[np.ndarray, np.ndarray]
 #: Query rows per block where DE scores of the queries on every item are computed only to be searched.
 _BLOCK_ROWS = 256
 _GROUP = ["method", "budget", "k"]
@@ -146,8 +148,8 @@ def pq_codes(V: np.ndarray, n_bytes: int, *, seed: int = 0) -> tuple[Any, dict[s
 
 def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *, depth: int,
                        pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32,
-                       pq: Any = None, named: Mapping[str, tuple[np.ndarray, float]] | None = None
-                       ) -> tuple[dict[str, dict[float, np.ndarray]], dict[str, float]]:
+                       pq: Any = None, named: Mapping[str, tuple[Lists, float]] | None = None
+                       ) -> tuple[dict[str, dict[float, Lists]], dict[str, float]]:
     """The first stages' top-``depth`` lists of **every** query row, for one split, and their search seconds.
 
     Lists, as a search returns them, not (n_queries, n_items) score rows: a re-ranking reads the top B_CE of a list in
@@ -190,7 +192,7 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
     for a in range(0, len(Uf), _BLOCK_ROWS):  # blocks of queries: at most _BLOCK_ROWS x n_items scores in memory
         topk_indices(Uf[a:a + _BLOCK_ROWS] @ Vf.T, depth)
     seconds = {"DE": (time.perf_counter() - t0) / len(U)}
-    scores: dict[str, dict[float, tuple[np.ndarray, np.ndarray]]] = {}
+    scores: dict[str, dict[float, Lists]] = {}
     Y = pefa.relevance_matrix(setup.dataset, split.anchor, setup.items)
     if Y.nnz:
         neighbors = min(int(pefa_neighbors), int(split.anchor.size))
@@ -238,8 +240,8 @@ def ce_seconds_per_pair(model: Any, setup: Setup, *, n_pairs: int = 512, device:
 # ==============================================================================================
 # the runs
 # ==============================================================================================
-def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, tuple[np.ndarray, np.ndarray]], label: str,
-                 budgets: Sequence[int], k_values: Sequence[int], labels: Any = None,
+def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, Lists], label: str, budgets: Sequence[int],
+                 k_values: Sequence[int], labels: Any = None,
                  measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.baselines.rerank_baseline`, the DE
     re-rank of 03 on other scores) on the split's dev and test rows, ``scores`` the first stage's top-m lists (D, I)
@@ -337,7 +339,7 @@ def _entry_runs(M: np.ndarray, split: Any, entry: Comparable, budgets: Sequence[
 
 def named_first_stages(setup: Setup, first_stages: Sequence[str], *, depth: int,
                        device: str | torch.device = "auto", first_stage_depth: int | None = None,
-                       seed: int = 0) -> dict[str, tuple[tuple[np.ndarray, np.ndarray], float]]:
+                       seed: int = 0) -> dict[str, tuple[Lists, float]]:
     """First stages named by :func:`xenbench.models.retrievers.make_retriever` specs (``"tfidf"``, ``"bm25"``,
     ``"run:<path>"``; ``"de"``, always compared, is skipped), for the first-stage axis of notebook 07: fitted on the
     whole corpus and read on the kept items (:func:`xenbench.studies.setup.first_stage_lists`: the top ``depth`` of
