@@ -22,6 +22,7 @@ stayed below the kernel's earlier peak and the highest ``VmRSS`` sampled during 
 
     python benchmarks/bench_corpus_scale.py --json benchmarks/results/corpus_scale.json
     python benchmarks/run_all.py --docs      # renders docs/BENCHMARKS.md's corpus-scale block from that file
+    python benchmarks/bench_corpus_scale.py --notebooks 07_compare_methods --merge-into benchmarks/results/corpus_scale.json
 
 Linux only (``/proc``). Not in ``make bench``: it takes tens of minutes on 2 cores (the DE embeddings of 95,840
 items alone take 10-40 minutes the first time, then seconds from the cache).
@@ -332,6 +333,27 @@ def render(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge_stages(doc: Mapping[str, Any], new: Mapping[str, Any], notebooks: Sequence[str]) -> dict[str, Any]:
+    """``doc`` with the rows of ``notebooks`` replaced, in place, by those of ``new`` (a run of those notebooks alone):
+    every other row and the header stay ``doc``'s, and each replaced whole-run row says when and by which command it
+    was measured (its own date, load and command: not the header's)."""
+    def of(name: str) -> Any:
+        return lambda s: s["stage"].startswith(f"{name}:") or s["stage"].startswith(f"{name} cell:")
+
+    stages = list(doc["stages"])
+    for name in notebooks:
+        rows = [dict(s) for s in new["stages"] if of(name)(s)]
+        if not rows:
+            continue
+        for s in rows:
+            if s["stage"] == f"{name}: the whole xenbench run":
+                s["stage"] += (f" (re-measured {new['date']}, load average {new.get('load_average', '?')} to "
+                               f"{new.get('load_average_end', '?')}: `{new['command']}`)")
+        at = next((i for i, s in enumerate(stages) if of(name)(s)), len(stages))
+        stages = [s for s in stages[:at] if not of(name)(s)] + rows + [s for s in stages[at:] if not of(name)(s)]
+    return {**doc, "stages": stages}
+
+
 def update_docs(doc: Path = run_all.DOC, path: Path = COMMITTED) -> bool:
     """Replace docs/BENCHMARKS.md's corpus-scale block by :func:`render` of ``path``; True if it changed."""
     text = doc.read_text()
@@ -367,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop the notebooks (as Ctrl-C) this many seconds after the benchmark started, keeping the "
                         "cells done and the one stopped in")
     p.add_argument("--json", type=Path, default=None, help="write the document here")
+    p.add_argument("--merge-into", type=Path, default=None,
+                   help="also replace the rows of the notebooks run in this document (e.g. the committed "
+                        "benchmarks/results/corpus_scale.json), keeping its other rows")
     args = p.parse_args(argv)
 
     started, t_start = datetime.datetime.now(datetime.timezone.utc), time.time()
@@ -393,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         doc["load_average_end"] = round(os.getloadavg()[0], 1)
         if args.json:  # after each notebook: a later one that fails or is stopped leaves the earlier ones written
             write_text_atomic(args.json, json.dumps(doc, indent=2) + "\n")
+    if args.merge_into:
+        merged = merge_stages(load_document(args.merge_into), doc, args.notebooks)
+        write_text_atomic(args.merge_into, json.dumps(merged, indent=2) + "\n")
     print(render(doc))
     return 0
 

@@ -10,6 +10,7 @@ from xenbench import findings
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 from xenbench.studies.protocol import query_splits
+from xenbench.metrics import topk_of_lists
 from xenbench.harness import SUMMARY_TAG, summary_first
 from xenbench.studies import compare, records
 from xenbench.studies.setup import Setup
@@ -94,10 +95,12 @@ def test_pefa_at_lambda_one_is_the_de_and_its_rerank_equals_de_rerank(small):
     assert set(scores) == {"PEFA-XS", "PEFA-XL"} and {"DE", "PEFA-XS", "PEFA-XL"} <= set(seconds)
     de_top = np.argsort(-(U @ V.T), axis=1, kind="stable")[:, :20]
     for name in ("PEFA-XS", "PEFA-XL"):
-        top = np.argsort(-scores[name][1.0], axis=1, kind="stable")[:, :20]
-        np.testing.assert_array_equal(top, de_top)
+        D, I = scores[name][1.0]
+        assert D.shape == I.shape == (60, 20)  # top-depth lists of every query, not (queries, items) rows
+        np.testing.assert_array_equal(topk_of_lists(D, I, V.shape[0], 20), de_top)
     a, _ = compare._rerank_runs(setup.M, splits[0], scores["PEFA-XS"], "PEFA-XS re-rank", [10], [1, 5])
-    b, _ = compare._rerank_runs(setup.M, splits[0], {float("nan"): U @ V.T}, "DE re-rank", [10], [1, 5])
+    de_lists = (np.take_along_axis(U @ V.T, de_top, axis=1), de_top)
+    b, _ = compare._rerank_runs(setup.M, splits[0], {float("nan"): de_lists}, "DE re-rank", [10], [1, 5])
     for (_, x), (_, y) in zip(a.iterrows(), b.iterrows()):
         np.testing.assert_array_equal(x["per_query"], y["per_query"])
 
@@ -110,6 +113,45 @@ def test_pefa_is_skipped_without_labelled_training_queries(small):
     assert scores == {}
 
 
+@pytest.mark.slow
+def test_first_stages_return_lists_and_never_a_queries_by_items_array():
+    """At corpus scale 07's first stages are top-``depth`` lists, (n_queries, depth), never a (n_queries, n_items)
+    score array: on 3,000 queries x 5,000 items (one float64 such array: 120 MB) the first stages of a split (PEFA-XS,
+    PEFA-XL, PQ codes, TF-IDF; their indices built beforehand) peak below one such array (measured: 60 MB, the
+    blocks of query rows they search in; as dense score rows: 538 MB)."""
+    import tracemalloc
+
+    from xenbench.studies.setup import fitted_first_stage
+
+    rng = np.random.default_rng(0)
+    n_queries, n_items, depth = 3000, 5000, 20
+    V, U = rng.standard_normal((n_items, 8)), rng.standard_normal((n_queries, 8))
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    words = [f"w{j}" for j in range(500)]
+    items = [Item(f"i{j}", "", " ".join(rng.choice(words, 5))) for j in range(n_items)]
+    queries = [Query(f"q{r}", " ".join(rng.choice(words, 3))) for r in range(n_queries)]
+    gold = {f"q{r}": [f"i{int(rng.integers(n_items))}"] for r in range(n_queries)}
+    setup = Setup(M=np.zeros((1, 1)), dataset=Dataset("wide", items, queries, gold), items=np.arange(n_items),
+                  attrs={})
+    split = query_splits(n_queries, 200, 100, [0])[0]
+    pq, _ = compare.pq_codes(V, 2)
+    fitted_first_stage("tfidf", items)  # the offline index (its vocabulary) is not a first stage's search
+    tracemalloc.start()
+    try:
+        named = compare.named_first_stages(setup, ["tfidf"], depth=depth)
+        scores, _ = compare.first_stage_scores(setup, split, V, U, depth=depth, pefa_lambdas=(0.5,), pefa_neighbors=4,
+                                               pq=pq, named=named)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert set(scores) == {"PEFA-XS", "PEFA-XL", "PQ", "TF-IDF"}
+    for by_setting in scores.values():
+        for D, I in by_setting.values():
+            assert D.shape == I.shape == (n_queries, depth) and I.dtype == np.int64
+    assert peak < n_queries * n_items * 8, f"peak {peak / 1e6:.0f} MB"
+
+
 def test_pq_codes_take_the_bytes_asked_and_rank_by_decoded_inner_products(small):
     _, _, V, U = small
     index, info = compare.pq_codes(V, 2)
@@ -117,9 +159,9 @@ def test_pq_codes_take_the_bytes_asked_and_rank_by_decoded_inner_products(small)
     D, I = index.search(np.ascontiguousarray(U, np.float32), 5)
     decoded = index.sa_decode(index.sa_encode(np.ascontiguousarray(V, np.float32)))
     np.testing.assert_allclose(D, np.take_along_axis(U @ decoded.T, I, axis=1), rtol=1e-4, atol=1e-5)
-    dense = compare._dense(D.astype(np.float64), I, V.shape[0])
-    assert all(set(np.flatnonzero(np.isfinite(d))) == set(i) for d, i in zip(dense, I))  # only what it found,
-    np.testing.assert_allclose(-np.sort(-dense, axis=1)[:, :5], D, rtol=1e-6)  # ranked by its scores (ties: codes)
+    order = topk_of_lists(D, I, V.shape[0], 5)  # how a re-ranking reads the lists: only what it found,
+    for d, i, o in zip(D, I, order):  # ranked by its scores (ties: lower item)
+        np.testing.assert_array_equal(o, sorted(i, key=lambda j: (-d[list(i).index(j)], j)))
     with pytest.raises(ParameterError, match="'pq_bytes'"):
         compare.pq_codes(V, 3)  # 24 bits split into sub-quantizers dividing d = 8: none of 8 or 4 bits
 

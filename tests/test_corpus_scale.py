@@ -121,7 +121,7 @@ def test_cell_stages_read_papermill_times_and_the_kernels_high_water_mark(tmp_pa
                [(0, 100, 100, 0), (5, 300, 300, 400), (10, 200, 300, 900), (11, 250, 300, 1000), (12, 200, 300, 1100),
                 (16, 500, 500, 1500), (20, 400, 500, 1900)]]
     rows = bench.cell_stages(tmp_path / "nb.ipynb", samples, tick_s=0.01)
-    assert [r["stage"] for r in rows] == ["studies.setup.load_setup, protocol.query_splits", "print(1)",
+    assert [r["stage"] for r in rows] == ["studies.setup.load_setup, studies.protocol.query_splits", "print(1)",
                                           "studies.compare.compare_protocol_runs"]
     assert [r["wall_s"] for r in rows] == [10, 2, 8]
     assert [r["cpu_s"] for r in rows] == [9.0, 2.0, 8.0]
@@ -137,3 +137,23 @@ def test_the_corpus_scale_block_of_the_benchmarks_page_is_its_committed_run_rend
     want = bench.render(bench.load_document()) if bench.COMMITTED.is_file() else \
         f"Not run yet: there is no `{bench.COMMITTED.relative_to(bench.ROOT)}`."
     assert block == want, "docs/BENCHMARKS.md's corpus-scale block is stale: run `python benchmarks/run_all.py --docs`"
+
+
+def test_a_run_of_one_notebook_replaces_its_rows_only():
+    bench = _bench()
+
+    def row(stage: str, peak: float) -> dict:
+        return {"stage": stage, "wall_s": 1.0, "cpu_s": 1.0, "peak_rss_mb": peak, "peak_exact": True}
+
+    doc = {"date": "d0", "command": "all",
+           "stages": [row("generate: x", 1), row("07_compare_methods: the whole xenbench run", 2),
+                      row("07_compare_methods cell: a", 3), row("07_compare_methods cell: b", 4),
+                      row("03_adacur_rounds cell: a", 5)]}
+    new = {"date": "d1", "command": "only 07", "load_average": 9.0, "load_average_end": 8.0,
+           "stages": [row("generate: x", 10), row("07_compare_methods: the whole xenbench run", 20),
+                      row("07_compare_methods cell: a", 30)]}
+    merged = bench.merge_stages(doc, new, ["07_compare_methods", "04_axn_lambda"])
+    assert [s["peak_rss_mb"] for s in merged["stages"]] == [1, 20, 30, 5]  # 07's rows in their place, others kept
+    assert merged["stages"][1]["stage"] == ("07_compare_methods: the whole xenbench run (re-measured d1, load average "
+                                            "9.0 to 8.0: `only 07`)")
+    assert merged["command"] == "all" and doc["stages"][1]["peak_rss_mb"] == 2  # the header kept; doc untouched

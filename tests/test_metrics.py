@@ -12,6 +12,7 @@ from xenbench.metrics import (
     exact_topk,
     recall_under_budget,
     topk_indices,
+    topk_of_lists,
     topk_recall,
 )
 
@@ -77,6 +78,29 @@ def test_topk_indices_equals_stable_argsort():
     scores[rng.random(scores.shape) < 0.2] = -np.inf
     for k in (1, 7, 30):
         np.testing.assert_array_equal(topk_indices(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])
+
+
+def test_topk_of_lists_equals_stable_argsort_of_the_dense_rows():
+    """A top-m search's lists (faiss's D, I: ties, -inf scores, -1 places, m below and above k) read as the dense row
+    they stand for (-inf outside the list) would be: the same items in the same order, ties included."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 25))
+        m, k, nq = int(rng.integers(1, n + 1)), int(rng.integers(1, n + 1)), int(rng.integers(1, 6))
+        I = np.stack([rng.permutation(n)[:m] for _ in range(nq)])
+        D = rng.integers(-2, 3, size=(nq, m)).astype(np.float32)  # many ties
+        D[rng.random(D.shape) < 0.2] = -np.inf
+        I[rng.random(I.shape) < 0.2] = -1
+        dense = np.full((nq, n), -np.inf)
+        for q in range(nq):
+            ok = I[q] >= 0
+            dense[q, I[q][ok]] = D[q][ok]
+        want = np.argsort(-dense, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(topk_of_lists(D, I, n, k), want)
+    with pytest.raises(ParameterError, match="'I'"):
+        topk_of_lists(np.zeros((1, 2)), np.array([[0, 5]]), 5, 2)
+    with pytest.raises(ParameterError, match="'k'"):
+        topk_of_lists(np.zeros((1, 2)), np.array([[0, 1]]), 5, 6)
 
 
 def test_recall_parameter_errors(M):

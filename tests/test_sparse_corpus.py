@@ -15,7 +15,8 @@ from xenbench.data.datasets import corpus_sample
 from xenbench.data.sources import load_dataset
 from xenbench.errors import ParameterError
 from xenbench.sampling import sample_rows
-from xenbench.studies.setup import Setup, first_stage_matrix
+from xenbench.studies import setup as study_setup
+from xenbench.studies.setup import Setup, first_stage_lists, first_stage_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
 from _cli_inputs import sparse_beir  # noqa: E402
@@ -104,6 +105,26 @@ def test_a_first_stage_shorter_than_the_sample_is_reported_and_filled_in_a_seede
         assert np.unique(rest).size == rest.size  # no ties among them: the tie rule never falls back to column order
     np.testing.assert_array_equal(a, first_stage_matrix(setup, "bm25", depth=50, seed=3, report=False))  # seeded
     assert not np.array_equal(a, first_stage_matrix(setup, "bm25", depth=50, seed=4, report=False))
+
+
+def test_first_stage_lists_are_the_top_k_of_first_stage_matrix_a_block_of_rows_at_a_time(corpus, monkeypatch):
+    """07's first stages read lists (no queries x items array): blocks of 7 query rows give each row's top k of the
+    whole matrix, the seeded order of the items not returned included (one random stream across the blocks)."""
+    from xenbench.metrics import topk_indices
+
+    ds = load_dataset(corpus)
+    s = corpus_sample(ds, 40, 100, 0)
+    queries = ds.subset([ds.queries[r].id for r in s.queries])
+    setup = Setup(M=np.zeros((40, 100), np.float32), dataset=queries, items=s.items, attrs={}, sample=s)
+    monkeypatch.setattr(study_setup, "_DEPTH_ROWS", 7)
+    for spec, depth in (("bm25", 30), ("tfidf", None)):
+        full = first_stage_matrix(setup, spec, depth=depth, seed=3, report=False)
+        returned = setup.returned[spec].copy()
+        D, I = first_stage_lists(setup, spec, 60, depth=depth, seed=3, report=False)
+        assert D.shape == I.shape == (40, 60) and D.dtype == np.float32 and I.dtype == np.int64
+        np.testing.assert_array_equal(I, topk_indices(full, 60))
+        np.testing.assert_array_equal(D, np.take_along_axis(full, I, axis=1))
+        np.testing.assert_array_equal(setup.returned[spec], returned)
 
 
 @pytest.mark.notebook

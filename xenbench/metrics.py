@@ -39,6 +39,7 @@ __all__ = [
     "mean_se",
     "recall_under_budget",
     "topk_indices",
+    "topk_of_lists",
     "topk_recall",
 ]
 
@@ -115,6 +116,53 @@ def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     chosen = np.take_along_axis(scores, cols, axis=1)
     order = np.argsort(-chosen, axis=1, kind="stable")  # stable keeps index order among ties
     return np.take_along_axis(cols, order, axis=1).astype(np.int64, copy=False)
+
+
+def topk_of_lists(D: np.ndarray, I: np.ndarray, n_items: int, k: int) -> np.ndarray:
+    """:func:`topk_indices` of the rows a top-m search stands for (score ``D`` at item ``I``, ``-inf`` at every other
+    item), without building those (n_queries, n_items) rows.
+
+    The one tie rule holds: the found items by (score descending, index ascending), then, where fewer than ``k`` have
+    a finite score, the lowest item indices not among them (the order of the ``-inf`` items in the dense row).
+
+    Parameters
+    ----------
+    D : ndarray of shape (n_queries, m)
+        Scores as a search returns them (faiss: float32); ``-inf`` marks an empty place.
+    I : ndarray of shape (n_queries, m)
+        Item indices in [0, n_items), ``-1`` for an empty place; distinct within a row.
+    n_items, k : int
+        Items of the dense row, and places to return (``1 <= k <= n_items``).
+
+    Returns
+    -------
+    ndarray of shape (n_queries, k), int64
+        Equal to ``topk_indices(dense, k)`` where ``dense[q, I[q, j]] = D[q, j]`` and ``-inf`` elsewhere.
+
+    Examples
+    --------
+    >>> topk_of_lists(np.array([[1.0, 2.0, 2.0]]), np.array([[4, 3, 5]]), 6, 5)
+    array([[3, 5, 4, 0, 1]])
+    """
+    owner = "topk_of_lists"
+    n_items = check_int(n_items, "n_items", 1, None, owner)
+    k = _check_k(k, n_items, owner)
+    D, I = np.asarray(D, dtype=np.float64), np.asarray(I)
+    if D.ndim != 2 or D.shape != I.shape or not np.issubdtype(I.dtype, np.integer):
+        raise ParameterError("D, I", "a float and an int array of one shape (n_queries, m)",
+                             f"{D.dtype} {D.shape} and {I.dtype} {I.shape}", owner)
+    if I.size and (I.min() < -1 or I.max() >= n_items):
+        raise ParameterError("I", f"item indices in [0, n_items={n_items}) or -1", f"[{I.min()}, {I.max()}]", owner)
+    found = (I >= 0) & (D > -np.inf)
+    key_i = np.where(found, I, n_items).astype(np.int64)  # an empty place sorts after every found item
+    order = np.lexsort((key_i, -np.where(found, D, -np.inf)), axis=-1)[:, :k]
+    out = np.full((I.shape[0], k), n_items, dtype=np.int64)
+    out[:, :order.shape[1]] = np.take_along_axis(key_i, order, axis=1)
+    n_found = found.sum(axis=1)
+    for row in np.flatnonzero(n_found < k):  # short lists: the -inf items of the dense row, lowest index first
+        n = int(n_found[row])
+        out[row, n:] = np.setdiff1d(np.arange(k), out[row, :n], assume_unique=True)[:k - n]
+    return out
 
 
 def exact_topk(M_exact: np.ndarray, k: int) -> np.ndarray:

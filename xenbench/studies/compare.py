@@ -7,7 +7,7 @@ them on the same splits of one exact score matrix M, with the protocol of notebo
 
 =============================  ==========================================================================
 :func:`query_embedding_seconds`  the measured seconds to embed one query with the DE
-:func:`first_stage_scores`     per split: each first stage's scores of every query (PEFA-XS/XL, PQ codes)
+:func:`first_stage_scores`     per split: each first stage's top-m lists of every query (PEFA-XS/XL, PQ codes)
 :func:`compare_protocol_runs`  per-query test recall of every method at its dev-chosen setting
 :func:`search_seconds`         measured search time per query and method, CE calls excluded
 :func:`ce_seconds_per_pair`    the CE's measured seconds per (query, item) pair on a device
@@ -53,7 +53,7 @@ import torch
 from xenbench._validation import check_int
 from xenbench.errors import ParameterError
 from xenbench.studies.protocol import at_chosen, choose_on_dev, run_seed
-from xenbench.metrics import LABEL_MEASURES, BudgetCounter, topk_indices
+from xenbench.metrics import LABEL_MEASURES, BudgetCounter, topk_indices, topk_of_lists
 from xenbench.studies.adacur import (
     COMPARABLE,
     SPLIT_FRACTIONS,
@@ -92,6 +92,10 @@ _DETERMINISTIC = {m.label for m in REGISTRY.values() if m.deterministic}
 #: Verdict words of a lost paired comparison (03's "trails"; "loses" in the one verdict rule of studies.protocol).
 _LOSES = {"trails", "loses"}
 _RUN = ["split_seed", "anchor_seed"]
+#: A first stage's top-m lists (D, I) of every query row, each (n_queries, m), as a search returns them.
+Lists = tuple[np.ndarray, np.ndarray]
+#: Query rows per block where DE scores of the queries on every item are computed only to be searched.
+_BLOCK_ROWS = 256
 _GROUP = ["method", "budget", "k"]
 
 
@@ -110,15 +114,6 @@ def query_embedding_seconds(setup: Setup, *, n_timed: int = 256, device: str | t
     t0 = time.perf_counter()
     de.embed_queries(timed)
     return (time.perf_counter() - t0) / len(timed)
-
-
-def _dense(D: np.ndarray, I: np.ndarray, n_items: int) -> np.ndarray:
-    """Scores of a top-m search as an (nq, n_items) array, -inf outside the m found (ranks the same top m)."""
-    out = np.full((I.shape[0], n_items), -np.inf)
-    rows = np.repeat(np.arange(I.shape[0]), I.shape[1])
-    ok = I.ravel() >= 0
-    out[rows[ok], I.ravel()[ok]] = D.ravel()[ok]
-    return out
 
 
 def pq_codes(V: np.ndarray, n_bytes: int, *, seed: int = 0) -> tuple[Any, dict[str, Any]]:
@@ -154,9 +149,12 @@ def pq_codes(V: np.ndarray, n_bytes: int, *, seed: int = 0) -> tuple[Any, dict[s
 
 def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *, depth: int,
                        pefa_lambdas: Sequence[float] = (0.25, 0.5, 0.75), pefa_neighbors: int = 32,
-                       pq: Any = None, named: Mapping[str, tuple[np.ndarray, float]] | None = None
-                       ) -> tuple[dict[str, dict[float, np.ndarray]], dict[str, float]]:
-    """The first stages' scores of **every** query row on the items, for one split, and their search seconds.
+                       pq: Any = None, named: Mapping[str, tuple[Lists, float]] | None = None
+                       ) -> tuple[dict[str, dict[float, Lists]], dict[str, float]]:
+    """The first stages' top-``depth`` lists of **every** query row, for one split, and their search seconds.
+
+    Lists, as a search returns them, not (n_queries, n_items) score rows: a re-ranking reads the top B_CE of a list in
+    the one order of :func:`xenbench.metrics.topk_of_lists` (the order of the dense row, ``-inf`` outside the list).
 
     Parameters
     ----------
@@ -175,26 +173,27 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
     pq : faiss.Index, optional
         :func:`pq_codes` of V: its first stage is a search of the codes (asymmetric inner products).
     named : mapping, optional
-        :func:`named_first_stages`: label -> (scores of every query, seconds per query), added as they are (no
+        :func:`named_first_stages`: label -> ((D, I) of every query, seconds per query), added as they are (no
         setting; the same for every split).
 
     Returns
     -------
     scores : dict
         ``"PEFA-XS"``, ``"PEFA-XL"`` (when some training query has a gold item among the kept items) and ``"PQ"``
-        (when ``pq`` is given) -> {λ (NaN when there is no setting): (n_queries, n_items) scores, -inf where the
-        first stage did not return the item}.
+        (when ``pq`` is given) -> {λ (NaN when there is no setting): (D, I)}, each of shape (n_queries, depth): the
+        scores (float32) and the item columns (int64) it returned, ``-inf`` and ``-1`` in an empty place.
     seconds : dict
         The same keys -> measured search seconds per query (without the DE query embedding), plus ``"DE"``: exact
         inner products and top-``depth`` over the items.
     """
     from xenbench.methods import pefa
 
-    Uf = np.ascontiguousarray(U, dtype=np.float32)
+    Uf, Vf = np.ascontiguousarray(U, dtype=np.float32), np.ascontiguousarray(V, dtype=np.float32)
     t0 = time.perf_counter()
-    topk_indices(Uf @ V.T.astype(np.float32), depth)
+    for a in range(0, len(Uf), _BLOCK_ROWS):  # blocks of queries: at most _BLOCK_ROWS x n_items scores in memory
+        topk_indices(Uf[a:a + _BLOCK_ROWS] @ Vf.T, depth)
     seconds = {"DE": (time.perf_counter() - t0) / len(U)}
-    scores: dict[str, dict[float, np.ndarray]] = {}
+    scores: dict[str, dict[float, Lists]] = {}
     Y = pefa.relevance_matrix(setup.dataset, split.anchor, setup.items)
     if Y.nnz:
         neighbors = min(int(pefa_neighbors), int(split.anchor.size))
@@ -206,13 +205,13 @@ def first_stage_scores(setup: Setup, split: Any, V: np.ndarray, U: np.ndarray, *
                 t0 = time.perf_counter()
                 D, I = model.search(U, depth)
                 spent.append(time.perf_counter() - t0)
-                scores[name][float(lam)] = _dense(D.astype(np.float64), I, V.shape[0])
+                scores[name][float(lam)] = (D, I)
             seconds[name] = float(np.mean(spent)) / len(U)
     if pq is not None:
         t0 = time.perf_counter()
         D, I = pq.search(Uf, depth)
         seconds["PQ"] = (time.perf_counter() - t0) / len(U)
-        scores["PQ"] = {float("nan"): _dense(D.astype(np.float64), I.astype(np.int64), V.shape[0])}
+        scores["PQ"] = {float("nan"): (D, I.astype(np.int64))}
     for name, (sc, spent_s) in (named or {}).items():
         scores[name], seconds[name] = {float("nan"): sc}, spent_s
     return scores, seconds
@@ -242,11 +241,12 @@ def ce_seconds_per_pair(model: Any, setup: Setup, *, n_pairs: int = 512, device:
 # ==============================================================================================
 # the runs
 # ==============================================================================================
-def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], label: str, budgets: Sequence[int],
+def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, Lists], label: str, budgets: Sequence[int],
                  k_values: Sequence[int], labels: Any = None,
                  measures: Sequence[str] = LABEL_MEASURES) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Re-rank the top B_CE of a first stage with the CE (:func:`xenbench.methods.baselines.rerank_baseline`, the DE
-    re-rank of 03 on other scores) on the split's dev and test rows; its setting (PEFA's λ) is chosen per
+    re-rank of 03 on other scores) on the split's dev and test rows, ``scores`` the first stage's top-m lists (D, I)
+    per setting (:func:`first_stage_scores`); its setting (PEFA's λ) is chosen per
     (budget, k) on the dev rows (:func:`xenbench.studies.protocol.choose_on_dev`), the test rows are read at it.
     With ``labels``, also the label records per budget (setting chosen on dev by nDCG@10,
     :func:`xenbench.studies.labels.choose_by_labels`)."""
@@ -254,16 +254,18 @@ def _rerank_runs(M: np.ndarray, split: Any, scores: Mapping[float, np.ndarray], 
     from xenbench.metrics import mean_se, recall_under_budget
 
     rows_of = {"dev": np.asarray(split.dev), "test": np.asarray(split.test)}
+    M_of = {part: M[rows] for part, rows in rows_of.items()}  # the exact scores of the rows, once per part
     out, lists = [], {}
-    for lam, sc in scores.items():
+    for lam, (D, I_first) in scores.items():
         for part, rows in rows_of.items():
-            order = topk_indices(sc[rows], max(budgets))
+            M_rows = M_of[part]
+            order = topk_of_lists(D[rows], I_first[rows], M.shape[1], max(budgets))
             for budget in budgets:
-                counter = BudgetCounter(M[rows], budget)
+                counter = BudgetCounter(M_rows, budget)
                 _, I = rerank_baseline(counter, order, budget)
                 lists[lam, part, budget] = I
                 for k in (k for k in k_values if k <= budget):
-                    r = recall_under_budget(M[rows], I, k, calls=counter.calls, budget=budget, per_query=True)
+                    r = recall_under_budget(M_rows, I, k, calls=counter.calls, budget=budget, per_query=True)
                     out.append({"split_seed": int(split.seed), "anchor_seed": 0, "part": part, "method": label,
                                 "budget": int(budget), "k": int(k), "setting": lam, "value": float(r.mean()),
                                 "value_se": mean_se(r)[1], "n_queries": int(r.size), "per_query": r, "rows": rows})
@@ -341,21 +343,23 @@ def _entry_runs(M: np.ndarray, split: Any, entry: Comparable, budgets: Sequence[
 
 def named_first_stages(setup: Setup, first_stages: Sequence[str], *, depth: int,
                        device: str | torch.device = "auto", first_stage_depth: int | None = None,
-                       seed: int = 0) -> dict[str, tuple[np.ndarray, float]]:
+                       seed: int = 0) -> dict[str, tuple[Lists, float]]:
     """First stages named by :func:`xenbench.models.retrievers.make_retriever` specs (``"tfidf"``, ``"bm25"``,
     ``"run:<path>"``; ``"de"``, always compared, is skipped), for the first-stage axis of notebook 07: fitted on the
-    whole corpus and read on the kept items (:func:`xenbench.studies.setup.first_stage_matrix`, with its
-    ``first_stage_depth`` and the seeded order of the items a first stage does not return).
+    whole corpus and read on the kept items (:func:`xenbench.studies.setup.first_stage_lists`: the top ``depth`` of
+    :func:`~xenbench.studies.setup.first_stage_matrix`'s rows, with its ``first_stage_depth`` and the seeded order of
+    the items a first stage does not return, a block of query rows at a time).
 
     Returns
     -------
     dict
-        Label (``"TF-IDF"``, ``"BM25"``, ``"run <name>"``) -> (scores of every query row on the kept items, shape
-        (n_queries, n_items), and the measured search seconds per query: scoring every item and its top ``depth``,
-        batched over all queries, the index built beforehand; 0 for a run file, whose search was done elsewhere).
+        Label (``"TF-IDF"``, ``"BM25"``, ``"run <name>"``) -> ((D, I): the top ``depth`` scores and kept-item columns
+        of every query row, each (n_queries, depth), best first; the measured search seconds per query: scoring every
+        item and its top ``depth``, in blocks of query rows, the index built beforehand; 0 for a run file, whose
+        search was done elsewhere).
     """
     from xenbench.models.retrievers import first_stage_label, run_path
-    from xenbench.studies.setup import first_stage_matrix, fitted_first_stage
+    from xenbench.studies.setup import first_stage_lists, fitted_first_stage
 
     out = {}
     for spec in first_stages:
@@ -363,11 +367,10 @@ def named_first_stages(setup: Setup, first_stages: Sequence[str], *, depth: int,
             continue
         fitted_first_stage(spec, setup.dataset.items, device=device)  # the offline index: not the search's time
         t0 = time.perf_counter()
-        scores = np.asarray(first_stage_matrix(setup, spec, device=device, depth=first_stage_depth, seed=seed),
-                            dtype=np.float64)
-        topk_indices(scores, min(depth, scores.shape[1]))
+        lists = first_stage_lists(setup, spec, min(depth, len(setup.items)), device=device, depth=first_stage_depth,
+                                  seed=seed)
         seconds = 0.0 if run_path(spec) is not None else (time.perf_counter() - t0) / len(setup.dataset.queries)
-        out[first_stage_label(spec)] = (scores, seconds)
+        out[first_stage_label(spec)] = (lists, seconds)
     return out
 
 
@@ -462,7 +465,7 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
                                                        "compare_protocol_runs")))
         graph_s = time.perf_counter() - t0
     M = setup.M
-    de = U @ V.T
+    de = U @ V.T  # the DE's exact scores: 03's methods rank their first round by them (released after the CE stage)
     seeds = [int(s) for s in anchor_seeds]
     budgets = sorted({int(b) for b in budgets})
     depth = min(max(budgets), M.shape[1])
@@ -498,6 +501,7 @@ def compare_protocol_runs(setup: Setup, splits: Sequence[Any], anchor_seeds: Seq
             label_parts.append(label_part)
         ce_runs.append(part)
     ce_stage = chosen_on_dev(pd.concat(ce_runs, ignore_index=True))
+    del de  # AXN computes its own; the first stages below read lists
     bar.update(1)
     axn = axn_protocol_runs(M, splits, V, U, seeds=seeds[:1], lambdas=axn_lambdas, budgets=budgets, k_values=k_values,
                             n_rounds=n_rounds, mf_items_per_query=mf_items_per_query, mf_epochs=mf_epochs, mf_lr=mf_lr,
@@ -576,12 +580,11 @@ def search_seconds(M: np.ndarray, split: Any, budgets: Sequence[int], *, V: np.n
     device = search_device(device, owner)
     test = np.asarray(split.test)
     M_test = M[test]
-    de = U @ V.T
-    order = topk_indices(de[test], min(max(budgets), M.shape[1]))
+    order = topk_indices(U[test] @ V.T, min(max(budgets), M.shape[1]))  # the DE's ranking of the test rows only
     state = SplitState(M[split.anchor], test, {"de_scores": order}, n_rounds, SPLIT_FRACTIONS, 1.0, seed,
                        SearchOptions(device=device))
     de_cost = embed_seconds + first_stage_seconds["DE"]
-    beta = prior_scale(M[split.anchor], de[split.anchor])
+    beta = prior_scale(M[split.anchor], U[split.anchor] @ V.T)
     out = []
     for budget in sorted({int(b) for b in budgets}):
         k = 1

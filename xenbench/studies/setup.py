@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,8 @@ from xenbench.sampling import Sample, sample_rows
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Setup", "ce_seconds_per_call", "corpus_digest", "de_embeddings", "first_stage_matrix", "fitted_first_stage",
-           "load_setup", "read_sample", "retriever_scores", "returned_counts"]
+__all__ = ["Setup", "ce_seconds_per_call", "corpus_digest", "de_embeddings", "first_stage_lists", "first_stage_matrix",
+           "fitted_first_stage", "load_setup", "read_sample", "retriever_scores", "returned_counts"]
 
 
 def ce_seconds_per_call(attrs: Mapping[str, Any]) -> float:
@@ -244,8 +244,43 @@ def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | t
     (:func:`returned_counts` gives them).
 
     Passed as ``de_scores`` it replaces the DE's ranking in the methods that start from one (DE re-rank, ANNCUR DE,
-    ADACUR DE+TopK, AXN DE's first round).
+    ADACUR DE+TopK, AXN DE's first round). :func:`first_stage_lists` gives the top k of these rows a block of query
+    rows at a time.
     """
+    blocks = list(_first_stage_blocks(setup, first_stage, device=device, depth=depth, seed=seed, report=report,
+                                      block_rows=len(setup.dataset.queries)))  # one block: the DE embeds all at once
+    return np.concatenate([scores for scores, _ in blocks]) if len(blocks) > 1 else blocks[0][0]
+
+
+def first_stage_lists(setup: Setup, first_stage: str, k: int, *, device: str | torch.device = "auto",
+                      depth: int | None = None, seed: int = 0, report: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of :func:`first_stage_matrix`'s rows, computed :data:`_DEPTH_ROWS` query rows at a time, so no
+    (n_queries, n_items) array is built: each row is the one :func:`first_stage_matrix` gives (its scores depend on
+    its query alone; the seeded order of the items not returned is drawn row by row in the same order).
+
+    Returns
+    -------
+    D : ndarray of shape (n_queries, k), float32
+        The scores, best first.
+    I : ndarray of shape (n_queries, k), int64
+        The kept items' columns, in :func:`xenbench.metrics.topk_indices`'s order (ties: lower column).
+    """
+    from xenbench.metrics import topk_indices
+
+    D, I = [], []
+    for scores, _ in _first_stage_blocks(setup, first_stage, device=device, depth=depth, seed=seed, report=report,
+                                         block_rows=_DEPTH_ROWS):
+        top = topk_indices(scores, k)
+        D.append(np.take_along_axis(scores, top, axis=1))
+        I.append(top)
+    return np.concatenate(D), np.concatenate(I)
+
+
+def _first_stage_blocks(setup: Setup, first_stage: str, *, device: str | torch.device, depth: int | None, seed: int,
+                        report: bool, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`first_stage_matrix`'s rows ``block_rows`` query rows at a time, in order: (scores with the items not
+    returned filled in, float32; which items the first stage returned), each (rows, n_items); after the last block,
+    the report and ``setup.returned``."""
     from xenbench.metrics import topk_indices
     from xenbench.models.first_stages import run_path
 
@@ -256,23 +291,28 @@ def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | t
         fitted, read = fitted_first_stage("de", [corpus[i] for i in cols], device=device), None
     else:
         fitted, read = fitted_first_stage(first_stage, corpus, device=device), cols
-    scores = np.asarray(fitted.scores(queries, read), dtype=np.float32)
-    returned = np.isfinite(scores)
-    if depth is not None and depth < len(corpus):
-        where = np.full(len(corpus), -1, dtype=np.int64)
-        where[cols] = np.arange(cols.size)
-        for start in range(0, len(queries), _DEPTH_ROWS):  # (rows x corpus) at a time, never every query at once
-            block = np.asarray(fitted.scores(queries[start:start + _DEPTH_ROWS]), dtype=np.float32)
-            top = topk_indices(block, depth)
-            top = np.where(np.isfinite(np.take_along_axis(block, top, axis=1)), top, -1)
-            kept = np.zeros((block.shape[0], cols.size), dtype=bool)
-            r, c = np.nonzero(top >= 0)
-            hit = where[top[r, c]] >= 0
-            kept[r[hit], where[top[r, c]][hit]] = True
-            returned[start:start + block.shape[0]] &= kept
-    scores = _fill_unreturned(scores, returned, seed)
+    where = np.full(len(corpus), -1, dtype=np.int64)
+    where[cols] = np.arange(cols.size)
+    rng = np.random.default_rng([int(seed), 11])  # one stream over every row, whatever the blocks
+    counts = []
+    for first in range(0, len(queries), max(1, int(block_rows))):
+        rows = queries[first:first + block_rows]
+        scores = np.asarray(fitted.scores(rows, read), dtype=np.float32)
+        returned = np.isfinite(scores)
+        if depth is not None and depth < len(corpus):
+            for start in range(0, len(rows), _DEPTH_ROWS):  # (rows x corpus) at a time, never every query at once
+                block = np.asarray(fitted.scores(rows[start:start + _DEPTH_ROWS]), dtype=np.float32)
+                top = topk_indices(block, depth)
+                top = np.where(np.isfinite(np.take_along_axis(block, top, axis=1)), top, -1)
+                kept = np.zeros((block.shape[0], cols.size), dtype=bool)
+                r, c = np.nonzero(top >= 0)
+                hit = where[top[r, c]] >= 0
+                kept[r[hit], where[top[r, c]][hit]] = True
+                returned[start:start + block.shape[0]] &= kept
+        counts.append(returned.sum(axis=1))
+        yield _fill_unreturned(scores, returned, rng), returned
+    counts = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
     if report:
-        counts = returned.sum(axis=1)
         short = int((counts < cols.size).sum())
         if short:
             what = (f"its top {depth} over the corpus of {len(corpus):,} items" if depth is not None
@@ -281,20 +321,18 @@ def first_stage_matrix(setup: Setup, first_stage: str = "de", *, device: str | t
                         "%d); the rest follow in a seeded random order (seed %d)", first_stage, short, len(queries),
                         cols.size, what, int(np.median(counts)), int(counts.min()), seed)
     if isinstance(getattr(setup, "returned", None), dict):
-        setup.returned[first_stage] = returned.sum(axis=1)
-    return scores
+        setup.returned[first_stage] = counts
 
 
 #: Query rows per block when a first stage's top ``depth`` over the corpus is found (a block x corpus float32 array).
 _DEPTH_ROWS = 256
 
 
-def _fill_unreturned(scores: np.ndarray, returned: np.ndarray, seed: int) -> np.ndarray:
+def _fill_unreturned(scores: np.ndarray, returned: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``scores`` with every item a first stage did not return placed below its returned ones, in a seeded random
-    order per query: strictly decreasing from (the row's lowest returned score - 1), so the one top-k tie rule
-    cannot fall back to column order."""
+    order per query (``rng``, drawn row by row): strictly decreasing from (the row's lowest returned score - 1), so the
+    one top-k tie rule cannot fall back to column order."""
     out = scores.copy()
-    rng = np.random.default_rng([int(seed), 11])
     for row in np.flatnonzero(~returned.all(axis=1)):
         miss = np.flatnonzero(~returned[row])
         floor = float(out[row, returned[row]].min()) - 1.0 if returned[row].any() else 0.0
