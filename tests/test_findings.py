@@ -319,3 +319,30 @@ def test_verdict_rule_needs_the_interval_across_runs_as_well():
     seeds = {"AXN DE, tuned λ": 1, "DE re-rank": 1}
     text = findings.lines("04_axn_lambda", _axn_results([1e-9], seeds, {"AXN DE, tuned λ": [0.10, 0.08, -0.06]}))
     assert "is level with DE re-rank in all 1" in text[2] and "beats" not in text[2].split(":", 1)[1]
+
+
+def test_outside_methods_stand_against_each_seed_rival_across_query_splits():
+    """07's line for a method from outside the seeds (GAR, yours): per budget, its mean and its difference from each
+    DE-started rival, the runs of one split averaged first, a t interval across the splits (by hand with scipy), and
+    the wall times; the label currency alike."""
+    from scipy import stats
+
+    from xenbench.studies.findings.compare import outside_lines
+
+    gar = {0: [0.40, 0.42], 1: [0.50, 0.50], 2: [0.45, 0.47]}  # split -> its anchor seeds' runs
+    ada = {0: [0.60], 1: [0.65], 2: [0.70]}
+    runs = [{"split_seed": s, "anchor_seed": a, "method": m, "budget": 50, "k": 10, "value": v}
+            for m, table in (("GAR DE", gar), ("ADACUR DE+TopK No-Split", ada)) for s, vals in table.items()
+            for a, v in enumerate(vals)]
+    summary = [{"method": m, "budget": 50, "k": 10, "wall_ms": w} for m, w in (("GAR DE", 600.0),
+                                                                               ("ADACUR DE+TopK No-Split", 500.0))]
+    results = {"protocol": {"extra_methods": [{"label": "GAR DE"}]}, "runs": runs, "summary": summary}
+    (line,) = outside_lines(results)
+    d = np.array([np.mean(gar[s]) - np.mean(ada[s]) for s in range(3)])
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+    mean_gar = np.mean([v for vals in gar.values() for v in vals])
+    assert f"B_CE = 50, k = 10: {mean_gar:.3f} (600 ms per query)" in line
+    assert (f"vs ADACUR DE+TopK No-Split {100 * d.mean():+.1f} [{100 * (d.mean() - half):+.1f}, "
+            f"{100 * (d.mean() + half):+.1f}] (500 ms)") in line
+    assert "across 3 query splits" in line and "AXN" not in line  # a rival without runs is left out
+    assert outside_lines({"protocol": {}, "runs": runs, "summary": summary}) == []  # no method from outside

@@ -94,20 +94,55 @@ def findings(results: Mapping[str, Any]) -> list[str]:
     if "pareto_wall" in summary:
         out += [front_line(summary, int(k)) for k in sorted(summary["k"].unique())]
     out += second_currency_lines(results)
+    out += outside_lines(results)
     return out
 
 
-def second_currency_lines(results: Mapping[str, Any]) -> list[str]:
-    """The second currency (results saved since 07 scored the ranked lists against the labels; none before): the best
-    method per budget on nDCG@10 and the Pareto front of nDCG@10 on wall time."""
-    best = pd.DataFrame(results.get("label_best") or [])
-    summary = pd.DataFrame(results.get("label_summary") or [])
-    if best.empty or summary.empty:
-        return []
-    choice = (results.get("protocol") or {}).get("label_choice", "nDCG@10")
-    out = [f"Second currency, against the relevance labels (ir-measures; every setting and the best method chosen on "
-           f"dev by {choice}):"]
-    out += [best_line(row) for row in best.to_dict("records")]
-    if "pareto_wall" in summary:
-        out.append(front_line(summary, choice, cell="measure"))
+#: The seeds' strongest method of each family, each started from the DE as the outside methods are.
+SEED_RIVALS = ("ADACUR DE+TopK No-Split", "AXN DE", "ANNCUR DE")
+
+
+def outside_lines(results: Mapping[str, Any], rivals: Sequence[str] = SEED_RIVALS) -> list[str]:
+    """Where each method from outside the seeds (``protocol["extra_methods"]``: GAR, yours) stands against the seeds'
+    DE-started ADACUR, AXN and ANNCUR, per budget, in both currencies: its mean test value minus each rival's across
+    the query splits (:func:`xenbench.studies.stats.unit_comparison`: anchor seeds averaged inside a split first;
+    95% t interval), with wall time per query beside. Recall at k = 10 (or the largest k a budget has); the label
+    choice (nDCG@10) against the labels."""
+    from xenbench.studies.stats import unit_comparison
+
+    proto = results.get("protocol") or {}
+    extra = [e["label"] for e in proto.get("extra_methods") or []]
+    out = []
+    for name in extra:
+        for runs_key, cell_col, summary_key in (("runs", "k", "summary"), ("label_runs", "measure", "label_summary")):
+            runs = pd.DataFrame(results.get(runs_key) or [])
+            summary = pd.DataFrame(results.get(summary_key) or [])
+            if runs.empty or summary.empty or name not in set(runs["method"]):
+                continue
+            if cell_col == "k":
+                runs = runs[runs["k"] == runs["budget"].map(
+                    lambda b: 10 if 10 in set(runs.loc[runs["budget"] == b, "k"]) else runs.loc[runs["budget"] == b, "k"].max())]
+            else:
+                runs = runs[runs["measure"] == proto.get("label_choice", "nDCG@10")]
+            cells = []
+            for (budget, cell), g in runs.groupby(["budget", cell_col], sort=True):
+                wall = summary[(summary["budget"] == budget) & (summary[cell_col] == cell)].set_index("method")["wall_ms"]
+                own = g[g["method"] == name]
+                vs = []
+                for rival in rivals:
+                    other = g[g["method"] == rival]
+                    if other.empty:
+                        continue
+                    r = unit_comparison(own, other, unit="split_seed", value="value")
+                    vs.append(f"vs {rival} {points(r['mean'])} [{points(r['lo'])}, {points(r['hi'])}] "
+                              f"({wall.get(rival, float('nan')):,.0f} ms)")
+                where = f"k = {int(cell)}" if cell_col == "k" else str(cell)
+                cells.append(f"B_CE = {int(budget)}, {where}: {own['value'].mean():.3f} "
+                             f"({wall.get(name, float('nan')):,.0f} ms per query); " + "; ".join(vs))
+            if cells:
+                n_units = runs["split_seed"].nunique()
+                currency = "test recall" if cell_col == "k" else "against the labels"
+                out.append(f"**{name}** (from outside the seeds), {currency}: its difference in points from each of the "
+                           f"seeds' DE-started methods [95% interval across {n_units} query splits], wall time per "
+                           f"query beside: " + " | ".join(cells) + ".")
     return out
