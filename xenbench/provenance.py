@@ -8,7 +8,13 @@ Every results file written by :func:`xenbench.harness.save_results` carries a ``
      "packages": {"numpy": "2.3.1", "torch": "2.13.0", ...},
      "python": "3.12.3",
      "machine": {"device": "cpu", "gpu": null, "cpu": "AMD EPYC ...", "cores": 2, "torch_threads": 2},
-     "inputs": [{"kind": "score store", "path": "data/scores/noun.cognition/cls-ce", "sha256": "..."}, ...]}
+     "inputs": [{"kind": "score store", "path": "data/scores/noun.cognition/cls-ce", "sha256": "..."}, ...],
+     "code": {"xenbench/studies/compare.py": "<git blob id>", ...}}    # every xenbench module the run imported
+
+``code`` (:func:`code_digests`) names the package's modules the run had imported, each by its git blob id (what
+``git hash-object`` gives), so a results file says which code it ran, and :func:`check_code` finds, for each module,
+whether it differed from the recorded commit (a run from altered code under a clean-looking provenance) and whether
+it changed since (which results a code change may move: re-run those, or let their witnesses recompute them).
 
 Inputs are recorded explicitly: each loader of the data layer and the models layer reports what it opened
 (:func:`record_input`: score stores opened read-only, dataset folders and files, CE and DE model folders) to
@@ -53,7 +59,7 @@ from xenbench import __version__
 from xenbench._io import REPO_ROOT
 from xenbench.integrity import CHECKSUMS_NAME, file_sha256
 
-__all__ = ["PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "record_caveat",
+__all__ = ["code_digests", "check_code", "git_blob_id", "PACKAGES", "MODEL_DIGEST", "record_input", "recorded_inputs", "clear_inputs", "record_caveat",
            "recorded_caveats", "clear_caveats", "content_sha256", "model_sha256", "hub_snapshot", "describe_input",
            "locate_input", "InputCheck", "check_inputs", "commit_known", "git_state",
            "run_git_state", "environment", "collect", "refusal", "summary", "RESULTS_DIGEST", "results_digest",
@@ -488,13 +494,58 @@ def run_git_state(root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, Any]:
     return {"commit": first["commit"], "dirty": True}
 
 
+def git_blob_id(data: bytes) -> str:
+    """Git's object id of a file's bytes (``git hash-object``): SHA-1 over ``b"blob <size>\\0"`` and the bytes."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def code_digests(root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, str]:
+    """``{path relative to root: git blob id}`` of every module of the ``xenbench`` package this process has imported
+    (``sys.modules``), read from disk now: the code a run used, when it ran from a checkout (empty otherwise)."""
+    package = Path(__file__).resolve().parent
+    root = Path(root).resolve()
+    out = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file or not file.endswith(".py"):
+            continue
+        path = Path(file).resolve()
+        if package in path.parents and root in path.parents and path.is_file():
+            out[path.relative_to(root).as_posix()] = git_blob_id(path.read_bytes())
+    return dict(sorted(out.items()))
+
+
+def check_code(doc: Mapping[str, Any], root: str | os.PathLike[str] = REPO_ROOT) -> tuple[list[str], list[str]]:
+    """``(unlike_commit, changed_since)`` of a results document's recorded ``code`` (:func:`code_digests`): the
+    modules whose recorded blob differs from the file at the run's recorded commit (the run did not run that commit's
+    code), and those whose file in the checkout differs from the recorded blob (changed since the run). Both empty
+    for a file without ``code`` (written before it was recorded) or where git cannot answer."""
+    prov = doc.get("provenance") or {}
+    code = prov.get("code") or {}
+    commit = (prov.get("git") or {}).get("commit")
+    root = Path(root)
+    unlike, changed = [], []
+    listing = _git(root, "ls-tree", "-r", str(commit), "--", "xenbench") if code and commit else None
+    at_commit = {}
+    for line in (listing or "").splitlines():
+        meta, _, path = line.partition("\t")
+        at_commit[path] = meta.split()[-1]
+    for path, blob in code.items():
+        if listing is not None and at_commit.get(path) != blob:
+            unlike.append(path)
+        here = root / path
+        if not here.is_file() or git_blob_id(here.read_bytes()) != blob:
+            changed.append(path)
+    return unlike, changed
+
+
 def collect(params: Mapping[str, Any] | None = None, *, root: str | os.PathLike[str] = REPO_ROOT) -> dict[str, Any]:
     """The ``provenance`` object of a run (see the module docstring): git state of ``root`` over the run
-    (:func:`run_git_state`), :func:`environment`, ``params`` and the digest of every recorded input
-    (:func:`record_input`)."""
+    (:func:`run_git_state`), :func:`environment`, ``params``, the digest of every recorded input
+    (:func:`record_input`) and of every xenbench module imported (:func:`code_digests`)."""
     inputs = [describe_input(kind, path) for kind, path in recorded_inputs()]
     return {"git": run_git_state(root), **environment(), "params": dict(params) if params is not None else None,
-            "inputs": inputs}
+            "inputs": inputs, "code": code_digests(root)}
 
 
 def refusal(doc: Mapping[str, Any]) -> str | None:
@@ -550,8 +601,11 @@ def results_digest(doc: Mapping[str, Any]) -> dict[str, Any]:
     :func:`check_results_digest` compares it with the document: an edited table (a raw record, a summary) or a commit
     swapped between two files is named. It binds, it does not seal: whoever edits a table and recomputes this digest
     passes it; what catches that is a witness recomputing the table from the stores."""
-    commit = ((doc.get("provenance") or {}).get("git") or {}).get("commit")
+    prov = doc.get("provenance") or {}
+    commit = (prov.get("git") or {}).get("commit")
     head = {"notebook": doc.get("notebook"), "profile": doc.get("profile"), "commit": commit}
+    if prov.get("code"):  # the code it ran is bound too (files written before it was recorded have none)
+        head["code"] = prov["code"]
     return {"commit": commit, "tables": {name: _canonical_sha256({**head, "table": name, "value": value})
                                          for name, value in (doc.get("results") or {}).items()}}
 

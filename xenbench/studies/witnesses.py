@@ -223,6 +223,17 @@ def input_witnesses(doc: Mapping[str, Any], *, cache: dict | None = None,
                            profile=profile))
     for what, recorded, today in provenance.check_results_digest(doc):  # an edited table, a swapped commit
         out.append(Witness(name, what, recorded, today, source="inputs", profile=profile))
+    if (doc.get("provenance") or {}).get("code") and commit is not None:
+        unlike, changed = provenance.check_code(doc)
+        # the modules it ran must be those of its commit; those changed since are what may move its numbers
+        out.append(Witness(name, "code the run imported (git blob ids) against its commit",
+                           f"as at {str(commit)[:12]}", f"as at {str(commit)[:12]}" if not unlike else
+                           "differs in " + ", ".join(unlike[:5]) + (" ..." if len(unlike) > 5 else ""),
+                           source="inputs", profile=profile))
+        if changed and log is not None:
+            log(f"{name} ({profile}): {len(changed)} of the {len(doc['provenance']['code'])} modules it ran changed "
+                f"since (its witnesses recompute with today's): " + ", ".join(changed[:8])
+                + (" ..." if len(changed) > 8 else ""))
     for c in provenance.check_inputs(doc, cache=cache):
         if c.note and log is not None:
             log(f"{name} ({profile}): input {c.kind} {c.path}: {c.note}")
