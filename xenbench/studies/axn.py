@@ -370,10 +370,11 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
             """The run's test rows at the chosen λ per (budget, k), and at λ = 0; with labels, every measure at the λ
             chosen on dev by nDCG@10 (AXN's random first round: chosen on the first seed's dev lists, as λ)."""
             chosen, dev_lists = tuned
-            prior, engines = _LazyPrior(u_m[test]), {}  # per budget, one engine for every λ (as in the sweep)
+            prior, engines = _LazyPrior(u_m[test]), {}  # one engine for every λ of a budget (as in the sweep)
 
             def run_at(budget, lam):
                 if budget not in engines:
+                    engines.clear()  # one budget's index at a time (two float64 copies of V each)
                     engines[budget] = Axn(budget, n_rounds=min(n_rounds, budget), seed=run_seed(int(split.seed), seed),
                                           options=options).fit(V_m)
                 return _run_at(engines[budget], float(lam), M_test, prior, None if cand is None else cand[test], test)
