@@ -481,6 +481,7 @@ def test_exact_topk_recalls_equal_recall_under_budget():
         np.testing.assert_array_equal(got[k], recall_under_budget(M, S, k, calls=calls, budget=25, per_query=True))
     assert got[25][1] == 1.0 and got[25][0] == 0.0
     assert set(exact.recalls(S[:, :10], calls - 15, 10, (1, 3, 10, 25))) == {1, 3, 10}  # k above the budget: skipped
+    assert set(_ExactTopK(M, (1, 60)).recalls(S, calls, 25, (1, 60))) == {1}  # k > n_items > B_CE: skipped, no error
     with pytest.raises(BudgetExceededError, match="query 4 spent 26 CE calls"):
         exact.recalls(S, np.where(np.arange(30) == 4, 26, 25), 25, (1,))
 

@@ -54,7 +54,8 @@ class _ExactTopK:
     def __init__(self, M_rows: np.ndarray, k_values: Sequence[int]) -> None:
         M_rows = np.asarray(M_rows)
         self.n_items = M_rows.shape[1]
-        k_max = max((int(k) for k in k_values), default=0)
+        # a k above n_items is above every budget too (B_CE <= n_items), so never read: as before, no error for it
+        k_max = min(max((int(k) for k in k_values), default=0), self.n_items)
         self.T = topk_indices(M_rows, k_max) if k_max else np.zeros((M_rows.shape[0], 0), np.int64)
 
     def recalls(self, retrieved: np.ndarray, calls: np.ndarray, budget: int,
