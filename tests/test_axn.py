@@ -426,3 +426,76 @@ def test_cuda_gives_the_cpu_anchors_and_recall(devices, factors):
         assert len(a_mf) == len(b_mf) > 0
         value = "value" if name == "protocol_runs" else "recall"
         assert np.abs(a_mf[value].to_numpy() - b_mf[value].to_numpy()).mean() <= 0.05
+
+
+# ----------------------------------------------------------------------------------------------
+# corpus scale: the λ sweep does λ-independent work once; the results are the per-(λ, B_CE) runs'
+# ----------------------------------------------------------------------------------------------
+def _naive_sweep(M, V, u_param, lambdas, budgets, k_values, *, n_rounds, candidates=None, seed=0, query_ids=None):
+    """The sweep as it was written before: a fitted Axn and Axn.run per (λ, B_CE), recall_under_budget per k."""
+    from xenbench.metrics import recall_under_budget
+
+    out = []
+    for budget in budgets:
+        for lam in lambdas:
+            res = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed).fit(V).run(
+                M, u_param=u_param if lam > 0 else None, candidates=candidates, query_ids=query_ids)
+            out.append((budget, lam, res.I, {k: recall_under_budget(M, res.I, k, calls=res.calls, budget=budget,
+                                                                    per_query=True) for k in k_values if k <= budget}))
+    return out
+
+
+@pytest.mark.parametrize("first_round", ["random", "retriever"])
+def test_lambda_sweep_equals_one_axn_run_per_lambda_and_budget(factors, first_round):
+    V, U, U_param = factors
+    rng = np.random.default_rng(3)
+    # float32 scores rounded to 2 decimals: many ties, so the exact top-k's tie rule is exercised
+    M = np.round(U @ V.T + 0.5 * rng.standard_normal((len(U), N_ITEMS)), 2).astype(np.float32)
+    cand = np.argsort(-(U_param @ V.T), axis=1, kind="stable") if first_round == "retriever" else None
+    qids = np.arange(100, 100 + len(U))
+    lambdas, budgets, ks = [0.0, 0.3, 1.0], [10, 24], (1, 5, 20)
+    sweep, per = axn_lambda_sweep(M, V, U_param, lambdas, budgets, ks, n_rounds=3, candidates=cand, seed=4,
+                                  query_ids=qids, per_query=True, ranked=True)
+    naive = _naive_sweep(M, V, U_param, lambdas, budgets, ks, n_rounds=3, candidates=cand, seed=4, query_ids=qids)
+    assert len(sweep) == sum(len(r) for *_, r in naive)
+    for budget, lam, I, recalls in naive:
+        at = sweep[(sweep["budget"] == budget) & (sweep["lam"] == lam)]
+        for _, row in at.iterrows():
+            np.testing.assert_array_equal(row["ranked"], I)  # the same searches, not just the same recalls
+            assert row["recall"] == recalls[row["k"]].mean()
+        for k, r in recalls.items():
+            got = per[(per["budget"] == budget) & (per["lam"] == lam) & (per["k"] == k)]
+            np.testing.assert_array_equal(got["recall"].to_numpy(), r)
+            np.testing.assert_array_equal(got["query"].to_numpy(), qids)
+
+
+def test_exact_topk_recalls_equal_recall_under_budget():
+    from xenbench.errors import BudgetExceededError
+    from xenbench.metrics import recall_under_budget
+    from xenbench.studies.axn import _ExactTopK
+
+    rng = np.random.default_rng(7)
+    M = rng.integers(0, 6, size=(30, 50)).astype(np.float32)  # heavy ties at every k
+    S = rng.integers(-1, 50, size=(30, 25))  # -1 padding and duplicate items
+    S[0] = -1  # a row that retrieved nothing
+    S[1, :] = np.argsort(-M[1], kind="stable")[:25]  # a row with the exact top-25
+    exact = _ExactTopK(M, (1, 3, 10, 25))
+    calls = np.full(30, 25)
+    got = exact.recalls(S, calls, 25, (1, 3, 10, 25))
+    for k in (1, 3, 10, 25):
+        np.testing.assert_array_equal(got[k], recall_under_budget(M, S, k, calls=calls, budget=25, per_query=True))
+    assert got[25][1] == 1.0 and got[25][0] == 0.0
+    assert set(exact.recalls(S[:, :10], calls - 15, 10, (1, 3, 10, 25))) == {1, 3, 10}  # k above the budget: skipped
+    assert set(_ExactTopK(M, (1, 60)).recalls(S, calls, 25, (1, 60))) == {1}  # k > n_items > B_CE: skipped, no error
+    with pytest.raises(BudgetExceededError, match="query 4 spent 26 CE calls"):
+        exact.recalls(S, np.where(np.arange(30) == 4, 26, 25), 25, (1,))
+
+
+def test_prior_scores_are_u_param_times_v_transposed(factors):
+    from xenbench.methods.axn import prior_scores
+
+    V, _, U_param = factors
+    np.testing.assert_array_equal(prior_scores(V, U_param), U_param @ V.T)
+    with pytest.raises(ParameterError, match=r"The 'u_param' parameter of prior_scores must be a finite float array "
+                                             r"of shape \(nq, 6\)"):
+        prior_scores(V, U_param[:, :3])

@@ -34,7 +34,7 @@ from xenbench.errors import NotFittedError, ParameterError  # noqa: F401  (NotFi
 from xenbench.methods.adacur import AdaCur, AdaCurResult, SearchOptions, TopK
 from xenbench.metrics import BudgetCounter
 
-__all__ = ["Axn", "prior_scale"]
+__all__ = ["Axn", "prior_scale", "prior_scores"]
 
 
 class Axn:
@@ -102,7 +102,7 @@ class Axn:
         if not isinstance(options, SearchOptions):
             raise ParameterError("options", "None or a SearchOptions", type(options).__name__, owner)
         self.device_ = search_device("auto" if options.device is None else options.device, owner)
-        self.V_ = V.astype(np.float64)
+        self.V_ = V.astype(np.float64, copy=False)  # no copy of a float64 V (10^5 items x d: 0.3 GB per fit)
         # Fitted on Vᵀ in V's own dtype: the engine computes in float64 but takes its pinv cut-off
         # from the precision V was stored in (xenbench.methods.cur.pinv_rtol).
         self.engine_ = AdaCur(self.budget, n_rounds=self.n_rounds, sampler=TopK(), first_round="random",
@@ -169,7 +169,31 @@ class Axn:
         if u.shape != (nq, d) or not np.issubdtype(u.dtype, np.floating) or not np.isfinite(u).all():
             raise ParameterError("u_param", f"a finite float array of shape ({nq}, {d})",
                                  f"{u.dtype} array of shape {u.shape}", owner)
-        return u.astype(np.float64) @ self.V_.T  # u_paramᵀ Vᵀ: Eq. 7 in score space
+        return prior_scores(self.V_, u)
+
+
+def prior_scores(V: np.ndarray, u_param: np.ndarray) -> np.ndarray:
+    """ŝ_prior = u_paramᵀ Vᵀ, Eq. 7 in score space: what :meth:`Axn.run` mixes into ŝ with weight λ.
+
+    Eq. 7 is linear, so mixing the embeddings mixes their scores; the product depends on neither λ nor B_CE, so a
+    sweep over them computes it once per query set (:func:`xenbench.studies.axn.axn_lambda_sweep`).
+
+    Parameters
+    ----------
+    V : ndarray of shape (n_items, d)
+        Item embeddings (:attr:`Axn.V_`).
+    u_param : ndarray of shape (nq, d)
+        Parametric query embeddings on the CE's scale (:func:`prior_scale`).
+
+    Returns
+    -------
+    ndarray of shape (nq, n_items), float64
+    """
+    u, V = np.asarray(u_param), np.asarray(V)
+    if u.ndim != 2 or u.shape[1] != V.shape[1] or not np.issubdtype(u.dtype, np.floating) or not np.isfinite(u).all():
+        raise ParameterError("u_param", f"a finite float array of shape (nq, {V.shape[1]})",
+                             f"{u.dtype} array of shape {u.shape}", "prior_scores")
+    return u.astype(np.float64) @ V.astype(np.float64, copy=False).T
 
 
 def prior_scale(ce_scores: np.ndarray, prior_scores: np.ndarray) -> float:

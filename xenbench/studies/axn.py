@@ -20,17 +20,64 @@ import pandas as pd
 import torch
 
 from xenbench._device import search_device
-from xenbench.errors import ParameterError
+from xenbench._validation import check_float
+from xenbench.errors import BudgetExceededError, ParameterError
 from xenbench.methods.adacur import SearchOptions
-from xenbench.methods.axn import Axn, prior_scale
+from xenbench.methods.axn import Axn, prior_scale, prior_scores
 from xenbench.methods.trace import RoundTrace, trace_from_result
-from xenbench.metrics import LABEL_MEASURES, mean_se, recall_under_budget
+from xenbench.metrics import LABEL_MEASURES, mean_se, topk_indices
 from xenbench.studies.labels import LABEL_COLUMNS, choose_by_labels
 from xenbench.studies.methods import REGISTRY, SPLIT_FRACTIONS, SplitState
 from xenbench.studies.records import as_comparison
 
 __all__ = ["AXN_LABEL_MEASURES", "AXN_PAIRS", "SANITY_CHECKS", "axn_lambda_sweep", "axn_paired_comparisons", "axn_protocol_runs",
            "axn_protocol_summary", "axn_round_trace"]
+
+
+# ==============================================================================================
+# the work of a λ sweep that depends on neither λ nor B_CE, done once per query set
+# ==============================================================================================
+class _ExactTopK:
+    """The exact top-max(k) items of a set of query rows (the tie rule of :func:`xenbench.metrics.topk_indices`),
+    found once: every run on those rows reads its Top-k-Recall from them, instead of partitioning the rows × items
+    matrix again for each (λ, B_CE, k) as :func:`xenbench.metrics.recall_under_budget` would (at 10^5 items that was a
+    (nq, n_items) partition and two (nq, n_items) masks per call). The values equal it: the exact top-k is the first
+    k of the top-max(k) in the one total order (score descending, index ascending), and a recall is |T ∩ S| / k.
+
+    Parameters
+    ----------
+    M_rows : ndarray of shape (nq, n_items)
+        Exact CE scores of the rows.
+    k_values : sequence of int
+        The k of Top-k-Recall.
+    """
+
+    def __init__(self, M_rows: np.ndarray, k_values: Sequence[int]) -> None:
+        M_rows = np.asarray(M_rows)
+        self.n_items = M_rows.shape[1]
+        # a k above n_items is above every budget too (B_CE <= n_items), so never read: as before, no error for it
+        k_max = min(max((int(k) for k in k_values), default=0), self.n_items)
+        self.T = topk_indices(M_rows, k_max) if k_max else np.zeros((M_rows.shape[0], 0), np.int64)
+
+    def recalls(self, retrieved: np.ndarray, calls: np.ndarray, budget: int,
+                k_values: Sequence[int]) -> dict[int, np.ndarray]:
+        """Per-query Top-k-Recall of ``retrieved`` (int (nq, m), -1 = padding) for every k <= ``budget``, after the
+        budget check of :func:`xenbench.metrics.recall_under_budget` (``calls`` per query)."""
+        calls = np.asarray(calls)
+        if calls.max(initial=0) > budget:
+            q = int(np.argmax(calls))
+            raise BudgetExceededError(f"query {q} spent {int(calls[q])} CE calls, more than the budget "
+                                      f"B_CE={budget}; compare methods at equal budget only")
+        S = np.asarray(retrieved, dtype=np.int64)
+        # One flat key per (row, item): membership of T's items in S row by row, without (nq, n_items) masks;
+        # -1 padding becomes -1, which no item of T matches, and a duplicate in S counts once (T's items are distinct).
+        offset = np.arange(S.shape[0], dtype=np.int64)[:, None] * self.n_items
+        S_keys = np.where(S >= 0, S + offset, -1)
+        out = {}
+        for k in (int(k) for k in k_values if k <= budget):
+            found = np.isin(self.T[:, :k] + offset, S_keys).sum(axis=1)
+            out[k] = found / k
+        return out
 
 
 # ==============================================================================================
@@ -83,15 +130,23 @@ def axn_lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lam
         (its standard error) and ``n_test_queries`` (and ``ranked``). With ``per_query=True``, a tuple of it and a
         frame with columns ``method``, ``lam``, ``budget``, ``k``, ``query``, ``recall``.
     """
-    options = SearchOptions(device=search_device(device, "axn_lambda_sweep"))
+    owner = "axn_lambda_sweep"
+    options = SearchOptions(device=search_device(device, owner))
+    lambdas = [check_float(lam, "lambdas", 0, 1, owner) for lam in lambdas]
+    M_test = np.asarray(M_test)
     rows, per_rows = [], []
-    qids = np.arange(np.asarray(M_test).shape[0]) if query_ids is None else np.asarray(query_ids)
+    qids = np.arange(M_test.shape[0]) if query_ids is None else np.asarray(query_ids)
+    exact = _ExactTopK(M_test, k_values)  # once, not per (λ, B_CE, k)
+    prior = _LazyPrior(u_param)  # u_paramᵀ Vᵀ once, not per (λ, B_CE)
     for budget in budgets:
+        # one engine per B_CE runs every λ: λ is only the prior's weight in ŝ (Eq. 7 in score space), so the index of
+        # V is built once per budget instead of once per (λ, B_CE)
+        axn = Axn(budget, n_rounds=min(n_rounds, budget), seed=seed, options=options).fit(V)
         for lam in lambdas:
-            axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=seed, options=options).fit(V)
-            result = axn.run(M_test, u_param=u_param if lam > 0 else None, candidates=candidates, query_ids=query_ids)
+            result = _run_at(axn, lam, M_test, prior, candidates, query_ids)
+            per_k = exact.recalls(result.I, result.calls, budget, k_values)
             for k in (k for k in k_values if k <= budget):
-                r = recall_under_budget(M_test, result.I, k, calls=result.calls, budget=budget, per_query=True)
+                r = per_k[k]
                 recall, se = mean_se(r)
                 rows.append({"method": method, "lam": float(lam), "budget": int(budget), "k": int(k), "recall": recall,
                              "recall_se": se, "n_test_queries": int(r.size)} | ({"ranked": result.I} if ranked else {}))
@@ -103,6 +158,33 @@ def axn_lambda_sweep(M_test: np.ndarray, V: np.ndarray, u_param: np.ndarray, lam
         return summary, (pd.concat(per_rows, ignore_index=True) if per_rows else pd.DataFrame(
             columns=["method", "lam", "budget", "k", "query", "recall"]))
     return summary
+
+
+class _LazyPrior:
+    """ŝ_prior = u_paramᵀ Vᵀ of one query set (:func:`xenbench.methods.axn.prior_scores`), computed on the first run
+    with λ > 0 and reused by every later one (every B_CE and λ of the same V and rows)."""
+
+    def __init__(self, u_param: np.ndarray | None) -> None:
+        self.u_param, self.scores = u_param, None
+
+    def __call__(self, axn: Axn, n_queries: int) -> np.ndarray:
+        if self.scores is None:
+            d = axn.V_.shape[1]
+            u = None if self.u_param is None else np.asarray(self.u_param)
+            if u is None or u.shape != (n_queries, d):  # as Axn.run: a u_param of the rows' shape when λ > 0
+                raise ParameterError("u_param", f"an array of shape ({n_queries}, {d}) since a λ > 0 is run",
+                                     None if u is None else f"{u.dtype} array of shape {u.shape}", "axn_lambda_sweep")
+            self.scores = prior_scores(axn.V_, u)
+        return self.scores
+
+
+def _run_at(axn: Axn, lam: float, M_rows: np.ndarray, prior: _LazyPrior, candidates: np.ndarray | None,
+            query_ids: np.ndarray | None):
+    """:meth:`Axn.run` of the fitted ``axn`` at weight λ = ``lam``, ŝ_prior from ``prior``: the same search (Axn.run
+    hands λ and ŝ_prior to its engine, :class:`xenbench.methods.adacur.AdaCur`, exactly so), without recomputing
+    what does not depend on λ."""
+    return axn.engine_.run(M_rows, candidates=candidates, prior_scores=prior(axn, M_rows.shape[0]) if lam > 0 else None,
+                           prior_weight=lam, query_ids=query_ids)
 
 
 def axn_round_trace(M: np.ndarray, V: np.ndarray, query_row: int, *, budget: int, n_rounds: int = 5, lam: float = 0.0,
@@ -153,12 +235,6 @@ AXN_LABEL_MEASURES: tuple[str, ...] = ("Success@1", "nDCG@10")
 #: chosen from on dev, so tuned AXN is expected to be at least as good; the comparison checks the protocol, and its
 #: size says how far the regression of Eq. 4 alone is from usable. It stays in the declared family.
 SANITY_CHECKS: tuple[tuple[str, str], ...] = (("AXN, tuned λ", "AXN, λ = 0"),)
-
-
-def _per_query_recalls(M_test: np.ndarray, I: np.ndarray, calls: np.ndarray, budget: int,
-                       k_values: Sequence[int]) -> dict[int, np.ndarray]:
-    return {k: recall_under_budget(M_test, I, k, calls=calls, budget=budget, per_query=True)
-            for k in k_values if k <= budget}
 
 
 def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndarray, *, seeds: Sequence[int],
@@ -242,13 +318,18 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
     device = search_device(device, owner)
     options = SearchOptions(device=device)
     M = np.asarray(M)
-    de = U @ V.T
     if de_scores is not None and np.shape(de_scores) != M.shape:
         raise ParameterError("de_scores", f"scores of every query row, shape {M.shape}", np.shape(de_scores), owner)
     if labels is not None and np.shape(labels) != M.shape:
         raise ParameterError("labels", f"grades of every query row on the items, shape {M.shape}", np.shape(labels),
                              owner)
-    de_order = np.argsort(-(de if de_scores is None else np.asarray(de_scores)), axis=1, kind="stable")
+    de = U @ V.T
+    betas = [prior_scale(M[split.anchor], de[split.anchor]) for split in splits]
+    # Round 1 of AXN DE takes the first B_CE / R items and DE re-rank the first B_CE: the top max(B_CE) of each row
+    # (the order of np.argsort(-scores, kind="stable"), found by a partition instead of sorting all items)
+    de_order = topk_indices(de if de_scores is None else np.asarray(de_scores),
+                            min(max((int(b) for b in budgets), default=1), M.shape[1]))
+    del de  # (n_queries, n_items) float64: not held through the runs
     k_values = [int(k) for k in k_values]
     runs, dev_frames, label_rows = [], [], []
     n_steps = len(splits) * (len(seeds) * (2 if mf_epochs else 1) + 2)
@@ -269,10 +350,11 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
             label_rows.append({"split_seed": int(split.seed), "anchor_seed": int(seed), "method": method,
                                "budget": int(budget), **rec})
 
-    for split in splits:
+    for split, beta in zip(splits, betas):
         anchor, dev, test = split.anchor, split.dev, split.test
         M_test = M[test]
-        u_de = prior_scale(M[anchor], de[anchor]) * U
+        exact_test = _ExactTopK(M_test, k_values)  # the test rows' exact top-k: once per split, for every method
+        u_de = beta * U
 
         def tune(name, V_m, u_m, cand, seed):
             """λ per (budget, k) with the best recall on the split's dev rows (run seed of ``seed``), and each
@@ -292,12 +374,14 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
             """The run's test rows at the chosen λ per (budget, k), and at λ = 0; with labels, every measure at the λ
             chosen on dev by nDCG@10 (AXN's random first round: chosen on the first seed's dev lists, as λ)."""
             chosen, dev_lists = tuned
+            prior, engines = _LazyPrior(u_m[test]), {}  # one engine for every λ of a budget (as in the sweep)
 
             def run_at(budget, lam):
-                axn = Axn(budget, n_rounds=min(n_rounds, budget), lam=lam, seed=run_seed(int(split.seed), seed),
-                          options=options).fit(V_m)
-                return axn.run(M_test, u_param=u_m[test] if lam > 0 else None,
-                               candidates=None if cand is None else cand[test], query_ids=test)
+                if budget not in engines:
+                    engines.clear()  # one budget's index at a time (two float64 copies of V each)
+                    engines[budget] = Axn(budget, n_rounds=min(n_rounds, budget), seed=run_seed(int(split.seed), seed),
+                                          options=options).fit(V_m)
+                return _run_at(engines[budget], float(lam), M_test, prior, None if cand is None else cand[test], test)
 
             for budget in budgets:
                 at_b = chosen[chosen["budget"] == budget]
@@ -305,7 +389,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                 for lam in sorted(set(at_b["lam"]) | {0.0}):
                     res = run_at(budget, lam)
                     test_lists[lam] = res.I
-                    rec = _per_query_recalls(M_test, res.I, res.calls, budget, k_values)
+                    rec = exact_test.recalls(res.I, res.calls, budget, k_values)
                     at_lam = at_b[at_b["lam"] == lam]
                     dev_values = dict(zip(at_lam["k"].astype(int), at_lam["recall"]))  # the dev recall it was chosen by
                     add(split, seed, f"{name}, tuned λ", budget, lam, test, {k: rec[k] for k in rec if k in dev_values},
@@ -345,7 +429,7 @@ def axn_protocol_runs(M: np.ndarray, splits: Sequence, V: np.ndarray, U: np.ndar
                     counter = BudgetCounter(M_test, budget)
                     _, I = entry.variants(state, budget)[0].search(counter, budget)
                     add(split, seed, entry.label, budget, np.nan, test,
-                        _per_query_recalls(M_test, I, counter.calls, budget, k_values))
+                        exact_test.recalls(I, counter.calls, budget, k_values))
                     if labels is not None:
                         add_labels(split, seed, entry.label, budget, [np.nan], [I[:0]], [I], no_dev)
         bar.update(1)
