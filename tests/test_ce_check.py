@@ -295,3 +295,22 @@ def test_untrained_heads_are_flagged_by_each_test_on_two_corpora_and_the_trained
                 redrawn_verdicts.add(last)
     assert redrawn_verdicts == {True, False}  # both signs were drawn
     assert {data for data, _ in copies} == set(corpora)  # on both corpora some re-drawn heads rank as trained
+
+
+def test_a_corpus_scale_sample_is_judged_on_its_relevant_items_and_a_seeded_bounded_fill():
+    from types import SimpleNamespace
+
+    from xenbench.models.ce_check import MAX_JUDGED_ITEMS, judged_items
+
+    items = [SimpleNamespace(id=f"d{j}") for j in range(20_000)]
+    queries = [SimpleNamespace(id=f"q{a}") for a in range(300)]
+    gold = {f"q{a}": [f"d{(37 * a + b) % 20_000}" for b in range(1 + a % 3)] for a in range(300)}
+    cols = judged_items(gold, queries, items, seed=3)
+    relevant = {int(g[1:]) for gs in gold.values() for g in gs}
+    assert len(cols) == MAX_JUDGED_ITEMS and relevant <= set(cols.tolist())  # every relevant item kept
+    assert np.all(np.diff(cols) > 0)  # column order, no repeats
+    np.testing.assert_array_equal(cols, judged_items(gold, queries, items, seed=3))  # seeded
+    assert not np.array_equal(cols, judged_items(gold, queries, items, seed=4))
+    np.testing.assert_array_equal(judged_items(gold, queries, items[:3000]), np.arange(3000))  # small: all of it
+    few = judged_items(gold, queries, items, max_items=100)  # relevant items alone exceed the bound: all kept
+    assert set(few.tolist()) == relevant

@@ -51,6 +51,10 @@ MIN_QUERY_DEPENDENCE = 0.2
 MIN_QUERIES = 8
 #: Queries with a relevant item in the sample that the label test needs (fewer: not judged).
 MIN_LABELLED = 4
+#: Items the check judges at most (:func:`judged_items`): a corpus-scale sample is judged on every relevant item of its
+#: queries and a seeded random fill up to this many, the size of the samples the thresholds were calibrated on; a
+#: whole corpus of 10^5 items would cost minutes and gigabytes (BM25 and percentiles over every pair) for no change.
+MAX_JUDGED_ITEMS = 5000
 # Shuffles of the queries averaged for the shuffled baseline (seeded): its spread over shuffles is ~0.01 at 16 queries
 _SHUFFLES = 20
 
@@ -326,6 +330,29 @@ def labels_of_sample(gold: Mapping[str, Sequence[str]], query_ids: Sequence[str]
             if g in col:
                 rel[a, col[g]] = True
     return rel
+
+
+def judged_items(gold: Mapping[str, Sequence[str]], queries: Sequence[Any], items: Sequence[Any], *,
+                 max_items: int = MAX_JUDGED_ITEMS, seed: int = 0) -> np.ndarray:
+    """Column indices of ``items`` the check judges: all of them when at most ``max_items``, else every item relevant
+    to one of ``queries`` (``gold``) and a seeded random fill of the others up to ``max_items`` (more only when the
+    relevant items alone exceed it), in column order.
+
+    >>> from types import SimpleNamespace as N
+    >>> items = [N(id=f"d{j}") for j in range(10)]
+    >>> cols = judged_items({"q": ["d7", "d9"]}, [N(id="q")], items, max_items=4)
+    >>> len(cols), {7, 9} <= set(cols.tolist()), len(judged_items({}, [N(id="q")], items, max_items=20))
+    (4, True, 10)
+    """
+    n = len(items)
+    if n <= max_items:
+        return np.arange(n)
+    col = {it.id: j for j, it in enumerate(items)}
+    relevant = np.array(sorted({col[g] for q in queries for g in gold.get(q.id, ()) if g in col}), dtype=np.int64)
+    rest = np.setdiff1d(np.arange(n), relevant)
+    fill = np.random.default_rng(seed).choice(rest, size=max(0, min(rest.size, max_items - relevant.size)),
+                                              replace=False)
+    return np.sort(np.concatenate([relevant, fill]))
 
 
 def sample_evidence(gold: Mapping[str, Sequence[str]], queries: Sequence[Any], items: Sequence[Any]) -> dict[str, Any]:

@@ -161,12 +161,13 @@ def load_setup(store_path, dataset, *, seed: int = 0, max_items: int | None = No
         if list(store.attrs["item_ids"]) != ds.item_ids or list(store.attrs["query_ids"]) != ds.query_ids:
             raise DataError(store.path, f"was not computed on {ds.name}: its query/item ids differ from the dataset's")
         M = read_sample(store, sample.queries, sample.items)
-    from xenbench.models.ce_check import sample_evidence, warn_if_untrained
+    from xenbench.models.ce_check import judged_items, sample_evidence, warn_if_untrained
 
     name = os.path.basename(str(model or store.attrs.get("model") or store_path).rstrip("/\\"))
     corpus = ds if sample.queries.size == len(ds.queries) else ds.subset(query_ids)
     kept = [corpus.items[i] for i in sample.items]  # a CE that does not read the query: warned, and the findings marked
-    warn_if_untrained(M, name, **sample_evidence(corpus.gold, corpus.queries, kept))
+    cols = judged_items(corpus.gold, corpus.queries, kept, seed=seed)  # a whole corpus: judged on a bounded part
+    warn_if_untrained(M[:, cols], name, **sample_evidence(corpus.gold, corpus.queries, [kept[j] for j in cols]))
     return Setup(M=M, dataset=corpus, items=np.asarray(sample.items), attrs=store.attrs, sample=sample)
 
 
