@@ -146,3 +146,19 @@ def outside_lines(results: Mapping[str, Any], rivals: Sequence[str] = SEED_RIVAL
                            f"seeds' DE-started methods [95% interval across {n_units} query splits], wall time per "
                            f"query beside: " + " | ".join(cells) + ".")
     return out
+
+
+def second_currency_lines(results: Mapping[str, Any]) -> list[str]:
+    """The second currency (results saved since 07 scored the ranked lists against the labels; none before): the best
+    method per budget on nDCG@10 and the Pareto front of nDCG@10 on wall time."""
+    best = pd.DataFrame(results.get("label_best") or [])
+    summary = pd.DataFrame(results.get("label_summary") or [])
+    if best.empty or summary.empty:
+        return []
+    choice = (results.get("protocol") or {}).get("label_choice", "nDCG@10")
+    out = [f"Second currency, against the relevance labels (ir-measures; every setting and the best method chosen on "
+           f"dev by {choice}):"]
+    out += [best_line(row) for row in best.to_dict("records")]
+    if "pareto_wall" in summary:
+        out.append(front_line(summary, choice, cell="measure"))
+    return out
