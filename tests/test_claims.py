@@ -25,7 +25,7 @@ def _row(docs, paper: str, word: str) -> dict:
 
 def test_one_row_per_claim_and_every_committed_claim_is_judged():
     rows = claims.judge_all(DOCS)
-    assert [r["paper"] for r in rows] == ["ANNCUR"] * 3 + ["ADACUR"] * 2 + ["AXN"] * 3 + ["PEFA"] * 2 + ["CCSA"] * 5
+    assert [r["paper"] for r in rows] == ["ANNCUR"] * 3 + ["ADACUR"] * 2 + ["AXN"] * 3 + ["GAR"] + ["PEFA"] * 2 + ["CCSA"] * 5
     assert all(r["verdict"] != claims.NOT_TESTED for r in rows)  # every notebook behind a claim has a committed run
     table = claims.claims_table(findings.RESULTS_DIR)
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
@@ -120,6 +120,24 @@ def test_axn_rows_pair_with_adacur_from_the_same_first_stage():
             assert row["verdict"] == f"does not hold (trails at {trails} of 10 cells, level at {10 - trails})"
         else:
             assert row["verdict"].startswith(f"holds at {beats + matches} of 10 cells") and f"trails at {trails}" in row["verdict"]
+
+
+def test_the_gar_row_is_gar_against_de_re_ranking_across_the_query_splits():
+    """GAR (07, pyterrier-adaptive, seeded by the DE) against re-ranking the DE's top B_CE at the same budget: beats
+    where the Holm-adjusted paired p across the 3 split means is < 0.05 and the interval lies above 0."""
+    runs = pd.DataFrame(DOCS["07_compare_methods.full"]["runs"])
+    fam = _split_family(runs, "GAR DE", "DE re-rank", "split_seed")
+    sig = fam["p_holm"] < 0.05
+    beats, trails = int((sig & (fam["lo"] > 0)).sum()), int((sig & (fam["hi"] < 0)).sum())
+    row = _row(DOCS, "GAR", "corpus graph")
+    assert row["paper_short"].startswith("no number in the text")  # the paper is not bundled: nothing cited
+    if beats == len(fam):
+        assert row["verdict"].startswith(f"holds at all {len(fam)} cells")
+    elif beats:
+        assert row["verdict"].startswith(f"holds at {beats} of {len(fam)} cells")
+    else:
+        assert row["verdict"].startswith("does not hold" if trails else "not established")
+    assert row["units"] == "3 query splits (≤ 5 seeds each, averaged first)"
 
 
 def test_pefa_rows_read_recall_at_100_across_seeds():

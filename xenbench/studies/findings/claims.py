@@ -365,7 +365,7 @@ def _judge_04(challenger: str, baseline: str) -> Callable[[Docs], Judgement | No
     return judge
 
 
-def _judge_07(challenger: str, baseline: str) -> Callable[[Docs], Judgement | None]:
+def _judge_07(challenger: str, baseline: str, *, or_matches: bool = True) -> Callable[[Docs], Judgement | None]:
     def judge(docs: Docs) -> Judgement | None:
         """07's per-run recalls (``runs``), both methods started from the same first stage, across query splits;
         "outperform or closely match": a cell counts where the challenger beats the baseline or matches it (90%
@@ -374,7 +374,7 @@ def _judge_07(challenger: str, baseline: str) -> Callable[[Docs], Judgement | No
         if not results or not results.get("runs"):
             return None
         return _split_cells(_unit_cells(pd.DataFrame(results["runs"]), challenger, baseline, unit="split_seed"),
-                            or_matches=True)
+                            or_matches=or_matches)
 
     return judge
 
@@ -755,6 +755,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("AXN", "AXN on DE embeddings \"can outperform or closely match\" ADACUR at equal budget, both started from "
                  "the DE (§3.1)", "07_compare_methods", _judge_07("AXN DE", "ADACUR DE+TopK No-Split"),
           "axn_adacur_de", (("07_compare_methods.full", "runs"),),
+          _units("07_compare_methods.full", "runs", "split_seed", "anchor_seed"), _setting("07_compare_methods.full")),
+    Claim("GAR", "re-ranking adaptively over a corpus graph beats re-ranking the first stage's top B_CE at equal "
+                 "budget (pyterrier-adaptive)", "07_compare_methods", _judge_07("GAR DE", "DE re-rank", or_matches=False),
+          "gar_rerank", (("07_compare_methods.full", "runs"),),
           _units("07_compare_methods.full", "runs", "split_seed", "anchor_seed"), _setting("07_compare_methods.full")),
     Claim("PEFA", "PEFA-XS and PEFA-XL raise the DE's Recall@100 without training (Tables 2, 3)", "05_pefa_lambda",
           _judge_pefa, "pefa_de", (("05_pefa_lambda.full", "gains"),), _units_05, _setting("05_pefa_lambda.full")),
