@@ -153,16 +153,17 @@ def tiny_store_and_corpus_runs(scores: Path, corpus: str) -> dict[str, list[str]
 
 
 def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
-    """02 (on stores scored by step 2), 05 and 06 on a user's BEIR folder; 04 on a ZESHEL world (scored on demand)."""
+    """05 and 06 on a user's BEIR folder; 04 on a ZESHEL world (scored on demand). 02 runs on stores that step 2
+    scored on a BEIR folder in tests/test_first_hour.py (test_02_runs_on_your_stores_and_its_report_names_the_ces_and_
+    the_data) and on a ZESHEL world below (test_02_compares_the_paper_layout_emb_ce_on_your_mentions): one kernel and
+    two scorings fewer than a third 02 run here."""
     monkeypatch.setenv("CI", "true")
     beir, zeshel = f"beir:{small_beir(tmp_path)}", f"zeshel:{small_zeshel(tmp_path)}:w@test"
     larger = f"beir:{small_beir(tmp_path / 'larger', n_items=144, n_queries=260)}"  # faiss's OPQ trains on >= d rows
     assert len(load_dataset(zeshel).queries) == 36
-    reports, scores = tmp_path / "reports", tmp_path / "scores"
-    for ce in ("cls-ce", "emb-ce"):
-        assert main(["score", str(_repo() / "models" / ce), beir, "--out", str(scores / ce)]) == 0
+    reports = tmp_path / "reports"
     runs = {
-        **tiny_store_and_corpus_runs(scores, larger),
+        "06_ccsa_balance": tiny_store_and_corpus_runs(tmp_path / "scores", larger)["06_ccsa_balance"],
         "05_pefa_lambda": ["-p", "datasets", f"[{beir}]", "-p", "splits", "[random]", "-p", "k_values", "[1, 5]",
                            "-p", "n_neighbors", "[4]", "-p", "n_seeds", "1"],
         "04_axn_lambda": ["-p", "dataset", zeshel, "-p", "model", str(_repo() / "models" / "cls-ce"),
@@ -177,7 +178,8 @@ def test_every_other_notebook_runs_on_your_data(tmp_path, monkeypatch):
 
 
 def test_02_compares_the_paper_layout_emb_ce_on_your_mentions(tmp_path, monkeypatch):
-    """emb-ce-marker joins 02 when its store is in scores_dir, and the findings speak of each [EMB]-CE."""
+    """emb-ce-marker joins 02 when its store is in scores_dir, and the findings speak of each [EMB]-CE. This is 02's
+    run on a ZESHEL world (with tests/test_first_hour.py's on a BEIR folder's stores: 02 on both formats)."""
     monkeypatch.setenv("CI", "true")
     zeshel, scores, reports = f"zeshel:{small_zeshel(tmp_path)}:w@test", tmp_path / "scores", tmp_path / "reports"
     for ce in ("cls-ce", "emb-ce", "emb-ce-marker"):

@@ -159,8 +159,10 @@ def test_ray_backend_gives_the_library_scores(ray_cluster, folders, data, refere
     queries, items = data
     for name in ("xlm-roberta", "qwen3", "modernbert"):
         ce = load_cross_encoder(folders[name])
+        # one actor: each is a fresh Ray worker process that imports torch and transformers (about 9 CPU-s); blocks
+        # spread over two actors are tests/test_scoring.py's
         store = score_to_store(ce, queries, items, tmp_path / name, batch_size=8, device="cpu", progress=False,
-                               query_chunk=2, backend="ray", ray_options={"workers": 2})
+                               query_chunk=2, backend="ray", ray_options={"workers": 1})
         assert_exact(store.to_numpy(), reference[name], f"{name} (ray)")
 
 
