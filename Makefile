@@ -39,8 +39,7 @@ demo: setup
 LAB_ARGS ?=
 LAB_UID  ?= $(shell id -u)
 lab: setup
-	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
-		$(if $(filter 0,$(LAB_UID)),--allow-root) $(LAB_ARGS)
+	$(BIN)/python -m jupyterlab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 $(if $(filter 0,$(LAB_UID)),--allow-root) $(LAB_ARGS)
 
 # The study's longest cells (06's seeds, 04's protocol) run for tens of minutes on 2 cores.
 full: setup

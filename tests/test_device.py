@@ -152,7 +152,7 @@ def test_setup_and_compare_de_helpers_pass_the_device_to_the_de(fake_de, device)
 
 
 def test_stats_and_splits_pass_the_device_to_the_de(fake_de, monkeypatch):
-    from xenbench import splits, stats
+    from xenbench.studies import splits, stats
 
     ds = _tiny_dataset()
     acc = stats.baseline_accuracy([ds], k=2, device="cpu:0")

@@ -90,8 +90,8 @@ def test_save_results_is_named_by_the_run_stem(tmp_path, monkeypatch):
 MODEL_YAML = """\
 params:
   n: {type: int, min: 1, max: 10}
-  model: {type: str}
-  max_length: {type: int, min: 1, nullable: true}
+  model: {type: model}
+  max_length: {type: int, min: 1, nullable: true, requires: model}
   first_stages: {type: list, items: str}
 profiles:
   quick: {n: 3, model: "", max_length: null, first_stages: [bm25]}

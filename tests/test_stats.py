@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from xenbench import stats
+from xenbench.studies import stats
 from xenbench.data.datasets import Dataset, Item, Query
 from xenbench.errors import ParameterError
 
