@@ -120,8 +120,8 @@ def outside_lines(results: Mapping[str, Any], rivals: Sequence[str] = SEED_RIVAL
             if runs.empty or summary.empty or name not in set(runs["method"]):
                 continue
             if cell_col == "k":
-                runs = runs[runs["k"] == runs["budget"].map(
-                    lambda b: 10 if 10 in set(runs.loc[runs["budget"] == b, "k"]) else runs.loc[runs["budget"] == b, "k"].max())]
+                ks = runs.groupby("budget")["k"].agg(set)  # k = 10 where a budget has it, else its largest k
+                runs = runs[runs["k"] == runs["budget"].map(lambda b: 10 if 10 in ks[b] else max(ks[b]))]
             else:
                 runs = runs[runs["measure"] == proto.get("label_choice", "nDCG@10")]
             cells = []
